@@ -1,0 +1,33 @@
+# Two commands do all set-up (README.md):
+#   make run    create the venv, migrate the SQLite file, start the server
+#   make test   create the venv, install the test browser, run every test
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test bench clean chromium
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+run: $(BIN)/.installed
+	$(BIN)/python manage.py migrate --noinput -v0
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py leasehold_setup
+	@echo "Leasehold on http://$${LEASEHOLD_BIND:-127.0.0.1:10000}  (admin: /admin/)"
+	exec $(BIN)/gunicorn -c config/gunicorn.py
+
+# The admin's browser test needs Debian's Chromium; install it if missing.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: $(BIN)/.installed chromium
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) var

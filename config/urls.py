@@ -1,0 +1,12 @@
+from django.contrib import admin
+from django.urls import path, re_path
+
+from leases.azure.views import AzureBlobView
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    # Everything else is the Azure Blob endpoint, path-style:
+    # /{account}[/{container}[/{blob}]]. "admin", "api" and "static" are
+    # therefore not usable as account names.
+    re_path(r"^(?P<account>[a-z0-9]{3,24})/?(?P<rest>.*)$", AzureBlobView.as_view()),
+]

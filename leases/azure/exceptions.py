@@ -1,0 +1,38 @@
+"""The one exception handler of the Azure endpoint: every refusal becomes the
+Azure XML error body plus ``x-ms-error-code`` (header only for HEAD)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from rest_framework import exceptions as drf
+
+from .. import clock
+from ..errors import LeaseholdError
+from . import wire
+
+log = logging.getLogger("leasehold.azure")
+
+DRF_CODES = {
+    drf.MethodNotAllowed: "UnsupportedHttpVerb",
+    drf.NotAuthenticated: "NoAuthenticationInformation",
+    drf.AuthenticationFailed: "AuthenticationFailed",
+    drf.PermissionDenied: "AuthorizationPermissionMismatch",
+}
+
+
+def azure_exception_handler(exc, context):
+    view = context.get("view")
+    request = context.get("request")
+    if not isinstance(exc, LeaseholdError):
+        code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), None)
+        if code is None:
+            # A bug: answer like the service would, and keep the traceback.
+            log.exception("unhandled error on %s %s", getattr(request, "method", "?"),
+                          getattr(request, "path", "?"), exc_info=exc)
+            code = "InternalError"
+        exc = LeaseholdError(code)
+    return wire.error_response(
+        exc, request_id=getattr(view, "request_id", None) or str(uuid.uuid4()), now=clock.now(),
+        head=getattr(request, "method", "") == "HEAD")

@@ -1,0 +1,365 @@
+"""The Azure Blob endpoint: path-style ``/{account}/{container}[/{blob}]``,
+routed by method, ``restype`` and ``comp``. It translates headers into
+service calls and results into headers and XML; it holds no lease rules."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpResponse
+from rest_framework.renderers import BaseRenderer
+from rest_framework.views import APIView
+
+from .. import clock, machine, selectors, services
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..services import Actor, ResourceRef
+from . import wire
+from .auth import AccountKeyRequired, SharedKeyAuthentication
+from .exceptions import azure_exception_handler
+
+METADATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+CLIENT_REQUEST_ID = re.compile(r"^[\x20-\x7e]{1,1024}$")
+
+
+class PassthroughRenderer(BaseRenderer):
+    """Views build their own HttpResponse; this only satisfies negotiation."""
+
+    media_type = "*/*"
+    format = "azure"
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        return data
+
+
+def _header(request, name: str) -> str | None:
+    value = request.META.get("HTTP_" + name.upper().replace("-", "_"))
+    return value if value not in (None, "") else None
+
+
+def _metadata(request) -> dict:
+    meta = {}
+    for key, value in request.META.items():
+        if key.startswith("HTTP_X_MS_META_"):
+            # WSGI folds '-' into '_' and loses case; metadata names are C#
+            # identifiers (no '-'), so '_' is what the client sent.
+            name = key[len("HTTP_X_MS_META_"):].lower()
+            if not METADATA_NAME.match(name):
+                raise LeaseholdError("InvalidMetadata", message="The metadata specified is invalid. It has characters that are not permitted.")
+            meta[name] = value
+    return meta
+
+
+def _int_query(request, name: str, default: int, *, low: int, high: int) -> int:
+    raw = request.GET.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not low <= int(raw) <= high:
+        raise LeaseholdError("InvalidQueryParameterValue", field=name, value=raw)
+    return int(raw)
+
+
+class AzureBlobView(APIView):
+    authentication_classes = [SharedKeyAuthentication]
+    permission_classes = [AccountKeyRequired]
+    renderer_classes = [PassthroughRenderer]
+    parser_classes = []
+    throttle_classes = []
+
+    def get_exception_handler(self):
+        return azure_exception_handler
+
+    # -- request plumbing
+
+    def initial(self, request, *args, **kwargs):
+        self.request_id = str(uuid.uuid4())
+        self.now = clock.now()
+        version = _header(request, "x-ms-version")
+        if version is not None and (not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
+            raise LeaseholdError("InvalidHeaderValue", field="version", value=version)
+        super().initial(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["x-ms-request-id"] = getattr(self, "request_id", "") or str(uuid.uuid4())
+        response["x-ms-version"] = _header(request, "x-ms-version") or wire.DEFAULT_VERSION
+        response["Date"] = wire.http_date(clock.now())
+        response["Server"] = "Leasehold Windows-Azure-Blob/1.0"
+        client_id = _header(request, "x-ms-client-request-id")
+        if client_id and CLIENT_REQUEST_ID.match(client_id):
+            response["x-ms-client-request-id"] = client_id
+        if request.method == "HEAD" or response.status_code in (201, 202, 204) and not response.content:
+            response["Content-Length"] = response.get("Content-Length", "0")
+        return response
+
+    def actor(self) -> Actor:
+        request = self.request
+        forwarded = request.META.get("REMOTE_ADDR", "")
+        return Actor(name=f"account:{self.kwargs['account']}", via="azure", request_id=self.request_id,
+                     client_request_id=_header(request, "x-ms-client-request-id") or "",
+                     remote_addr=forwarded, user_agent=request.META.get("HTTP_USER_AGENT", "")[:512])
+
+    def get(self, request, **kw):
+        return self.route("GET")
+
+    def head(self, request, **kw):
+        return self.route("HEAD")
+
+    def put(self, request, **kw):
+        return self.route("PUT")
+
+    def delete(self, request, **kw):
+        return self.route("DELETE")
+
+    def http_method_not_allowed(self, request, *args, **kwargs):
+        raise LeaseholdError("UnsupportedHttpVerb")
+
+    def route(self, method: str) -> HttpResponse:
+        rest = self.kwargs.get("rest") or ""
+        container, _, blob = rest.partition("/")
+        restype = self.request.GET.get("restype")
+        comp = self.request.GET.get("comp")
+        if not container:
+            handler = {("GET", None, "list"): self.list_containers,
+                       ("GET", "account", "properties"): self.account_info,
+                       ("HEAD", "account", "properties"): self.account_info}.get((method, restype, comp))
+            args = ()
+        elif not blob:
+            ref = ResourceRef(self.kwargs["account"], container)
+            handler = {
+                ("PUT", "container", None): self.create_container,
+                ("DELETE", "container", None): self.delete_container,
+                ("GET", "container", None): self.container_properties,
+                ("HEAD", "container", None): self.container_properties,
+                ("GET", "container", "metadata"): self.container_properties,
+                ("HEAD", "container", "metadata"): self.container_properties,
+                ("PUT", "container", "metadata"): self.set_container_metadata,
+                ("PUT", "container", "lease"): self.lease,
+                ("GET", "container", "list"): self.list_blobs,
+            }.get((method, restype, comp))
+            args = (ref,)
+        else:
+            blob = blob.replace("\\", "/")
+            ref = ResourceRef(self.kwargs["account"], container, blob, self.request.GET.get("snapshot", ""))
+            handler = {
+                ("PUT", None): self.put_blob,
+                ("GET", None): self.get_blob,
+                ("HEAD", None): self.get_blob,
+                ("DELETE", None): self.delete_blob,
+                ("GET", "metadata"): self.get_blob,
+                ("HEAD", "metadata"): self.get_blob,
+                ("PUT", "metadata"): self.set_blob_metadata,
+                ("PUT", "lease"): self.lease,
+                ("PUT", "snapshot"): self.snapshot_blob,
+            }.get((method, comp))
+            args = (ref,)
+        if handler is None:
+            if comp is not None:
+                raise LeaseholdError("InvalidQueryParameterValue", field="comp", value=comp)
+            raise LeaseholdError("InvalidQueryParameterValue", field="restype", value=restype or "")
+        return handler(*args)
+
+    def conditions(self) -> Conditions:
+        return Conditions.parse(lambda name: _header(self.request, name))
+
+    def _properties(self, response: HttpResponse, obj) -> HttpResponse:
+        response["ETag"] = obj.etag
+        response["Last-Modified"] = wire.http_date(obj.last_modified)
+        return response
+
+    # -- account
+
+    def list_containers(self):
+        account = self.kwargs["account"]
+        prefix = self.request.GET.get("prefix", "")
+        marker = self.request.GET.get("marker", "")
+        maxresults = _int_query(self.request, "maxresults", selectors.MAX_RESULTS, low=1, high=selectors.MAX_RESULTS)
+        page, next_marker = selectors.list_containers(account=account, prefix=prefix, marker=marker,
+                                                      maxresults=maxresults)
+        body = wire.list_containers_xml(
+            endpoint=self.request.build_absolute_uri(f"/{account}/"), containers=page, prefix=prefix,
+            marker=marker, maxresults=self.request.GET.get("maxresults"), next_marker=next_marker,
+            include_metadata="metadata" in self.request.GET.get("include", ""), now=self.now)
+        return HttpResponse(body, content_type="application/xml")
+
+    def account_info(self):
+        response = HttpResponse()
+        response["x-ms-sku-name"] = "Standard_LRS"
+        response["x-ms-account-kind"] = "StorageV2"
+        response["x-ms-is-hns-enabled"] = "false"
+        return response
+
+    # -- containers
+
+    def create_container(self, ref: ResourceRef):
+        container = services.container_create(
+            account=ref.account, name=ref.container, metadata=_metadata(self.request),
+            public_access=_header(self.request, "x-ms-blob-public-access") or "", actor=self.actor())
+        return self._properties(HttpResponse(status=201), container)
+
+    def delete_container(self, ref: ResourceRef):
+        services.container_delete(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"),
+                                  conditions=self.conditions())
+        return HttpResponse(status=202)
+
+    def container_properties(self, ref: ResourceRef):
+        container = services.container_read(ref=ref, actor=self.actor(),
+                                            lease_id=_header(self.request, "x-ms-lease-id"))
+        response = self._properties(HttpResponse(), container)
+        wire.metadata_headers(response, container.metadata)
+        wire.lease_headers(response, container, self.now)
+        if container.public_access:
+            response["x-ms-blob-public-access"] = container.public_access
+        response["x-ms-has-immutability-policy"] = "false"
+        response["x-ms-has-legal-hold"] = "false"
+        return response
+
+    def set_container_metadata(self, ref: ResourceRef):
+        container = services.container_set_metadata(
+            ref=ref, actor=self.actor(), metadata=_metadata(self.request),
+            lease_id=_header(self.request, "x-ms-lease-id"), conditions=self.conditions())
+        return self._properties(HttpResponse(), container)
+
+    def list_blobs(self, ref: ResourceRef):
+        container = services.container_read(ref=ref, actor=self.actor())
+        get = self.request.GET
+        include = set(get.get("include", "").split(","))
+        maxresults = _int_query(self.request, "maxresults", selectors.MAX_RESULTS, low=1, high=selectors.MAX_RESULTS)
+        blobs, prefixes, next_marker = selectors.list_blobs(
+            container=container, prefix=get.get("prefix", ""), delimiter=get.get("delimiter", ""),
+            marker=get.get("marker", ""), maxresults=maxresults, snapshots="snapshots" in include)
+        body = wire.list_blobs_xml(
+            endpoint=self.request.build_absolute_uri(f"/{ref.account}/"), container=ref.container, blobs=blobs,
+            prefixes=prefixes, prefix=get.get("prefix"), marker=get.get("marker"),
+            maxresults=get.get("maxresults"), delimiter=get.get("delimiter"), next_marker=next_marker,
+            include_metadata="metadata" in include, now=self.now)
+        return HttpResponse(body, content_type="application/xml")
+
+    # -- leases (containers and blobs)
+
+    def lease(self, ref: ResourceRef):
+        h = lambda name: _header(self.request, name)  # noqa: E731
+        result = services.lease_action(
+            h("x-ms-lease-action"), ref=ref, actor=self.actor(), conditions=self.conditions(),
+            lease_id=h("x-ms-lease-id"), proposed_lease_id=h("x-ms-proposed-lease-id"),
+            duration=h("x-ms-lease-duration"), break_period=h("x-ms-lease-break-period"))
+        action = h("x-ms-lease-action").lower()
+        response = self._properties(HttpResponse(status=services.SUCCESS_STATUS[action]), result.resource)
+        if result.lease_id is not None and action != "release":
+            response["x-ms-lease-id"] = str(result.lease_id)
+        if action == "break":
+            response["x-ms-lease-time"] = str(result.lease_time)
+        if action == "acquire":
+            response["Leasehold-Generation"] = str(result.generation)
+        return response
+
+    # -- blobs
+
+    def put_blob(self, ref: ResourceRef):
+        if ref.snapshot:
+            raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
+        blob_type = _header(self.request, "x-ms-blob-type")
+        if blob_type is None:
+            raise LeaseholdError("MissingRequiredHeader", field="blob_type")
+        if blob_type != "BlockBlob":
+            raise LeaseholdError("InvalidHeaderValue", field="blob_type", value=blob_type)
+        try:
+            content = self.request._request.body
+        except RequestDataTooBig:
+            raise LeaseholdError("RequestBodyTooLarge") from None
+        h = lambda name: _header(self.request, name)  # noqa: E731
+        blob = services.blob_put(
+            ref=ref, actor=self.actor(), content=content,
+            content_type=h("x-ms-blob-content-type") or self.request.META.get("CONTENT_TYPE", ""),
+            metadata=_metadata(self.request), lease_id=h("x-ms-lease-id"), conditions=self.conditions(),
+            properties={"content_encoding": h("x-ms-blob-content-encoding"),
+                        "content_language": h("x-ms-blob-content-language"),
+                        "content_disposition": h("x-ms-blob-content-disposition"),
+                        "cache_control": h("x-ms-blob-cache-control")})
+        response = self._properties(HttpResponse(status=201), blob)
+        response["Content-MD5"] = blob.content_md5
+        response["x-ms-request-server-encrypted"] = "false"
+        return response
+
+    def get_blob(self, ref: ResourceRef):
+        blob = services.blob_read(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"))
+        head = self.request.method == "HEAD"
+        if not self.conditions().check_read(blob.etag, blob.last_modified):
+            response = HttpResponse(status=304)
+            return self._properties(response, blob)
+        content = blob.content if not head else b""
+        status, content_range = 200, None
+        rng = _header(self.request, "x-ms-range") or _header(self.request, "Range")
+        if rng and not head and self.request.GET.get("comp") != "metadata":
+            start, end = _parse_range(rng, blob.size)
+            content = bytes(blob.content[start:end + 1])
+            status, content_range = 206, f"bytes {start}-{end}/{blob.size}"
+        if self.request.GET.get("comp") == "metadata":
+            content = b""
+        response = HttpResponse(bytes(content), status=status, content_type=blob.content_type)
+        self._properties(response, blob)
+        if content_range:
+            response["Content-Range"] = content_range
+        response["Content-Length"] = str(blob.size if head else len(content))
+        response["Accept-Ranges"] = "bytes"
+        response["x-ms-blob-type"] = "BlockBlob"
+        response["x-ms-creation-time"] = wire.http_date(blob.created_at)
+        response["x-ms-server-encrypted"] = "false"
+        if blob.content_md5 and (status == 200):
+            response["Content-MD5"] = blob.content_md5
+        for header, value in (("Content-Encoding", blob.content_encoding),
+                              ("Content-Language", blob.content_language),
+                              ("Content-Disposition", blob.content_disposition),
+                              ("Cache-Control", blob.cache_control)):
+            if value:
+                response[header] = value
+        wire.metadata_headers(response, blob.metadata)
+        if blob.snapshot:
+            response["x-ms-lease-status"], response["x-ms-lease-state"] = "unlocked", "available"
+        else:
+            wire.lease_headers(response, blob, self.now)
+        if head:
+            response["x-ms-access-tier"] = "Hot"
+            response["x-ms-access-tier-inferred"] = "true"
+        return response
+
+    def set_blob_metadata(self, ref: ResourceRef):
+        blob = services.blob_set_metadata(ref=ref, actor=self.actor(), metadata=_metadata(self.request),
+                                          lease_id=_header(self.request, "x-ms-lease-id"),
+                                          conditions=self.conditions())
+        response = self._properties(HttpResponse(), blob)
+        response["x-ms-request-server-encrypted"] = "false"
+        return response
+
+    def delete_blob(self, ref: ResourceRef):
+        services.blob_delete(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"),
+                             delete_snapshots=_header(self.request, "x-ms-delete-snapshots"),
+                             conditions=self.conditions())
+        response = HttpResponse(status=202)
+        response["x-ms-delete-type-permanent"] = "true"
+        return response
+
+    def snapshot_blob(self, ref: ResourceRef):
+        meta = _metadata(self.request)
+        snap = services.blob_snapshot(ref=ref, actor=self.actor(), metadata=meta or None,
+                                      lease_id=_header(self.request, "x-ms-lease-id"),
+                                      conditions=self.conditions())
+        response = self._properties(HttpResponse(status=201), snap)
+        response["x-ms-snapshot"] = snap.snapshot
+        return response
+
+
+RANGE_RE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+def _parse_range(value: str, size: int) -> tuple[int, int]:
+    match = RANGE_RE.match(value.strip())
+    if not match:
+        raise LeaseholdError("InvalidHeaderValue", field="range", value=value)
+    start = int(match.group(1))
+    end = int(match.group(2)) if match.group(2) else size - 1
+    if start >= size or end < start:
+        raise LeaseholdError("InvalidRange")
+    return start, min(end, size - 1)

@@ -1,0 +1,144 @@
+"""Azure wire shapes: response headers, XML bodies, error envelopes."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from email.utils import format_datetime
+from xml.sax.saxutils import escape
+
+from django.http import HttpResponse
+
+from .. import machine
+from ..errors import LeaseholdError
+
+DEFAULT_VERSION = "2025-11-05"
+VERSION_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+OLDEST_VERSION = "2012-02-12"
+XML_DECLARATION = '\ufeff<?xml version="1.0" encoding="utf-8"?>'
+
+# Adapter-neutral input names (errors.LeaseholdError.field) -> Azure headers.
+HEADER_NAMES = {
+    "action": "x-ms-lease-action",
+    "lease_id": "x-ms-lease-id",
+    "proposed_lease_id": "x-ms-proposed-lease-id",
+    "duration": "x-ms-lease-duration",
+    "break_period": "x-ms-lease-break-period",
+    "delete_snapshots": "x-ms-delete-snapshots",
+    "blob_type": "x-ms-blob-type",
+    "version": "x-ms-version",
+    "if_modified_since": "If-Modified-Since",
+    "if_unmodified_since": "If-Unmodified-Since",
+    "range": "x-ms-range",
+}
+QUERY_FIELDS = {"snapshot", "comp", "restype", "maxresults", "include", "timeout"}
+
+
+def http_date(dt: datetime) -> str:
+    return format_datetime(dt.astimezone(timezone.utc), usegmt=True)
+
+
+def error_time(dt: datetime) -> str:
+    return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}0Z"
+
+
+def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head: bool) -> HttpResponse:
+    parts = [f"<Error><Code>{err.code}</Code><Message>{escape(err.message)}\n"
+             f"RequestId:{request_id}\nTime:{error_time(now)}</Message>"]
+    if err.field in QUERY_FIELDS:
+        parts.append(f"<QueryParameterName>{err.field}</QueryParameterName>"
+                     f"<QueryParameterValue>{escape(err.value or '')}</QueryParameterValue>")
+    elif err.field:
+        parts.append(f"<HeaderName>{HEADER_NAMES.get(err.field, err.field)}</HeaderName>")
+        if err.value is not None:
+            parts.append(f"<HeaderValue>{escape(err.value)}</HeaderValue>")
+    for key, value in err.detail.items():
+        if key[:1].isupper():  # Azure-shaped extra elements only
+            parts.append(f"<{key}>{escape(str(value))}</{key}>")
+    parts.append("</Error>")
+    if head or err.status == 304:
+        response = HttpResponse(status=err.status)
+    else:
+        response = HttpResponse(XML_DECLARATION + "".join(parts), status=err.status,
+                                content_type="application/xml")
+    response["x-ms-error-code"] = err.code
+    return response
+
+
+def lease_headers(response: HttpResponse, obj, now: datetime) -> None:
+    """x-ms-lease-status/state/duration as of ``now``, and the generation."""
+    state = obj.effective_lease_state(now)
+    response["x-ms-lease-status"] = machine.lease_status(state)
+    response["x-ms-lease-state"] = state
+    kind = machine.duration_type(obj.lease_record, state)
+    if kind:
+        response["x-ms-lease-duration"] = kind
+    response["Leasehold-Generation"] = str(obj.lease_generation)
+
+
+def lease_xml(obj, now: datetime) -> str:
+    state = obj.effective_lease_state(now)
+    xml = f"<LeaseStatus>{machine.lease_status(state)}</LeaseStatus><LeaseState>{state}</LeaseState>"
+    kind = machine.duration_type(obj.lease_record, state)
+    if kind:
+        xml += f"<LeaseDuration>{kind}</LeaseDuration>"
+    return xml
+
+
+def metadata_headers(response: HttpResponse, metadata: dict) -> None:
+    for name, value in metadata.items():
+        response[f"x-ms-meta-{name}"] = value
+
+
+def metadata_xml(metadata: dict) -> str:
+    return "<Metadata>" + "".join(f"<{k}>{escape(v)}</{k}>" for k, v in metadata.items()) + "</Metadata>"
+
+
+def _opt(tag: str, value) -> str:
+    return f"<{tag}>{escape(str(value))}</{tag}>" if value not in (None, "") else ""
+
+
+def list_containers_xml(*, endpoint: str, containers, prefix, marker, maxresults, next_marker,
+                        include_metadata: bool, now: datetime) -> str:
+    out = [XML_DECLARATION, f'<EnumerationResults ServiceEndpoint="{escape(endpoint)}">',
+           _opt("Prefix", prefix), _opt("Marker", marker), _opt("MaxResults", maxresults), "<Containers>"]
+    for c in containers:
+        out.append(f"<Container><Name>{escape(c.name)}</Name><Properties>"
+                   f"<Last-Modified>{http_date(c.last_modified)}</Last-Modified><Etag>{c.etag}</Etag>"
+                   f"{lease_xml(c, now)}{_opt('PublicAccess', c.public_access)}"
+                   "<HasImmutabilityPolicy>false</HasImmutabilityPolicy><HasLegalHold>false</HasLegalHold>"
+                   "</Properties>")
+        if include_metadata:
+            out.append(metadata_xml(c.metadata))
+        out.append("</Container>")
+    out.append(f"</Containers><NextMarker>{escape(next_marker or '')}</NextMarker></EnumerationResults>")
+    return "".join(out)
+
+
+def list_blobs_xml(*, endpoint: str, container: str, blobs, prefixes, prefix, marker, maxresults, delimiter,
+                   next_marker, include_metadata: bool, now: datetime) -> str:
+    out = [XML_DECLARATION,
+           f'<EnumerationResults ServiceEndpoint="{escape(endpoint)}" ContainerName="{escape(container)}">',
+           _opt("Prefix", prefix), _opt("Marker", marker), _opt("MaxResults", maxresults),
+           _opt("Delimiter", delimiter), "<Blobs>"]
+    for b in blobs:
+        out.append(f"<Blob><Name>{escape(b.name)}</Name>")
+        if b.snapshot:
+            out.append(f"<Snapshot>{b.snapshot}</Snapshot>")
+        out.append(
+            f"<Properties><Creation-Time>{http_date(b.created_at)}</Creation-Time>"
+            f"<Last-Modified>{http_date(b.last_modified)}</Last-Modified><Etag>{b.etag.strip(chr(34))}</Etag>"
+            f"<Content-Length>{b.size}</Content-Length><Content-Type>{escape(b.content_type)}</Content-Type>"
+            f"{_opt('Content-Encoding', b.content_encoding)}{_opt('Content-Language', b.content_language)}"
+            f"{_opt('Content-MD5', b.content_md5)}{_opt('Cache-Control', b.cache_control)}"
+            f"{_opt('Content-Disposition', b.content_disposition)}"
+            "<BlobType>BlockBlob</BlobType><AccessTier>Hot</AccessTier><AccessTierInferred>true</AccessTierInferred>"
+            f"{lease_xml(b, now) if not b.snapshot else '<LeaseStatus>unlocked</LeaseStatus><LeaseState>available</LeaseState>'}"
+            "<ServerEncrypted>false</ServerEncrypted></Properties>")
+        if include_metadata:
+            out.append(metadata_xml(b.metadata))
+        out.append("</Blob>")
+    for p in prefixes:
+        out.append(f"<BlobPrefix><Name>{escape(p)}</Name></BlobPrefix>")
+    out.append(f"</Blobs><NextMarker>{escape(next_marker or '')}</NextMarker></EnumerationResults>")
+    return "".join(out)

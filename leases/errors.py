@@ -1,0 +1,99 @@
+"""Domain errors carrying the Azure error code, HTTP status and message.
+
+Pure Python: the state machine raises these, and each adapter (Azure XML,
+JSON) turns them into its own wire shape in one exception handler.
+
+Messages are the real service's strings (azure-lease-semantics.md §5.1); the
+ones that name the resource come in a blob and a container variant.
+"""
+
+from __future__ import annotations
+
+MESSAGES = {
+    "LeaseAlreadyPresent": "There is already a lease present.",
+    "LeaseIdMismatchWithLeaseOperation": "The lease ID specified did not match the lease ID for the {noun}.",
+    "LeaseNotPresentWithLeaseOperation": "There is currently no lease on the {noun}.",
+    "LeaseIsBrokenAndCannotBeRenewed": "The lease ID matched, but the lease has been broken explicitly and cannot be renewed.",
+    "LeaseIsBreakingAndCannotBeAcquired": "The lease ID matched, but the lease is currently in breaking state and cannot be acquired until it is broken.",
+    "LeaseIsBreakingAndCannotBeChanged": "The lease ID matched, but the lease is currently in breaking state and cannot be changed.",
+    "LeaseIdMissing": "There is currently a lease on the {noun} and no lease ID was specified in the request.",
+    "LeaseIdMismatchWithBlobOperation": "The lease ID specified did not match the lease ID for the blob.",
+    "LeaseIdMismatchWithContainerOperation": "The lease ID specified did not match the lease ID for the container.",
+    "LeaseNotPresentWithBlobOperation": "There is currently no lease on the blob.",
+    "LeaseNotPresentWithContainerOperation": "There is currently no lease on the container.",
+    "LeaseLost": "A lease ID was specified, but the lease for the {noun} has expired.",
+    "ConditionNotMet": "The condition specified using HTTP conditional header(s) is not met.",
+    "MultipleConditionHeadersNotSupported": "Multiple condition headers are not supported.",
+    "MissingRequiredHeader": "An HTTP header that's mandatory for this request is not specified.",
+    "InvalidHeaderValue": "The value for one of the HTTP headers is not in the correct format.",
+    "InvalidQueryParameterValue": "Value for one of the query parameters specified in the request URI is invalid.",
+    "InvalidInput": "One of the request inputs is not valid.",
+    "ContainerNotFound": "The specified container does not exist.",
+    "BlobNotFound": "The specified blob does not exist.",
+    "ResourceNotFound": "The specified resource does not exist.",
+    "ContainerAlreadyExists": "The specified container already exists.",
+    "BlobAlreadyExists": "The specified blob already exists.",
+    "SnapshotsPresent": "This operation is not permitted because the blob has snapshots.",
+    "InvalidResourceName": "The specified resource name contains invalid characters.",
+    "OutOfRangeInput": "The specified resource name length is not within the permissible limits.",
+    "InvalidOperation": "A lease cannot be granted for a blob snapshot.",
+    "InvalidRange": "The range specified is invalid for the current size of the resource.",
+    "UnsupportedHttpVerb": "The resource doesn't support specified Http Verb.",
+    "AuthenticationFailed": "Server failed to authenticate the request. Make sure the value of Authorization header is formed correctly including the signature.",
+    "NoAuthenticationInformation": "Server failed to authenticate the request. Please refer to the information in the www-authenticate header.",
+    "InvalidAuthenticationInfo": "Authentication information is not given in the correct format. Check the value of Authorization header.",
+    "AuthorizationPermissionMismatch": "This request is not authorized to perform this operation using this permission.",
+    "RequestBodyTooLarge": "The request body is too large and exceeds the maximum permissible limit.",
+    "InternalError": "The server encountered an internal error. Please retry the request.",
+}
+
+STATUS = {
+    "LeaseIdMissing": 412,
+    "LeaseIdMismatchWithBlobOperation": 412,
+    "LeaseIdMismatchWithContainerOperation": 412,
+    "LeaseNotPresentWithBlobOperation": 412,
+    "LeaseNotPresentWithContainerOperation": 412,
+    "LeaseLost": 412,
+    "ConditionNotMet": 412,
+    "MultipleConditionHeadersNotSupported": 400,
+    "MissingRequiredHeader": 400,
+    "InvalidHeaderValue": 400,
+    "InvalidQueryParameterValue": 400,
+    "InvalidInput": 400,
+    "InvalidResourceName": 400,
+    "OutOfRangeInput": 400,
+    "InvalidOperation": 400,
+    "ContainerNotFound": 404,
+    "BlobNotFound": 404,
+    "ResourceNotFound": 404,
+    "InvalidRange": 416,
+    "InvalidMetadata": 400,
+    "UnsupportedHttpVerb": 405,
+    "AuthenticationFailed": 403,
+    "NoAuthenticationInformation": 401,
+    "InvalidAuthenticationInfo": 400,
+    "AuthorizationPermissionMismatch": 403,
+    "RequestBodyTooLarge": 413,
+    "InternalError": 500,
+}
+# Everything else named in MESSAGES (the lease-operation conflicts and the
+# *AlreadyExists / SnapshotsPresent family) is a 409.
+
+
+class LeaseholdError(Exception):
+    """A refused request. ``field`` names the offending input in adapter-neutral
+    terms (``duration``, ``lease_id``, ...); each adapter maps it to its own
+    header or JSON name."""
+
+    def __init__(self, code: str, *, noun: str = "blob", field: str | None = None,
+                 value: str | None = None, message: str | None = None,
+                 detail: dict | None = None):
+        self.code = code
+        self.status = STATUS.get(code, 409)
+        self.noun = noun
+        self.field = field
+        self.value = value
+        self.message = message or MESSAGES.get(code, code).format(noun=noun)
+        # Extra facts an adapter may show (current state, retry-after, ...).
+        self.detail = detail or {}
+        super().__init__(f"{self.status} {code}: {self.message}")

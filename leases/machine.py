@@ -1,0 +1,312 @@
+"""The lease state machine: pure functions, no Django, no I/O.
+
+    stored record + action + parameters + now -> Outcome(new record, response)
+                                              or LeaseholdError(Azure code)
+
+A record stores absolute deadlines; the state a client sees is derived from
+them and ``now`` (``effective_state``), so nothing here depends on a
+background thread, and leases keep running on wall-clock time while the
+server is down. Cell by cell this follows azure-lease-semantics.md §3.2
+(lease operations) and §4.2 (reads and writes under a lease).
+
+Blobs and containers share every lease-operation cell. They differ in what a
+*write* does to an expired or broken lease: a blob write forgets the lease
+(so a later renew fails), a container write does not (``after_write``).
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from .errors import LeaseholdError
+
+AVAILABLE, LEASED, EXPIRED, BREAKING, BROKEN = "available", "leased", "expired", "breaking", "broken"
+STATES = (AVAILABLE, LEASED, EXPIRED, BREAKING, BROKEN)
+LOCKED_STATES = (LEASED, BREAKING)
+ACTIONS = ("acquire", "renew", "change", "release", "break")
+
+INFINITE = -1
+MIN_DURATION, MAX_DURATION = 15, 60
+MIN_BREAK_PERIOD, MAX_BREAK_PERIOD = 0, 60
+
+BLOB, CONTAINER = "blob", "container"
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """What is stored for one resource's lease.
+
+    ``state`` is the stored state: ``available``, ``leased``, ``breaking`` or
+    ``broken`` (``expired`` is never stored; it is a leased record past its
+    deadline). ``lease_id`` is kept after expiry and breaking, as Azure keeps
+    it, until a release, a blob write or a new lease replaces it.
+    """
+
+    state: str = AVAILABLE
+    lease_id: uuid.UUID | None = None
+    duration: int | None = None  # seconds, or INFINITE; kept after expiry for renew
+    expires_at: datetime | None = None  # fixed leases only
+    break_at: datetime | None = None  # breaking leases only
+    generation: int = 0  # fencing token: +1 for every new lease
+
+
+@dataclass(frozen=True)
+class Outcome:
+    record: LeaseRecord  # what to store
+    state_before: str
+    state_after: str
+    lease_id: uuid.UUID | None = None  # the x-ms-lease-id to answer with
+    lease_time: int | None = None  # break only: seconds until broken
+
+
+# ---------------------------------------------------------------- reading
+
+def effective_state(record: LeaseRecord, now: datetime) -> str:
+    if record.state == LEASED:
+        if record.duration == INFINITE or (record.expires_at is not None and now < record.expires_at):
+            return LEASED
+        return EXPIRED
+    if record.state == BREAKING:
+        if record.break_at is not None and now < record.break_at:
+            return BREAKING
+        return BROKEN
+    return record.state
+
+
+def lease_status(state: str) -> str:
+    return "locked" if state in LOCKED_STATES else "unlocked"
+
+
+def duration_type(record: LeaseRecord, state: str) -> str | None:
+    """``infinite`` or ``fixed`` while leased; absent in every other state."""
+    if state != LEASED:
+        return None
+    return "infinite" if record.duration == INFINITE else "fixed"
+
+
+def seconds_left(deadline: datetime | None, now: datetime) -> int:
+    """Whole seconds until ``deadline``, rounded up so a client that waits
+    that long never arrives early."""
+    if deadline is None:
+        return 0
+    return max(0, math.ceil((deadline - now).total_seconds()))
+
+
+# ---------------------------------------------------------------- parsing
+
+def parse_guid(value: str | None, field: str, *, noun: str = BLOB) -> uuid.UUID | None:
+    """Lease ids are GUIDs in any .NET format (32 digits, hyphenated, braces,
+    parentheses), compared by value and answered lower-case hyphenated."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text[:1] + text[-1:] in ("{}", "()"):
+        text = text[1:-1]
+    if len(text) not in (32, 36):
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value)
+    try:
+        return uuid.UUID(text)
+    except ValueError:
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value) from None
+
+
+def parse_int(value: str | int | None, field: str, *, noun: str = BLOB) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    text = value.strip()
+    if not text.lstrip("-").isdigit() or len(text) > 12:
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value)
+    return int(text)
+
+
+def check_duration(duration: int | None, *, noun: str) -> int:
+    if duration is None:
+        raise LeaseholdError("MissingRequiredHeader", noun=noun, field="duration")
+    if duration != INFINITE and not MIN_DURATION <= duration <= MAX_DURATION:
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field="duration", value=str(duration))
+    return duration
+
+
+def check_break_period(period: int | None, *, noun: str) -> int | None:
+    if period is not None and not MIN_BREAK_PERIOD <= period <= MAX_BREAK_PERIOD:
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field="break_period", value=str(period))
+    return period
+
+
+def require(value, field: str, *, noun: str):
+    if value is None:
+        raise LeaseholdError("MissingRequiredHeader", noun=noun, field=field)
+    return value
+
+
+# ---------------------------------------------------------------- lease operations
+
+def _outcome(before: str, record: LeaseRecord, now: datetime, **kw) -> Outcome:
+    return Outcome(record=record, state_before=before, state_after=effective_state(record, now), **kw)
+
+
+def _leased(lease_id: uuid.UUID, duration: int, now: datetime, generation: int) -> LeaseRecord:
+    expires = None if duration == INFINITE else now + timedelta(seconds=duration)
+    return LeaseRecord(LEASED, lease_id, duration, expires, None, generation)
+
+
+def acquire(record: LeaseRecord, now: datetime, *, duration: int | None,
+            proposed_id: uuid.UUID | None, new_id: uuid.UUID, noun: str = BLOB) -> Outcome:
+    """``new_id`` is the id to use when none is proposed (the caller draws it,
+    keeping this function deterministic)."""
+    duration = check_duration(duration, noun=noun)
+    state = effective_state(record, now)
+    if state == LEASED:
+        if proposed_id is None or proposed_id != record.lease_id:
+            raise LeaseholdError("LeaseAlreadyPresent", noun=noun)
+        # Same id again: the same lease with a new duration, not a new lease.
+        new = _leased(record.lease_id, duration, now, record.generation)
+        return _outcome(state, new, now, lease_id=new.lease_id)
+    if state == BREAKING:
+        code = "LeaseIsBreakingAndCannotBeAcquired" if proposed_id == record.lease_id else "LeaseAlreadyPresent"
+        raise LeaseholdError(code, noun=noun)
+    new = _leased(proposed_id or new_id, duration, now, record.generation + 1)
+    return _outcome(state, new, now, lease_id=new.lease_id)
+
+
+def renew(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, noun: str = BLOB) -> Outcome:
+    lease_id = require(lease_id, "lease_id", noun=noun)
+    state = effective_state(record, now)
+    if state == AVAILABLE or lease_id != record.lease_id:
+        raise LeaseholdError("LeaseIdMismatchWithLeaseOperation", noun=noun)
+    if state in (BREAKING, BROKEN):
+        raise LeaseholdError("LeaseIsBrokenAndCannotBeRenewed", noun=noun)
+    # leased (clock reset; infinite: no-op) or expired (the same lease resumes)
+    new = _leased(record.lease_id, record.duration, now, record.generation)
+    return _outcome(state, new, now, lease_id=new.lease_id)
+
+
+def change(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None,
+           proposed_id: uuid.UUID | None, noun: str = BLOB) -> Outcome:
+    lease_id = require(lease_id, "lease_id", noun=noun)
+    proposed_id = require(proposed_id, "proposed_lease_id", noun=noun)
+    state = effective_state(record, now)
+    if state in (AVAILABLE, BROKEN, EXPIRED):
+        raise LeaseholdError("LeaseNotPresentWithLeaseOperation", noun=noun)
+    if state == BREAKING:
+        code = "LeaseIsBreakingAndCannotBeChanged" if lease_id == record.lease_id else "LeaseIdMismatchWithLeaseOperation"
+        raise LeaseholdError(code, noun=noun)
+    # Idempotent: proposing the current id succeeds whatever id is presented.
+    if lease_id != record.lease_id and proposed_id != record.lease_id:
+        raise LeaseholdError("LeaseIdMismatchWithLeaseOperation", noun=noun)
+    new = replace(record, lease_id=proposed_id)  # the deadline is kept
+    return _outcome(state, new, now, lease_id=proposed_id)
+
+
+def release(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, noun: str = BLOB) -> Outcome:
+    lease_id = require(lease_id, "lease_id", noun=noun)
+    state = effective_state(record, now)
+    if state == AVAILABLE or lease_id != record.lease_id:
+        raise LeaseholdError("LeaseIdMismatchWithLeaseOperation", noun=noun)
+    return _outcome(state, _available(record), now)
+
+
+def break_(record: LeaseRecord, now: datetime, *, period: int | None, noun: str = BLOB) -> Outcome:
+    """``period`` None means "no x-ms-lease-break-period": a fixed lease
+    breaks at its expiry, an infinite one at once. An explicit 0 is not None."""
+    period = check_break_period(period, noun=noun)
+    state = effective_state(record, now)
+    if state == AVAILABLE:
+        raise LeaseholdError("LeaseNotPresentWithLeaseOperation", noun=noun)
+    if state == LEASED:
+        if period is None:
+            break_at = record.expires_at  # None for an infinite lease: at once
+        else:
+            break_at = now + timedelta(seconds=period)
+            if record.expires_at is not None:
+                break_at = min(break_at, record.expires_at)
+    elif state == BREAKING:
+        break_at = record.break_at
+        if period is not None:
+            break_at = min(break_at, now + timedelta(seconds=period))  # only shortens
+    else:  # broken or expired: broken now, idempotently
+        break_at = None
+    if break_at is None or break_at <= now:
+        new = _broken(record)
+    else:
+        new = LeaseRecord(BREAKING, record.lease_id, None, None, break_at, record.generation)
+    return _outcome(state, new, now, lease_time=seconds_left(new.break_at, now))
+
+
+def _available(record: LeaseRecord) -> LeaseRecord:
+    return LeaseRecord(generation=record.generation)
+
+
+def _broken(record: LeaseRecord) -> LeaseRecord:
+    return LeaseRecord(BROKEN, record.lease_id, None, None, None, record.generation)
+
+
+def validate(action: str, *, noun: str = BLOB, lease_id=None, proposed_id=None,
+             duration=None, break_period=None) -> None:
+    """The 400s of an action, checked before the resource is looked up."""
+    if action == "acquire":
+        check_duration(duration, noun=noun)
+    elif action in ("renew", "release"):
+        require(lease_id, "lease_id", noun=noun)
+    elif action == "change":
+        require(lease_id, "lease_id", noun=noun)
+        require(proposed_id, "proposed_lease_id", noun=noun)
+    elif action == "break":
+        check_break_period(break_period, noun=noun)
+
+
+def apply(action: str, record: LeaseRecord, now: datetime, *, duration=None, break_period=None,
+          lease_id=None, proposed_id=None, new_id=None, noun: str = BLOB) -> Outcome:
+    """One entry point for every lease action, as the adapters call it."""
+    if action == "acquire":
+        return acquire(record, now, duration=duration, proposed_id=proposed_id,
+                       new_id=new_id or uuid.uuid4(), noun=noun)
+    if action == "renew":
+        return renew(record, now, lease_id=lease_id, noun=noun)
+    if action == "change":
+        return change(record, now, lease_id=lease_id, proposed_id=proposed_id, noun=noun)
+    if action == "release":
+        return release(record, now, lease_id=lease_id, noun=noun)
+    if action == "break":
+        return break_(record, now, period=break_period, noun=noun)
+    if action is None:
+        raise LeaseholdError("MissingRequiredHeader", noun=noun, field="action")
+    raise LeaseholdError("InvalidHeaderValue", noun=noun, field="action", value=action)
+
+
+# ---------------------------------------------------------------- reads and writes under a lease
+
+def check_access(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None,
+                 write: bool, noun: str = BLOB) -> None:
+    """May a read or write (including delete) presenting ``lease_id`` proceed?
+
+    Writes need the id while the lease is locked; reads only check an id when
+    one is given. Wrong ids are 412, not the 409 of the documented table."""
+    state = effective_state(record, now)
+    kind = "Blob" if noun == BLOB else "Container"
+    if state in LOCKED_STATES:
+        if lease_id is None:
+            if write:
+                raise LeaseholdError("LeaseIdMissing", noun=noun)
+            return
+        if lease_id != record.lease_id:
+            raise LeaseholdError(f"LeaseIdMismatchWith{kind}Operation", noun=noun)
+        return
+    if lease_id is None:
+        return
+    if state == AVAILABLE:
+        raise LeaseholdError(f"LeaseNotPresentWith{kind}Operation", noun=noun)
+    # expired or broken: a lease existed but no longer protects the resource.
+    raise LeaseholdError("LeaseLost", noun=noun)
+
+
+def after_write(record: LeaseRecord, now: datetime, *, noun: str = BLOB) -> LeaseRecord:
+    """The record after a successful write. A blob write ends an expired or
+    broken lease (the id is forgotten, so renew then fails); container writes
+    leave the lease alone (container renew-after-write succeeds)."""
+    if noun == BLOB and effective_state(record, now) in (EXPIRED, BROKEN):
+        return _available(record)
+    return record

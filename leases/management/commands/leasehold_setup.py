@@ -1,0 +1,61 @@
+"""Make a fresh database usable: storage accounts from the settings, and a
+first admin account whose password is set by the user or shown once."""
+
+import secrets
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from leases.services import account_ensure
+
+DEV_ACCOUNT = "devstoreaccount1"
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def parse_accounts(spec: str) -> list[tuple[str, str, str]]:
+    """"name:key[:key2];name2:key" -> [(name, key1, key2)]."""
+    accounts = []
+    for item in filter(None, (part.strip() for part in spec.split(";"))):
+        name, _, keys = item.partition(":")
+        key1, _, key2 = keys.partition(":")
+        if not name or not key1:
+            raise CommandError(f"LEASEHOLD_ACCOUNTS entry {item!r} is not name:key[:key2]")
+        accounts.append((name, key1, key2))
+    return accounts
+
+
+class Command(BaseCommand):
+    help = "Create the storage accounts from the settings and a first admin user."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--admin-user", default="admin")
+        parser.add_argument("--admin-password", default=None,
+                            help="Password for a new admin user (default: LEASEHOLD_ADMIN_PASSWORD or generated).")
+
+    def handle(self, *args, admin_user, admin_password, **options):
+        import os
+
+        accounts = parse_accounts(settings.LEASEHOLD_ACCOUNTS)
+        if settings.LEASEHOLD_DEV_ACCOUNT and DEV_ACCOUNT not in {a[0] for a in accounts}:
+            accounts.insert(0, (DEV_ACCOUNT, DEV_KEY, ""))
+        for name, key1, key2 in accounts:
+            try:
+                account_ensure(name=name, key1=key1, key2=key2)
+            except ValueError as exc:
+                raise CommandError(f"account {name}: key is not base64 ({exc})") from None
+            self.stdout.write(f"storage account: {name}")
+
+        User = get_user_model()
+        if User.objects.filter(is_superuser=True).exists():
+            return
+        password = admin_password or os.environ.get("LEASEHOLD_ADMIN_PASSWORD")
+        shown = password is None
+        password = password or secrets.token_urlsafe(12)
+        User.objects.create_superuser(username=admin_user, email="", password=password)
+        if shown:
+            self.stdout.write(self.style.WARNING(
+                f"\nAdmin account created. User: {admin_user}  Password: {password}\n"
+                "This password is shown only once; change it in the admin.\n"))
+        else:
+            self.stdout.write(f"Admin account created. User: {admin_user}")

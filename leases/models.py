@@ -1,0 +1,215 @@
+"""Accounts, containers, blobs, their leases, and the lease history.
+
+A lease lives on the row it protects (``LeaseFields``), as a session lives on
+its row in ``django.contrib.sessions``: one read gives the resource and its
+lease, one conditional write changes both, and the state is derived from
+stored deadlines (indexed) and the clock rather than swept by a thread.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+from . import machine
+
+
+class Account(models.Model):
+    name = models.CharField(max_length=24, unique=True)
+    # Base64 SharedKey keys. They are shared secrets both sides must know in
+    # the clear to compute HMACs, so they cannot be stored hashed.
+    key1 = models.CharField(max_length=128)
+    key2 = models.CharField(max_length=128, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def keys(self) -> list[str]:
+        return [k for k in (self.key1, self.key2) if k]
+
+
+class LeaseFields(models.Model):
+    """The lease record of ``machine.LeaseRecord``, stored on its resource,
+    plus who took it (from the last acquire) for operators."""
+
+    lease_state = models.CharField(max_length=10, default=machine.AVAILABLE,
+                                   choices=[(s, s) for s in machine.STATES])
+    lease_id = models.UUIDField(null=True, blank=True)
+    lease_duration = models.IntegerField(null=True, blank=True)  # seconds, -1 infinite
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    lease_break_at = models.DateTimeField(null=True, blank=True)
+    lease_generation = models.BigIntegerField(default=0)
+    lease_acquired_at = models.DateTimeField(null=True, blank=True)
+    lease_holder = models.CharField(max_length=200, blank=True)
+    lease_holder_address = models.CharField(max_length=64, blank=True)
+    lease_holder_request_id = models.CharField(max_length=1024, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def lease_record(self) -> machine.LeaseRecord:
+        return machine.LeaseRecord(self.lease_state, self.lease_id, self.lease_duration,
+                                   self.lease_expires_at, self.lease_break_at, self.lease_generation)
+
+    def set_lease_record(self, record: machine.LeaseRecord) -> None:
+        self.lease_state = record.state
+        self.lease_id = record.lease_id
+        self.lease_duration = record.duration
+        self.lease_expires_at = record.expires_at
+        self.lease_break_at = record.break_at
+        self.lease_generation = record.generation
+
+    LEASE_COLUMNS = ("lease_state", "lease_id", "lease_duration", "lease_expires_at",
+                     "lease_break_at", "lease_generation")
+    HOLDER_COLUMNS = ("lease_acquired_at", "lease_holder", "lease_holder_address", "lease_holder_request_id")
+
+    def effective_lease_state(self, now) -> str:
+        return machine.effective_state(self.lease_record, now)
+
+
+def effective_state_q(state: str, now, prefix: str = "") -> Q:
+    """SQL for "the lease is in ``state`` at ``now``", mirroring
+    ``machine.effective_state`` so lists filter in the database."""
+    f = lambda name: prefix + name  # noqa: E731
+    leased_running = Q(**{f("lease_duration"): machine.INFINITE}) | Q(**{f("lease_expires_at__gt"): now})
+    if state == machine.LEASED:
+        return Q(**{f("lease_state"): machine.LEASED}) & leased_running
+    if state == machine.EXPIRED:
+        return Q(**{f("lease_state"): machine.LEASED}) & ~leased_running
+    if state == machine.BREAKING:
+        return Q(**{f("lease_state"): machine.BREAKING, f("lease_break_at__gt"): now})
+    if state == machine.BROKEN:
+        return Q(**{f("lease_state"): machine.BROKEN}) | Q(
+            **{f("lease_state"): machine.BREAKING, f("lease_break_at__lte"): now})
+    return Q(**{f("lease_state"): machine.AVAILABLE})
+
+
+class Container(LeaseFields):
+    account = models.ForeignKey(Account, on_delete=models.CASCADE, related_name="containers")
+    name = models.CharField(max_length=63)
+    metadata = models.JSONField(default=dict, blank=True)
+    public_access = models.CharField(max_length=10, blank=True)
+    etag = models.CharField(max_length=40)
+    last_modified = models.DateTimeField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["account", "name"], name="container_unique_name")]
+        indexes = [
+            models.Index(fields=["lease_state", "lease_expires_at"], name="container_lease_idx"),
+            models.Index(fields=["lease_expires_at"], name="container_expiry_idx"),
+            models.Index(fields=["lease_id"], name="container_lease_id_idx"),
+        ]
+        ordering = ["account__name", "name"]
+        permissions = [("break_lease", "Can break lease")]
+
+    def __str__(self) -> str:
+        return f"{self.account.name}/{self.name}"
+
+
+class Blob(LeaseFields):
+    container = models.ForeignKey(Container, on_delete=models.CASCADE, related_name="blobs")
+    name = models.CharField(max_length=1024)
+    # "" for the base blob; the snapshot's timestamp string otherwise.
+    snapshot = models.CharField(max_length=32, blank=True, default="")
+    content = models.BinaryField(default=b"")
+    size = models.BigIntegerField(default=0)
+    content_type = models.CharField(max_length=255, default="application/octet-stream")
+    content_encoding = models.CharField(max_length=255, blank=True)
+    content_language = models.CharField(max_length=255, blank=True)
+    content_disposition = models.CharField(max_length=255, blank=True)
+    cache_control = models.CharField(max_length=255, blank=True)
+    content_md5 = models.CharField(max_length=32, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    etag = models.CharField(max_length=40)
+    last_modified = models.DateTimeField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["container", "name", "snapshot"], name="blob_unique_name")]
+        indexes = [
+            models.Index(fields=["lease_state", "lease_expires_at"], name="blob_lease_idx"),
+            models.Index(fields=["lease_expires_at"], name="blob_expiry_idx"),
+            models.Index(fields=["lease_id"], name="blob_lease_id_idx"),
+            models.Index(fields=["name"], name="blob_name_idx"),
+        ]
+        ordering = ["container__name", "name", "snapshot"]
+        permissions = [("break_lease", "Can break lease")]
+
+    def __str__(self) -> str:
+        suffix = f"?snapshot={self.snapshot}" if self.snapshot else ""
+        return f"{self.container.account.name}/{self.container.name}/{self.name}{suffix}"
+
+
+class LeaseEvent(models.Model):
+    """One lease action, granted or refused, or a write that ended a lease.
+
+    Append-only: written by the services inside the transaction that made the
+    change; names are copied rather than foreign keys, so history outlives the
+    resources it describes."""
+
+    class Outcome(models.TextChoices):
+        SUCCESS = "success"
+        REFUSED = "refused"
+
+    occurred_at = models.DateTimeField(db_index=True)
+    action = models.CharField(max_length=16)  # acquire, renew, change, release, break, or a write: "ended-by-write"
+    outcome = models.CharField(max_length=8, choices=Outcome.choices)
+    resource_type = models.CharField(max_length=9)  # container | blob
+    account = models.CharField(max_length=24)
+    container = models.CharField(max_length=63)
+    blob = models.CharField(max_length=1024, blank=True)
+    lease_id = models.UUIDField(null=True, blank=True)
+    proposed_lease_id = models.UUIDField(null=True, blank=True)
+    duration = models.IntegerField(null=True, blank=True)
+    break_period = models.IntegerField(null=True, blank=True)
+    lease_time = models.IntegerField(null=True, blank=True)
+    state_before = models.CharField(max_length=10, blank=True)
+    state_after = models.CharField(max_length=10, blank=True)
+    generation = models.BigIntegerField(null=True, blank=True)
+    status_code = models.PositiveSmallIntegerField()
+    error_code = models.CharField(max_length=64, blank=True)
+    actor = models.CharField(max_length=200, blank=True)  # "account:devstoreaccount1", "user:alice"
+    via = models.CharField(max_length=8, blank=True)  # azure | api | admin | cli
+    reason = models.CharField(max_length=500, blank=True)
+    request_id = models.CharField(max_length=64, blank=True)
+    client_request_id = models.CharField(max_length=1024, blank=True)
+    remote_addr = models.CharField(max_length=64, blank=True)
+    user_agent = models.CharField(max_length=512, blank=True)
+
+    class Meta:
+        ordering = ["-occurred_at", "-id"]
+        indexes = [
+            models.Index(fields=["account", "container", "blob", "occurred_at"], name="event_resource_idx"),
+            models.Index(fields=["lease_id"], name="event_lease_id_idx"),
+            models.Index(fields=["request_id"], name="event_request_id_idx"),
+            models.Index(fields=["action", "occurred_at"], name="event_action_idx"),
+            models.Index(fields=["outcome", "occurred_at"], name="event_outcome_idx"),
+            models.Index(fields=["actor", "occurred_at"], name="event_actor_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.occurred_at:%Y-%m-%d %H:%M:%S} {self.action} {self.resource_path} {self.status_code}"
+
+    @property
+    def resource_path(self) -> str:
+        return "/".join(p for p in (self.account, self.container, self.blob) if p)
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("lease history is append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("lease history is append-only")
+
+
+def new_etag() -> str:
+    return '"0x' + uuid.uuid4().hex[:15].upper() + '"'

@@ -1,0 +1,504 @@
+"""Services: every change to containers, blobs and leases goes through here.
+
+Each service opens one short write transaction (BEGIN IMMEDIATE on SQLite, a
+row lock on PostgreSQL), loads the row, asks the pure state machine, saves,
+and appends the history event in the same transaction. A refused lease
+action is recorded too: the refusal event commits, then the error is raised
+to the caller. The Azure endpoint, the JSON API, the admin and management
+commands all call these functions with keyword-only arguments.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from . import clock, machine
+from .conditions import Conditions
+from .errors import LeaseholdError
+from .models import Account, Blob, Container, LeaseEvent, new_etag
+
+NO_CONDITIONS = Conditions()
+
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Names a container (``blob`` None) or a blob, by account and names."""
+
+    account: str
+    container: str
+    blob: str | None = None
+    snapshot: str = ""
+
+    @property
+    def noun(self) -> str:
+        return machine.CONTAINER if self.blob is None else machine.BLOB
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asks, and from where: copied onto every history event."""
+
+    name: str = ""  # "account:devstoreaccount1", "user:alice", "cli"
+    via: str = ""  # azure | api | admin | cli
+    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    client_request_id: str = ""
+    remote_addr: str = ""
+    user_agent: str = ""
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    """What a lease action answers: the resource as saved and the outcome."""
+
+    resource: Container | Blob
+    outcome: machine.Outcome
+
+    @property
+    def lease_id(self) -> uuid.UUID | None:
+        return self.outcome.lease_id
+
+    @property
+    def lease_time(self) -> int | None:
+        return self.outcome.lease_time
+
+    @property
+    def generation(self) -> int:
+        return self.outcome.record.generation
+
+
+# ------------------------------------------------------------------ loading
+
+def _load(ref: ResourceRef, *, for_update: bool) -> Container | Blob:
+    """The row named by ``ref``, or 404 ContainerNotFound / BlobNotFound."""
+    if ref.blob is None:
+        qs = Container.objects.select_related("account")
+        if for_update:
+            qs = qs.select_for_update(of=("self",))
+        obj = qs.filter(account__name=ref.account, name=ref.container).first()
+        if obj is None:
+            raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+        return obj
+    qs = Blob.objects.select_related("container__account")
+    if for_update:
+        qs = qs.select_for_update(of=("self",))
+    obj = qs.filter(container__account__name=ref.account, container__name=ref.container,
+                    name=ref.blob, snapshot=ref.snapshot).first()
+    if obj is None:
+        _container_must_exist(ref)
+        raise LeaseholdError("BlobNotFound")
+    return obj
+
+
+def _container_must_exist(ref: ResourceRef) -> Container:
+    container = Container.objects.select_related("account").filter(
+        account__name=ref.account, name=ref.container).first()
+    if container is None:
+        raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+    return container
+
+
+def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime,
+            status: int, error: LeaseholdError | None = None, lease_id=None, proposed_id=None,
+            duration=None, break_period=None, lease_time=None, state_before="", state_after="",
+            generation=None, reason: str = "") -> LeaseEvent:
+    return LeaseEvent.objects.create(
+        occurred_at=now, action=(action or "")[:16],
+        outcome=LeaseEvent.Outcome.REFUSED if error else LeaseEvent.Outcome.SUCCESS,
+        resource_type=ref.noun, account=ref.account, container=ref.container, blob=ref.blob or "",
+        lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
+        lease_time=lease_time, state_before=state_before, state_after=state_after, generation=generation,
+        status_code=error.status if error else status, error_code=error.code if error else "",
+        actor=actor.name[:200], via=actor.via, reason=reason[:500], request_id=actor.request_id,
+        client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
+        user_agent=actor.user_agent[:512],
+    )
+
+
+def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> None:
+    obj.set_lease_record(record)
+    obj.save(update_fields=[*obj.LEASE_COLUMNS, *extra])
+
+
+def _guid(value, field_name: str, noun: str) -> uuid.UUID | None:
+    return value if isinstance(value, uuid.UUID) or value is None else machine.parse_guid(value, field_name, noun=noun)
+
+
+def _int(value, field_name: str, noun: str) -> int | None:
+    return machine.parse_int(value, field_name, noun=noun)
+
+
+# ------------------------------------------------------------------ lease actions
+
+SUCCESS_STATUS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "break": 202}
+
+
+def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
+                  reason: str = "", **raw) -> LeaseResult:
+    noun = ref.noun
+    now = clock.now()
+    facts: dict = {}  # what the event records, filled in as it becomes known
+    obj = None
+    refusal = None
+    with transaction.atomic():
+        try:
+            if action not in machine.ACTIONS:
+                machine.apply(action, machine.LeaseRecord(), now, noun=noun)  # raises the right 400
+            params = {
+                "lease_id": _guid(raw.get("lease_id"), "lease_id", noun),
+                "proposed_id": _guid(raw.get("proposed_id"), "proposed_lease_id", noun),
+                "duration": _int(raw.get("duration"), "duration", noun),
+                "break_period": _int(raw.get("break_period"), "break_period", noun),
+            }
+            facts.update(lease_id=params["lease_id"], proposed_id=params["proposed_id"],
+                         duration=params["duration"], break_period=params["break_period"])
+            machine.validate(action, noun=noun, **params)
+            if ref.snapshot:
+                raise LeaseholdError("InvalidOperation", noun=noun)
+            obj = _load(ref, for_update=True)
+            facts["state_before"] = obj.effective_lease_state(now)
+            facts["generation"] = obj.lease_generation
+            (conditions.dates_only() if noun == machine.CONTAINER else conditions).check_write(
+                obj.etag, obj.last_modified, noun=noun)
+            outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=uuid.uuid4(), **params)
+        except LeaseholdError as err:
+            refusal = err
+            _record(ref=ref, actor=actor, action=action, now=now, status=err.status, error=err,
+                    state_after=facts.get("state_before", ""), reason=reason, **facts)
+            if err.code in REFUSAL_DETAIL_CODES and obj is not None:
+                err.detail.update(_refusal_detail(obj, now))
+        else:
+            previous_id = obj.lease_id
+            holder = ()
+            if action == "acquire" and outcome.state_before != machine.LEASED:  # a new lease
+                obj.lease_acquired_at = now
+                obj.lease_holder = actor.name[:200]
+                obj.lease_holder_address = actor.remote_addr[:64]
+                obj.lease_holder_request_id = actor.client_request_id[:1024]
+                holder = obj.HOLDER_COLUMNS
+            _save_lease(obj, outcome.record, *holder)
+            facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
+                         lease_time=outcome.lease_time,
+                         lease_id=params["lease_id"] or outcome.lease_id or previous_id)
+            _record(ref=ref, actor=actor, action=action, now=now, status=SUCCESS_STATUS[action],
+                    reason=reason, **facts)
+    if refusal is not None:
+        raise refusal
+    return LeaseResult(resource=obj, outcome=outcome)
+
+
+REFUSAL_DETAIL_CODES = {"LeaseAlreadyPresent", "LeaseIsBreakingAndCannotBeAcquired"}
+
+
+def _refusal_detail(obj, now) -> dict:
+    """Why an acquire was refused: the state, when it can next be acquired
+    (None: only after a release or break), and the generation."""
+    state = obj.effective_lease_state(now)
+    if state == machine.BREAKING:
+        retry = machine.seconds_left(obj.lease_break_at, now)
+    elif obj.lease_duration == machine.INFINITE:
+        retry = None
+    else:
+        retry = machine.seconds_left(obj.lease_expires_at, now)
+    return {"lease_state": state, "retry_after": retry, "generation": obj.lease_generation}
+
+
+def lease_acquire(*, ref: ResourceRef, actor: Actor, duration, proposed_lease_id=None,
+                  conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("acquire", ref=ref, actor=actor, conditions=conditions,
+                         duration=duration, proposed_id=proposed_lease_id)
+
+
+def lease_renew(*, ref: ResourceRef, actor: Actor, lease_id, conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("renew", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id)
+
+
+def lease_change(*, ref: ResourceRef, actor: Actor, lease_id, proposed_lease_id,
+                 conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("change", ref=ref, actor=actor, conditions=conditions,
+                         lease_id=lease_id, proposed_id=proposed_lease_id)
+
+
+def lease_release(*, ref: ResourceRef, actor: Actor, lease_id, conditions: Conditions = NO_CONDITIONS,
+                  reason: str = "") -> LeaseResult:
+    return _lease_action("release", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id, reason=reason)
+
+
+def lease_break(*, ref: ResourceRef, actor: Actor, break_period=None, conditions: Conditions = NO_CONDITIONS,
+                reason: str = "") -> LeaseResult:
+    return _lease_action("break", ref=ref, actor=actor, conditions=conditions, break_period=break_period,
+                         reason=reason)
+
+
+def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
+                 lease_id=None, proposed_lease_id=None, duration=None, break_period=None) -> LeaseResult:
+    """Dispatch on an action name taken from the wire (may be unknown)."""
+    return _lease_action((action or "").lower() or None, ref=ref, actor=actor, conditions=conditions,
+                         lease_id=lease_id, proposed_id=proposed_lease_id, duration=duration,
+                         break_period=break_period)
+
+
+# ------------------------------------------------------------------ use under a lease
+
+def _check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_id, write: bool,
+                  operation: str) -> None:
+    """Raise the 412 a lease imposes on this read or write; a refusal caused
+    by a lease is an event auditors want ("who tried to write while X held
+    it"), recorded in the caller's transaction."""
+    try:
+        machine.check_access(obj.lease_record, now, lease_id=lease_id, write=write, noun=ref.noun)
+    except LeaseholdError as err:
+        _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
+                lease_id=lease_id, state_before=obj.effective_lease_state(now),
+                state_after=obj.effective_lease_state(now), generation=obj.lease_generation)
+        raise _Recorded(err) from None
+
+
+class _Recorded(Exception):
+    """A refusal whose event must commit before the error goes out."""
+
+    def __init__(self, error: LeaseholdError):
+        self.error = error
+
+
+def _committing_refusals(fn):
+    """Run ``fn`` in one transaction; if it refuses with an event already
+    written, commit that event and then raise the refusal."""
+    def wrapper(*args, **kwargs):
+        refusal = None
+        with transaction.atomic():
+            try:
+                result = fn(*args, **kwargs)
+            except _Recorded as rec:
+                refusal = rec.error
+        if refusal is not None:
+            raise refusal
+        return result
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: datetime) -> list[str]:
+    """A blob write ends an expired or broken lease; record that it did."""
+    before = blob.effective_lease_state(now)
+    record = machine.after_write(blob.lease_record, now, noun=machine.BLOB)
+    if record == blob.lease_record:
+        return []
+    _record(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
+            state_before=before, state_after=machine.AVAILABLE, generation=blob.lease_generation)
+    blob.set_lease_record(record)
+    return list(blob.LEASE_COLUMNS)
+
+
+def _guid_header(value, noun: str) -> uuid.UUID | None:
+    return _guid(value, "lease_id", noun)
+
+
+def _now_etag(obj, now: datetime) -> list[str]:
+    obj.etag = new_etag()
+    obj.last_modified = now.replace(microsecond=0)
+    return ["etag", "last_modified"]
+
+
+# -- containers
+
+CONTAINER_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def validate_container_name(name: str) -> None:
+    if name.startswith("$") and name in ("$root", "$logs", "$web"):
+        return
+    if not 3 <= len(name) <= 63:
+        raise LeaseholdError("OutOfRangeInput", noun=machine.CONTAINER)
+    if (set(name) - CONTAINER_NAME_CHARS or name[0] == "-" or name[-1] == "-" or "--" in name):
+        raise LeaseholdError("InvalidResourceName", noun=machine.CONTAINER)
+
+
+def validate_blob_name(name: str) -> None:
+    if not 1 <= len(name) <= 1024 or name.count("/") >= 254:
+        raise LeaseholdError("OutOfRangeInput", message="The specified resource name length is not within the permissible limits.")
+
+
+def container_create(*, account: str, name: str, metadata: dict | None = None, public_access: str = "",
+                     actor: Actor | None = None) -> Container:
+    validate_container_name(name)
+    now = clock.now().replace(microsecond=0)
+    acct = Account.objects.filter(name=account).first()
+    if acct is None:
+        raise LeaseholdError("ResourceNotFound")
+    try:
+        with transaction.atomic():
+            return Container.objects.create(account=acct, name=name, metadata=metadata or {},
+                                            public_access=public_access, etag=new_etag(),
+                                            last_modified=now, created_at=now)
+    except IntegrityError:
+        raise LeaseholdError("ContainerAlreadyExists", noun=machine.CONTAINER) from None
+
+
+@_committing_refusals
+def container_delete(*, ref: ResourceRef, actor: Actor, lease_id=None,
+                     conditions: Conditions = NO_CONDITIONS) -> None:
+    now = clock.now()
+    lease_id = _guid_header(lease_id, machine.CONTAINER)
+    obj = _load(ref, for_update=True)
+    conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
+    _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
+    # Blob leases do not protect a container: its blobs go with it.
+    obj.delete()
+
+
+@_committing_refusals
+def container_read(*, ref: ResourceRef, actor: Actor, lease_id=None) -> Container:
+    """Get Container Properties/Metadata: an optional lease id must match."""
+    obj = _load(ref, for_update=False)
+    if lease_id is not None:
+        _check_access(obj, ref=ref, actor=actor, now=clock.now(),
+                      lease_id=_guid_header(lease_id, machine.CONTAINER), write=False,
+                      operation="read-container")
+    return obj
+
+
+@_committing_refusals
+def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
+                           conditions: Conditions = NO_CONDITIONS) -> Container:
+    now = clock.now()
+    lease_id = _guid_header(lease_id, machine.CONTAINER)
+    obj = _load(ref, for_update=True)
+    Conditions(if_modified_since=conditions.if_modified_since).check_write(
+        obj.etag, obj.last_modified, noun=machine.CONTAINER)
+    # A container lease does not guard container writes; an id, if given, must match.
+    _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="set-metadata")
+    obj.metadata = metadata
+    obj.save(update_fields=["metadata", *_now_etag(obj, now)])
+    return obj
+
+
+# -- blobs
+
+@_committing_refusals
+def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: str = "",
+             metadata: dict | None = None, properties: dict | None = None, lease_id=None,
+             conditions: Conditions = NO_CONDITIONS) -> Blob:
+    """Put Blob: create or overwrite. The lease is checked before the
+    conditions, so an If-None-Match: * upload onto a leased blob is 412
+    LeaseIdMissing as on Azure, not 409."""
+    validate_blob_name(ref.blob)
+    now = clock.now()
+    lease_id = _guid_header(lease_id, machine.BLOB)
+    container = _container_must_exist(ref)
+    blob = Blob.objects.filter(container=container, name=ref.blob, snapshot="").first()
+    md5 = base64.b64encode(hashlib.md5(content).digest()).decode()
+    props = {k: v for k, v in (properties or {}).items() if v is not None}
+    fields = {"content": content, "size": len(content), "content_md5": md5,
+              "content_type": content_type or "application/octet-stream", "metadata": metadata or {},
+              "content_encoding": props.get("content_encoding", ""),
+              "content_language": props.get("content_language", ""),
+              "content_disposition": props.get("content_disposition", ""),
+              "cache_control": props.get("cache_control", "")}
+    if blob is None:
+        if conditions.if_match is not None:  # nothing to match
+            raise LeaseholdError("ConditionNotMet")
+        conditions.check_write(None, None)
+        generation = _last_generation(ref)
+        stamp = now.replace(microsecond=0)
+        return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(), last_modified=stamp,
+                                   created_at=stamp, lease_generation=generation, **fields)
+    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="put-blob")
+    if conditions.if_none_match == ["*"] and conditions.if_match is None:
+        raise LeaseholdError("BlobAlreadyExists")
+    conditions.check_write(blob.etag, blob.last_modified)
+    for name, value in fields.items():
+        setattr(blob, name, value)
+    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=[*fields, *_now_etag(blob, now), *changed])
+    return blob
+
+
+def _last_generation(ref: ResourceRef) -> int:
+    """A re-created blob continues its name's fencing-token sequence, so a
+    token is never handed out twice for the same name."""
+    return LeaseEvent.objects.filter(account=ref.account, container=ref.container, blob=ref.blob or "").aggregate(
+        g=Max("generation"))["g"] or 0
+
+
+@_committing_refusals
+def blob_read(*, ref: ResourceRef, actor: Actor, lease_id=None) -> Blob:
+    """Get Blob / Get Blob Properties / Snapshot source: an optional lease id must match."""
+    obj = _load(ref, for_update=False)
+    if lease_id is not None:
+        _check_access(obj, ref=ref, actor=actor, now=clock.now(), lease_id=_guid_header(lease_id, machine.BLOB),
+                      write=False, operation="read-blob")
+    return obj
+
+
+@_committing_refusals
+def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
+                      conditions: Conditions = NO_CONDITIONS) -> Blob:
+    now = clock.now()
+    lease_id = _guid_header(lease_id, machine.BLOB)
+    if ref.snapshot:
+        raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
+    blob = _load(ref, for_update=True)
+    conditions.check_write(blob.etag, blob.last_modified)
+    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="set-metadata")
+    blob.metadata = metadata
+    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=["metadata", *_now_etag(blob, now), *changed])
+    return blob
+
+
+@_committing_refusals
+def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id=None, delete_snapshots: str | None = None,
+                conditions: Conditions = NO_CONDITIONS) -> None:
+    now = clock.now()
+    lease_id = _guid_header(lease_id, machine.BLOB)
+    if delete_snapshots not in (None, "include", "only"):
+        raise LeaseholdError("InvalidHeaderValue", field="delete_snapshots", value=delete_snapshots)
+    blob = _load(ref, for_update=True)
+    conditions.check_write(blob.etag, blob.last_modified)
+    if ref.snapshot:  # a snapshot carries no lease of its own
+        blob.delete()
+        return
+    snapshots = Blob.objects.filter(container_id=blob.container_id, name=blob.name).exclude(snapshot="")
+    if delete_snapshots is None and snapshots.exists():
+        raise LeaseholdError("SnapshotsPresent")
+    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-blob")
+    snapshots.delete()
+    if delete_snapshots != "only":
+        blob.delete()
+
+
+@_committing_refusals
+def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id=None,
+                  conditions: Conditions = NO_CONDITIONS) -> Blob:
+    now = clock.now()
+    lease_id = _guid_header(lease_id, machine.BLOB)
+    blob = _load(ref, for_update=True)
+    conditions.check_write(blob.etag, blob.last_modified)
+    if lease_id is not None:
+        _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="snapshot")
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}0Z"
+    snap = Blob(container_id=blob.container_id, name=blob.name, snapshot=stamp, content=blob.content,
+                size=blob.size, content_type=blob.content_type, content_encoding=blob.content_encoding,
+                content_language=blob.content_language, content_disposition=blob.content_disposition,
+                cache_control=blob.cache_control, content_md5=blob.content_md5,
+                metadata=blob.metadata if metadata is None else metadata,
+                etag=blob.etag, last_modified=blob.last_modified, created_at=blob.created_at)
+    snap.save(force_insert=True)
+    snap.container = blob.container
+    return snap
+
+
+# ------------------------------------------------------------------ accounts
+
+def account_ensure(*, name: str, key1: str, key2: str = "") -> Account:
+    base64.b64decode(key1, validate=True)  # refuse a key that cannot sign
+    account, _ = Account.objects.update_or_create(name=name, defaults={"key1": key1, "key2": key2})
+    return account

@@ -113,7 +113,8 @@ def _database(spec: str) -> dict:
                 "PRAGMA journal_size_limit=67108864"
             ),
         },
-        "TEST": {"NAME": os.environ.get("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / "test.sqlite3"))},
+        # One file per test run, so parallel runs on one machine never collide.
+        "TEST": {"NAME": os.environ.get("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},
     }
 
 

@@ -105,6 +105,7 @@ class Container(LeaseFields):
         indexes = [
             models.Index(fields=["lease_state", "lease_expires_at"], name="container_lease_idx"),
             models.Index(fields=["lease_expires_at"], name="container_expiry_idx"),
+            models.Index(fields=["lease_state", "lease_break_at"], name="container_break_idx"),
             models.Index(fields=["lease_id"], name="container_lease_id_idx"),
         ]
         ordering = ["account__name", "name"]
@@ -137,6 +138,7 @@ class Blob(LeaseFields):
         indexes = [
             models.Index(fields=["lease_state", "lease_expires_at"], name="blob_lease_idx"),
             models.Index(fields=["lease_expires_at"], name="blob_expiry_idx"),
+            models.Index(fields=["lease_state", "lease_break_at"], name="blob_break_idx"),
             models.Index(fields=["lease_id"], name="blob_lease_id_idx"),
             models.Index(fields=["name"], name="blob_name_idx"),
         ]
@@ -171,6 +173,9 @@ class LeaseEvent(models.Model):
     duration = models.IntegerField(null=True, blank=True)
     break_period = models.IntegerField(null=True, blank=True)
     lease_time = models.IntegerField(null=True, blank=True)
+    # The lease's deadline after this event: expiry while leased (None if
+    # infinite), break time while breaking. "Who held R at T" reads it.
+    expires_at = models.DateTimeField(null=True, blank=True)
     state_before = models.CharField(max_length=10, blank=True)
     state_after = models.CharField(max_length=10, blank=True)
     generation = models.BigIntegerField(null=True, blank=True)
@@ -190,6 +195,9 @@ class LeaseEvent(models.Model):
             models.Index(fields=["account", "container", "blob", "occurred_at"], name="event_resource_idx"),
             models.Index(fields=["lease_id"], name="event_lease_id_idx"),
             models.Index(fields=["request_id"], name="event_request_id_idx"),
+            models.Index(fields=["client_request_id"], name="event_client_request_id_idx"),
+            models.Index(fields=["container", "occurred_at"], name="event_container_idx"),
+            models.Index(fields=["blob"], name="event_blob_idx"),
             models.Index(fields=["action", "occurred_at"], name="event_action_idx"),
             models.Index(fields=["outcome", "occurred_at"], name="event_outcome_idx"),
             models.Index(fields=["actor", "occurred_at"], name="event_actor_idx"),

@@ -49,3 +49,35 @@ def list_blobs(*, container: Container, prefix: str = "", delimiter: str = "", m
             blob.container = container
             blobs.append(blob)
     return blobs, prefixes, ""
+
+
+HOLDING_ACTIONS = ("acquire", "renew", "change", "release", "break", "ended-by-write")
+
+
+def holder_at(*, account: str, container: str, blob: str = "", when):
+    """Who held the lease on a resource at time ``when``, from the history:
+    the last successful lease event at or before ``when``, if it left the
+    lease locked and its deadline had not passed. Returns None or a dict with
+    the lease id, the holder (actor of the acquire that started this lease),
+    since, until (None: infinite), state and generation."""
+    from .models import LeaseEvent
+
+    events = LeaseEvent.objects.filter(account=account, container=container, blob=blob,
+                                       outcome=LeaseEvent.Outcome.SUCCESS, action__in=HOLDING_ACTIONS)
+    last = events.filter(occurred_at__lte=when).order_by("-occurred_at", "-id").first()
+    if last is None or last.state_after not in ("leased", "breaking"):
+        return None
+    if last.expires_at is not None and when >= last.expires_at:
+        return None
+    start = events.filter(action="acquire", generation=last.generation,
+                          occurred_at__lte=last.occurred_at).order_by("-occurred_at", "-id").first() or last
+    return {
+        "lease_id": last.proposed_lease_id if last.action == "change" else last.lease_id,
+        "holder": start.actor,
+        "client_request_id": start.client_request_id,
+        "remote_addr": start.remote_addr,
+        "since": start.occurred_at,
+        "until": last.expires_at,
+        "state": last.state_after,
+        "generation": last.generation,
+    }

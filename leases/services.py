@@ -107,18 +107,22 @@ def _container_must_exist(ref: ResourceRef) -> Container:
 def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime,
             status: int, error: LeaseholdError | None = None, lease_id=None, proposed_id=None,
             duration=None, break_period=None, lease_time=None, state_before="", state_after="",
-            generation=None, reason: str = "") -> LeaseEvent:
+            generation=None, reason: str = "", expires_at=None) -> LeaseEvent:
     return LeaseEvent.objects.create(
         occurred_at=now, action=(action or "")[:16],
         outcome=LeaseEvent.Outcome.REFUSED if error else LeaseEvent.Outcome.SUCCESS,
         resource_type=ref.noun, account=ref.account, container=ref.container, blob=ref.blob or "",
         lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
-        lease_time=lease_time, state_before=state_before, state_after=state_after, generation=generation,
+        lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after, generation=generation,
         status_code=error.status if error else status, error_code=error.code if error else "",
         actor=actor.name[:200], via=actor.via, reason=reason[:500], request_id=actor.request_id,
         client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
         user_agent=actor.user_agent[:512],
     )
+
+
+def _deadline(record: machine.LeaseRecord):
+    return record.break_at if record.state == machine.BREAKING else record.expires_at
 
 
 def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> None:
@@ -184,8 +188,9 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                 holder = obj.HOLDER_COLUMNS
             _save_lease(obj, outcome.record, *holder)
             facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
-                         lease_time=outcome.lease_time,
-                         lease_id=params["lease_id"] or outcome.lease_id or previous_id)
+                         lease_time=outcome.lease_time, expires_at=_deadline(outcome.record),
+                         lease_id=params["lease_id"] or outcome.lease_id or previous_id,
+                         duration=outcome.record.duration if action != "break" else None)
             _record(ref=ref, actor=actor, action=action, now=now, status=SUCCESS_STATUS[action],
                     reason=reason, **facts)
     if refusal is not None:

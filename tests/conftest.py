@@ -55,7 +55,8 @@ def azure_server(transactional_db, clock):
     account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
     server = _ThreadingServer(("127.0.0.1", 0), _Handler)
     server.set_app(get_wsgi_application())
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for the loop to notice.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -1,0 +1,56 @@
+"""A minimal SharedKey-signing HTTP client for requests the official SDK
+will not send (missing headers, bad values, unknown actions). The signing is
+written here independently of the server's code, from the documented
+algorithm, so a server-side signing bug cannot hide behind shared code."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from email.utils import formatdate
+from urllib.parse import quote, unquote, urlsplit
+
+import requests
+
+from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
+
+SLOTS = ["content-encoding", "content-language", "content-length", "content-md5", "content-type", "date",
+         "if-modified-since", "if-match", "if-none-match", "if-unmodified-since", "range"]
+
+
+def signed(method: str, base: str, path: str, *, headers: dict | None = None, body: bytes = b"",
+           account: str = DEV_ACCOUNT, key: str = DEV_KEY, version: str | None = "2025-11-05",
+           date: str | None = None, sign: bool = True) -> requests.Response:
+    headers = {k.lower(): v for k, v in (headers or {}).items() if v is not None}
+    headers.setdefault("x-ms-date", date or formatdate(usegmt=True))
+    if version:
+        headers.setdefault("x-ms-version", version)
+    url = base + quote(path, safe="/~?=&")
+    if sign:
+        parts = urlsplit(url)
+        length = str(len(body)) if body else ""
+        slot = lambda name: length if name == "content-length" else headers.get(name, "")  # noqa: E731
+        canon_headers = "".join(f"{k}:{headers[k]}\n" for k in sorted(h for h in headers if h.startswith("x-ms-")))
+        query = sorted((kv.split("=", 1) + [""])[:2] for kv in parts.query.split("&") if kv)
+        canon_resource = f"/{account}{parts.path}" + "".join(f"\n{k.lower()}:{unquote(v)}" for k, v in query)
+        text = method + "\n" + "\n".join(slot(n) for n in SLOTS) + "\n" + canon_headers + canon_resource
+        mac = hmac.new(base64.b64decode(key), text.encode(), hashlib.sha256).digest()
+        headers["authorization"] = f"SharedKey {account}:{base64.b64encode(mac).decode()}"
+    return requests.request(method, url, headers=headers, data=body or None, timeout=10)
+
+
+def lease(base: str, path: str, action: str | None, **headers) -> requests.Response:
+    """PUT ?comp=lease with x-ms-lease-* headers given as keyword arguments
+    (lease_id=..., duration=..., break_period=..., proposed_lease_id=...)."""
+    names = {"lease_id": "x-ms-lease-id", "duration": "x-ms-lease-duration",
+             "break_period": "x-ms-lease-break-period", "proposed_lease_id": "x-ms-proposed-lease-id"}
+    hdrs = {names.get(k, k): (None if v is None else str(v)) for k, v in headers.items()}
+    if action is not None:
+        hdrs["x-ms-lease-action"] = action
+    query = "?comp=lease" + ("&restype=container" if path.count("/") == 2 else "")
+    return signed("PUT", base, path + query, headers=hdrs)
+
+
+def error_code(response: requests.Response) -> str | None:
+    return response.headers.get("x-ms-error-code")

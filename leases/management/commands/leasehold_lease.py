@@ -1,0 +1,68 @@
+"""Inspect, break or release a lease from the shell, through the same
+services as the API and the admin (recorded with actor "cli:<os user>")."""
+
+import getpass
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from leases import clock, machine, services
+from leases.errors import LeaseholdError
+from leases.services import Actor, ResourceRef
+
+
+def parse_path(path: str) -> ResourceRef:
+    """"account/container[/blob]" -> ResourceRef."""
+    parts = path.strip("/").split("/", 2)
+    if len(parts) < 2 or not all(parts):
+        raise CommandError("name a resource as account/container or account/container/blob")
+    return ResourceRef(*parts)
+
+
+class Command(BaseCommand):
+    help = "Show, break or release the lease on account/container[/blob]."
+
+    def add_arguments(self, parser):
+        parser.add_argument("action", choices=["show", "break", "release"])
+        parser.add_argument("resource", help="account/container or account/container/blob")
+        parser.add_argument("--period", type=int, default=None,
+                            help="break period in seconds (0-60); default: at the lease's end")
+        parser.add_argument("--reason", default="", help="recorded in the lease history")
+
+    def handle(self, *args, action, resource, period, reason, **options):
+        ref = parse_path(resource)
+        actor = Actor(name=f"cli:{getpass.getuser()}", via="cli")
+        try:
+            if action == "break":
+                result = services.lease_break(ref=ref, actor=actor, break_period=period, reason=reason)
+                self.stdout.write(f"broken in {result.lease_time} s")
+            elif action == "release":
+                current = self._load(ref)
+                services.lease_release(ref=ref, actor=actor, lease_id=current.lease_id, reason=reason)
+                self.stdout.write("released")
+            else:
+                self.stdout.write(json.dumps(self._describe(self._load(ref)), indent=2))
+        except LeaseholdError as err:
+            raise CommandError(f"{err.status} {err.code}: {err.message}") from None
+
+    @staticmethod
+    def _load(ref: ResourceRef):
+        if ref.blob is None:
+            return services.container_read(ref=ref, actor=Actor(via="cli"))
+        return services.blob_read(ref=ref, actor=Actor(via="cli"))
+
+    @staticmethod
+    def _describe(obj) -> dict:
+        now = clock.now()
+        state = obj.effective_lease_state(now)
+        deadline = obj.lease_break_at if state == machine.BREAKING else obj.lease_expires_at
+        return {
+            "state": state,
+            "status": machine.lease_status(state),
+            "duration": machine.duration_type(obj.lease_record, state),
+            "lease_id": str(obj.lease_id) if obj.lease_id else None,
+            "seconds_left": machine.seconds_left(deadline, now) if state in machine.LOCKED_STATES else None,
+            "generation": obj.lease_generation,
+            "holder": obj.lease_holder or None,
+            "acquired_at": obj.lease_acquired_at.isoformat() if obj.lease_acquired_at else None,
+        }

@@ -47,6 +47,9 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "django_filters",
+    "drf_spectacular",
+    # Swagger UI and Redoc assets served locally: the docs work without internet.
+    "drf_spectacular_sidecar",
     "leases",
 ]
 
@@ -151,6 +154,27 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON API requests per principal (user, token or account), counted
+    # across worker processes in LEASEHOLD_THROTTLE_DATABASE; empty: no limit.
+    "DEFAULT_THROTTLE_RATES": {"api": os.environ.get("LEASEHOLD_API_RATE", "1200/minute")},
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Leasehold JSON API",
+    "DESCRIPTION": (
+        "Leases with Azure Blob semantics over plain JSON: the same services, status codes and "
+        "error codes as the Azure endpoint, plus the lease history for auditors."),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "PREPROCESSING_HOOKS": ["leases.api.schema.only_json_api"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "leases.api.schema.response_headers"],
+    "ENUM_NAME_OVERRIDES": {"LeaseStateEnum": "leases.machine.STATES"},
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 LOGGING = {
@@ -167,3 +191,6 @@ LEASEHOLD_ACCOUNTS = os.environ.get("LEASEHOLD_ACCOUNTS", "")
 LEASEHOLD_DEV_ACCOUNT = env_bool("LEASEHOLD_DEV_ACCOUNT", True)
 # Requests whose x-ms-date is further than this from the server clock: 403.
 LEASEHOLD_CLOCK_SKEW_SECONDS = int(os.environ.get("LEASEHOLD_CLOCK_SKEW_SECONDS", "900"))
+# JSON API throttle counters: a SQLite file of their own, so counting never
+# contends with lease writes for the database's write lock.
+LEASEHOLD_THROTTLE_DATABASE = os.environ.get("LEASEHOLD_THROTTLE_DATABASE", str(VAR_DIR / "throttle.sqlite3"))

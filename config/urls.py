@@ -1,10 +1,12 @@
 from django.contrib import admin
-from django.urls import path, re_path
+from django.urls import include, path, re_path
 
 from leases.azure.views import AzureBlobView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    # The JSON API, its OpenAPI schema (/api/v1/schema/) and docs (/api/v1/docs/).
+    path("api/v1/", include("leases.api.urls")),
     # Everything else is the Azure Blob endpoint, path-style:
     # /{account}[/{container}[/{blob}]]. "admin", "api" and "static" are
     # therefore not usable as account names.

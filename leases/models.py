@@ -221,3 +221,6 @@ class LeaseEvent(models.Model):
 
 def new_etag() -> str:
     return '"0x' + uuid.uuid4().hex[:15].upper() + '"'
+
+
+from .tokens import ApiToken  # noqa: E402,F401

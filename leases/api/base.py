@@ -1,0 +1,106 @@
+"""What every JSON API view shares: authentication, permissions, the rate
+limit, JSON in and out, the one exception handler, the request id, and the
+Actor the services record in the lease history."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from rest_framework import generics
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.renderers import JSONRenderer
+from rest_framework.views import APIView
+
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..services import Actor
+from .authentication import ApiSharedKeyAuthentication, BearerTokenAuthentication, principal_name
+from .exceptions import api_exception_handler
+from .parsers import BoundedJSONParser
+from .permissions import LeaseholdPermission
+from .throttling import PrincipalRateThrottle
+
+CLIENT_REQUEST_ID = re.compile(r"^[\x20-\x7e]{1,1024}$")
+
+
+class ApiMixin:
+    authentication_classes = [BearerTokenAuthentication, ApiSharedKeyAuthentication, SessionAuthentication]
+    permission_classes = [LeaseholdPermission]
+    throttle_classes = [PrincipalRateThrottle]
+    renderer_classes = [JSONRenderer]
+    parser_classes = [BoundedJSONParser]
+    # Model permissions a user needs, by HTTP method.
+    required_permissions: dict[str, tuple[str, ...]] = {}
+
+    def get_exception_handler(self):
+        return api_exception_handler
+
+    def initial(self, request, *args, **kwargs):
+        self.request_id = str(uuid.uuid4())
+        super().initial(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        response["X-Request-Id"] = getattr(self, "request_id", "")
+        client_id = self.client_request_id()
+        if client_id:
+            response["X-Client-Request-Id"] = client_id
+        return response
+
+    def permissions_for(self, request) -> tuple[str, ...]:
+        method = "GET" if request.method == "HEAD" else request.method
+        return self.required_permissions.get(method, ())
+
+    def target_account(self) -> str | None:
+        """The account this request acts on, if it names one."""
+        return self.kwargs.get("account")
+
+    def client_request_id(self) -> str:
+        meta = self.request.META
+        value = meta.get("HTTP_X_CLIENT_REQUEST_ID") or meta.get("HTTP_X_MS_CLIENT_REQUEST_ID") or ""
+        return value if CLIENT_REQUEST_ID.match(value) else ""
+
+    def actor(self) -> Actor:
+        meta = self.request.META
+        return Actor(name=principal_name(self.request), via="api", request_id=self.request_id,
+                     client_request_id=self.client_request_id(), remote_addr=meta.get("REMOTE_ADDR", ""),
+                     user_agent=meta.get("HTTP_USER_AGENT", "")[:512])
+
+    def conditions(self) -> Conditions:
+        return Conditions.parse(lambda name: self.request.META.get("HTTP_" + name.upper().replace("-", "_")) or None)
+
+
+class ApiView(ApiMixin, APIView):
+    pass
+
+
+class ApiGenericView(ApiMixin, generics.GenericAPIView):
+    pass
+
+
+class ApiListView(ApiMixin, generics.ListAPIView):
+    pass
+
+
+def validated(serializer_class, data) -> dict:
+    """A request body, validated; DRF's ValidationError is 400 InvalidInput."""
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+def validated_query(serializer_class, request) -> dict:
+    """Query parameters, validated; refusals are 400 InvalidQueryParameterValue."""
+    serializer = serializer_class(data=request.query_params)
+    if not serializer.is_valid():
+        name = next(iter(serializer.errors))
+        raise LeaseholdError("InvalidQueryParameterValue", field=name, value=request.query_params.get(name),
+                             detail={"errors": serializer.errors})
+    return serializer.validated_data
+
+
+def query_value(request, name: str) -> str | None:
+    """An optional query parameter; empty counts as absent, as an empty
+    header does on the Azure endpoint."""
+    return request.query_params.get(name) or None

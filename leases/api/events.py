@@ -1,0 +1,88 @@
+"""The lease history for auditors: filtered lists, exports, and "who held
+resource R at time T". Read-only: LeaseEvent is append-only and this API
+never writes it (only the services do, as a side effect of actions)."""
+
+from __future__ import annotations
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.filters import OrderingFilter
+from rest_framework.response import Response
+
+from .. import clock, selectors
+from . import schema
+from .base import ApiGenericView, ApiListView, ApiView, validated_query
+from .filters import EventFilter, QueryFilterBackend
+from .pagination import EventCursor
+from .renderers import CsvRenderer, NdjsonRenderer
+from .selectors import events_for
+from .serializers import EVENT_FIELDS, EventSerializer, HolderAnswerSerializer, HolderQuery
+
+READ_EVENTS = {"GET": ("leases.view_leaseevent",)}
+
+
+class EventQueryMixin:
+    required_permissions = READ_EVENTS
+    filter_backends = [QueryFilterBackend]
+    filterset_class = EventFilter
+
+    def get_queryset(self):
+        return events_for(self.request.user)
+
+
+@extend_schema(tags=["events"])
+class EventListView(EventQueryMixin, ApiListView):
+    serializer_class = EventSerializer
+    filter_backends = [QueryFilterBackend, OrderingFilter]
+    ordering_fields = ["id"]
+    pagination_class = EventCursor
+
+    @extend_schema(summary="List lease events", description=(
+        "Newest first (`ordering=id` for oldest first). Ids follow the order events were recorded in, so a "
+        "cursor walk neither skips nor repeats events while new ones are appended."),
+        responses={200: OpenApiResponse(EventSerializer(many=True), description="A page of events."),
+                   **schema.errors()})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+@extend_schema(tags=["events"])
+class EventExportView(EventQueryMixin, ApiGenericView):
+    renderer_classes = [CsvRenderer, NdjsonRenderer]
+
+    @extend_schema(
+        summary="Export lease events as CSV or NDJSON",
+        description="Every matching event, oldest first, streamed. Choose the format with `format` or Accept.",
+        filters=True,
+        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=["csv", "ndjson"])],
+        responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="One CSV row or NDJSON line "
+                                                                                    "per event."),
+                   (200, "application/x-ndjson"): OpenApiTypes.STR,
+                   **schema.errors(404, 406)})
+    def get(self, request):
+        rows = (self.filter_queryset(self.get_queryset()).order_by("id")
+                .values_list(*EVENT_FIELDS).iterator(chunk_size=2000))
+        renderer = request.accepted_renderer
+        response = StreamingHttpResponse(renderer.stream(EVENT_FIELDS, rows),
+                                         content_type=f"{renderer.media_type}; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="lease-events.{renderer.format}"'
+        return response
+
+
+@extend_schema(tags=["events"])
+class HolderView(ApiView):
+    required_permissions = READ_EVENTS
+
+    def target_account(self) -> str | None:
+        return self.request.query_params.get("account")
+
+    @extend_schema(summary="Who held a resource's lease at a given time", parameters=[HolderQuery],
+                   responses={200: OpenApiResponse(HolderAnswerSerializer, description="The holder, or null."),
+                              **schema.errors()})
+    def get(self, request):
+        query = validated_query(HolderQuery, request)
+        at = query.get("at") or clock.now()
+        holder = selectors.holder_at(account=query["account"], container=query["container"], blob=query["blob"],
+                                     when=at)
+        return Response(HolderAnswerSerializer({**query, "at": at, "holder": holder}).data)

@@ -1,0 +1,120 @@
+"""Query filters of the list endpoints (django-filter).
+
+Lease state filters are evaluated in SQL as of the request's instant
+(``effective_state_q``), so "expired" and "broken" find leases whose
+deadline passed without any write having touched the row.
+"""
+
+from __future__ import annotations
+
+import operator
+from functools import reduce
+
+import django_filters
+from django.db.models import Q
+from django.db.models.functions import Left
+from django.db.models.lookups import Exact
+from django_filters.rest_framework import DjangoFilterBackend
+
+from .. import clock, machine
+from ..errors import LeaseholdError
+from ..models import Blob, Container, LeaseEvent, effective_state_q
+
+
+class QueryFilterBackend(DjangoFilterBackend):
+    """django-filter, refusing bad values with the Azure code for them."""
+
+    def filter_queryset(self, request, queryset, view):
+        filterset = self.get_filterset(request, queryset, view)
+        if filterset is None:
+            return queryset
+        if not filterset.is_valid():
+            errors = {name: [str(m) for m in messages] for name, messages in filterset.errors.items()}
+            name = next(iter(errors))
+            raise LeaseholdError("InvalidQueryParameterValue", field=name, value=request.query_params.get(name),
+                                 detail={"errors": errors})
+        return filterset.qs
+
+
+def starts_with(queryset, field: str, prefix: str):
+    """Case-sensitive prefix match, as Azure's ``prefix`` (SQLite's LIKE,
+    behind ``__startswith``, ignores ASCII case); the range keeps it on the
+    name index."""
+    return queryset.filter(Exact(Left(field, len(prefix)), prefix), **{f"{field}__gte": prefix})
+
+
+class LeaseFilterSet(django_filters.FilterSet):
+    lease_state = django_filters.MultipleChoiceFilter(
+        choices=[(s, s) for s in machine.STATES], method="filter_lease_state",
+        help_text="The lease state now; repeat for any of several.")
+    duration = django_filters.ChoiceFilter(
+        choices=[("fixed", "fixed"), ("infinite", "infinite")], method="filter_duration",
+        help_text="Leased now, with a fixed or an infinite duration.")
+    prefix = django_filters.CharFilter(method="filter_prefix", help_text="Name prefix (case-sensitive).")
+
+    def filter_lease_state(self, queryset, name, states):
+        now = clock.now()
+        return queryset.filter(reduce(operator.or_, (effective_state_q(s, now) for s in states)))
+
+    def filter_duration(self, queryset, name, kind):
+        infinite = Q(lease_duration=machine.INFINITE)
+        return queryset.filter(effective_state_q(machine.LEASED, clock.now()) & (infinite if kind == "infinite"
+                                                                                 else ~infinite))
+
+    def filter_prefix(self, queryset, name, prefix):
+        return starts_with(queryset, "name", prefix)
+
+
+class ContainerFilter(LeaseFilterSet):
+    account = django_filters.CharFilter(field_name="account__name")
+
+    class Meta:
+        model = Container
+        fields = ["account"]
+
+
+class BlobFilter(LeaseFilterSet):
+    account = django_filters.CharFilter(field_name="container__account__name")
+    container = django_filters.CharFilter(field_name="container__name")
+
+    class Meta:
+        model = Blob
+        fields = ["account", "container"]
+
+
+class CharInFilter(django_filters.BaseInFilter, django_filters.CharFilter):
+    pass
+
+
+class EventFilter(django_filters.FilterSet):
+    resource = django_filters.CharFilter(
+        method="filter_resource",
+        help_text='One resource\'s events: "account/container" (the container itself) or "account/container/blob".')
+    account = django_filters.CharFilter()
+    container = django_filters.CharFilter(help_text="A container and all its blobs.")
+    blob = django_filters.CharFilter()
+    resource_type = django_filters.ChoiceFilter(choices=[(machine.CONTAINER, machine.CONTAINER),
+                                                         (machine.BLOB, machine.BLOB)])
+    lease_id = django_filters.UUIDFilter(method="filter_lease_id",
+                                         help_text="Events of this lease id, including a change to or from it.")
+    action = CharInFilter(help_text="Comma-separated, e.g. acquire,renew (also writes: put-blob, ended-by-write...).")
+    outcome = django_filters.ChoiceFilter(choices=LeaseEvent.Outcome.choices)
+    actor = django_filters.CharFilter(help_text='e.g. "token:deployer", "user:alice", "account:devstoreaccount1".')
+    via = django_filters.ChoiceFilter(choices=[(v, v) for v in ("azure", "api", "admin", "cli")])
+    error_code = django_filters.CharFilter()
+    request_id = django_filters.CharFilter()
+    client_request_id = django_filters.CharFilter()
+    occurred_at = django_filters.IsoDateTimeFromToRangeFilter(
+        help_text="occurred_at_after / occurred_at_before: ISO 8601, both inclusive.")
+
+    class Meta:
+        model = LeaseEvent
+        fields: list[str] = []
+
+    def filter_resource(self, queryset, name, value):
+        account, _, rest = value.partition("/")
+        container, _, blob = rest.partition("/")
+        return queryset.filter(account=account, container=container, blob=blob)
+
+    def filter_lease_id(self, queryset, name, value):
+        return queryset.filter(Q(lease_id=value) | Q(proposed_lease_id=value))

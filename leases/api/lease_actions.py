@@ -1,0 +1,114 @@
+"""Lease actions on a container or a blob:
+
+    POST /api/v1/leases/{action}/{account}/{container}
+    POST /api/v1/leases/{action}/{account}/{container}/{blob}
+
+The action comes before the resource because a blob name may contain '/':
+``.../{blob}/acquire`` could not tell an action on blob "x" from blob
+"x/acquire". Success codes are the Azure endpoint's (201 acquire, 200 renew,
+change and release, 202 break), as are the refusals.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework.response import Response
+
+from .. import clock, services
+from ..services import ResourceRef
+from . import schema
+from .base import ApiView, validated
+from .resources import blob_ref, validator_headers
+from .serializers import (AcquireInput, BreakInput, ChangeInput, LeaseActionResultSerializer, ReleaseInput,
+                          RenewInput)
+
+SERVICES = {"acquire": services.lease_acquire, "renew": services.lease_renew, "change": services.lease_change,
+            "release": services.lease_release, "break": services.lease_break}
+
+
+class LeaseActionSchema(AutoSchema):
+    def get_operation_id(self):
+        # One view serves a container and a blob route; name them apart.
+        kind = "blob" if "{blob}" in self.path else "container"
+        return f"{self.view.action_name}_{kind}_lease"
+
+
+class LeaseActionView(ApiView):
+    action_name: str
+    input_serializer: type
+    schema = LeaseActionSchema()
+
+    def permissions_for(self, request) -> tuple[str, ...]:
+        if self.action_name == "break":
+            return ("leases.break_lease",)
+        return ("leases.change_blob",) if "blob" in self.kwargs else ("leases.change_container",)
+
+    def post(self, request, account, container, blob=None):
+        conditions = self.conditions()  # header errors first, as on the Azure endpoint
+        params = validated(self.input_serializer, request.data)
+        ref = blob_ref(account, container, blob) if blob is not None else ResourceRef(account, container)
+        result = SERVICES[self.action_name](ref=ref, actor=self.actor(), conditions=conditions, **params)
+        obj = result.resource
+        body = LeaseActionResultSerializer({
+            "action": self.action_name,
+            "lease_id": None if self.action_name == "release" else result.lease_id,
+            "lease_time": result.lease_time, "generation": result.generation,
+            "etag": obj.etag, "last_modified": obj.last_modified, "lease": obj,
+        }, context={"now": clock.now()}).data
+        return Response(body, status=services.SUCCESS_STATUS[self.action_name], headers=validator_headers(obj))
+
+
+def documented(summary: str, description: str = ""):
+    """Describe a LeaseActionView subclass's POST from its action and input."""
+    def decorate(view):
+        success = services.SUCCESS_STATUS[view.action_name]
+        headers = [OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.HEADER, response=[success])
+                   for name in ("ETag", "Last-Modified")]
+        return extend_schema_view(post=extend_schema(
+            tags=["leases"], summary=summary, description=description, request=view.input_serializer,
+            parameters=[*schema.path_parameters(blob=False), *schema.CONDITION_HEADERS,
+                        schema.CLIENT_REQUEST_ID_HEADER, *headers],
+            responses={success: OpenApiResponse(LeaseActionResultSerializer, description=f"{view.action_name}: done."),
+                       **schema.errors(404, 409, 412, 413, 415)}))(view)
+    return decorate
+
+
+@documented("Acquire a lease", (
+    "201 with the lease id. Refused with 409 LeaseAlreadyPresent (or LeaseIsBreakingAndCannotBeAcquired) "
+    "while someone else holds it; the body then says why: `lease_state`, `retry_after` (seconds until it "
+    "can be acquired, null while an infinite lease is held) and `generation`, and a Retry-After header "
+    "carries `retry_after`. Acquiring again with the current lease id changes its duration."))
+class AcquireView(LeaseActionView):
+    action_name = "acquire"
+    input_serializer = AcquireInput
+
+
+@documented("Renew a lease", "Restarts the lease's clock; an expired lease resumes if nobody took it since.")
+class RenewView(LeaseActionView):
+    action_name = "renew"
+    input_serializer = RenewInput
+
+
+@documented("Change a lease's id")
+class ChangeView(LeaseActionView):
+    action_name = "change"
+    input_serializer = ChangeInput
+
+
+@documented("Release a lease")
+class ReleaseView(LeaseActionView):
+    action_name = "release"
+    input_serializer = ReleaseInput
+
+
+@documented("Break a lease", (
+    "202 with `lease_time`, the seconds until the lease is broken. Needs the leases.break_lease permission "
+    "(or the account's SharedKey)."))
+class BreakView(LeaseActionView):
+    action_name = "break"
+    input_serializer = BreakInput
+
+
+ACTION_VIEWS = (AcquireView, RenewView, ChangeView, ReleaseView, BreakView)

@@ -1,0 +1,23 @@
+"""Who may do what, mirroring the admin: users and their tokens need the
+model permission for the operation (``leases.view_blob``, ...; breaking a
+lease needs ``leases.break_lease``); a SharedKey account may do anything to
+its own account's resources and nothing to another's."""
+
+from __future__ import annotations
+
+from rest_framework.permissions import BasePermission
+
+from ..azure.auth import AccountPrincipal
+
+
+class LeaseholdPermission(BasePermission):
+    def has_permission(self, request, view):
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False  # DRF answers 401 NoAuthenticationInformation
+        if isinstance(user, AccountPrincipal):
+            # Collections have no account of their own; their querysets are
+            # scoped to the account instead (api.selectors).
+            account = view.target_account()
+            return account is None or account == user.account.name
+        return user.has_perms(view.permissions_for(request))

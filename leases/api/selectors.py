@@ -1,0 +1,30 @@
+"""What a principal may list: everything (subject to model permissions)
+for users and tokens, its own account's resources and history for a
+SharedKey account."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from ..azure.auth import AccountPrincipal
+from ..models import Blob, Container, LeaseEvent
+
+
+def _scoped(queryset: QuerySet, principal, account_field: str) -> QuerySet:
+    if isinstance(principal, AccountPrincipal):
+        return queryset.filter(**{account_field: principal.account.name})
+    return queryset
+
+
+def containers_for(principal) -> QuerySet[Container]:
+    return _scoped(Container.objects.select_related("account"), principal, "account__name")
+
+
+def blobs_for(principal) -> QuerySet[Blob]:
+    """Base blobs (no snapshots), without their content."""
+    blobs = Blob.objects.filter(snapshot="").select_related("container__account").defer("content")
+    return _scoped(blobs, principal, "container__account__name")
+
+
+def events_for(principal) -> QuerySet[LeaseEvent]:
+    return _scoped(LeaseEvent.objects.all(), principal, "account")

@@ -1,0 +1,282 @@
+"""Request and response shapes of the JSON API.
+
+Lease parameters (``duration``, ``lease_id``, ...) are checked here for their
+JSON type only and handed to the services as the Azure endpoint hands over a
+header value: the domain decides whether they are missing or out of range,
+so both doors refuse with the same code and both record the refusal.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+
+from django.core.validators import RegexValidator
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.fields import empty
+
+from .. import machine
+from ..errors import LeaseholdError
+from ..models import Blob, Container, LeaseEvent
+
+# Values that end up in HTTP headers of the Azure endpoint (metadata,
+# content type) must be printable ASCII there, so they are here too.
+HEADER_SAFE = RegexValidator(r"^[\x20-\x7e]*$", "Only printable ASCII characters are allowed.")
+METADATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+METADATA_MAX_BYTES = 8 * 1024  # Azure's limit for all pairs together
+INVALID_METADATA = "The metadata specified is invalid. It has characters that are not permitted."
+
+
+# ------------------------------------------------------------------ lease parameters
+
+class _LeaseParam(serializers.Field):
+    json_types: tuple[type, ...] = ()
+
+    def validate_empty_values(self, data):
+        if data is empty or data is None:
+            return True, None  # absent: the service answers MissingRequiredHeader, as on Azure
+        return False, data
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, self.json_types):
+            raise LeaseholdError("InvalidHeaderValue", field=self.field_name, value=json.dumps(data))
+        return str(data)  # the services parse it exactly as a header value
+
+
+@extend_schema_field({"type": "string", "format": "uuid"})
+class LeaseIdParam(_LeaseParam):
+    json_types = (str,)
+
+
+@extend_schema_field({"oneOf": [{"type": "integer", "enum": [machine.INFINITE]},
+                                {"type": "integer", "minimum": machine.MIN_DURATION,
+                                 "maximum": machine.MAX_DURATION}]})
+class DurationParam(_LeaseParam):
+    json_types = (int,)
+
+
+@extend_schema_field({"type": "integer", "minimum": machine.MIN_BREAK_PERIOD, "maximum": machine.MAX_BREAK_PERIOD})
+class BreakPeriodParam(_LeaseParam):
+    json_types = (int,)
+
+
+REASON = {"max_length": 500, "required": False, "allow_blank": True, "default": "",
+          "help_text": "Why, for the lease history."}
+
+
+class AcquireInput(serializers.Serializer):
+    duration = DurationParam(help_text="Seconds, 15 to 60, or -1 for a lease that never expires.")
+    proposed_lease_id = LeaseIdParam(required=False, help_text="The lease id to use; drawn by the server if absent.")
+
+
+class RenewInput(serializers.Serializer):
+    lease_id = LeaseIdParam()
+
+
+class ChangeInput(serializers.Serializer):
+    lease_id = LeaseIdParam()
+    proposed_lease_id = LeaseIdParam(help_text="The new lease id.")
+
+
+class ReleaseInput(serializers.Serializer):
+    lease_id = LeaseIdParam()
+    reason = serializers.CharField(**REASON)
+
+
+class BreakInput(serializers.Serializer):
+    break_period = BreakPeriodParam(
+        required=False, help_text="Seconds until the lease is broken (only shortens the lease). Absent: a fixed "
+                                  "lease breaks when it would expire, an infinite lease at once.")
+    reason = serializers.CharField(**REASON)
+
+
+# ------------------------------------------------------------------ resource inputs
+
+class MetadataField(serializers.DictField):
+    """Name-value pairs; names are C# identifiers, stored lower-case as the
+    Azure endpoint stores them (HTTP headers lose their case)."""
+
+    child = serializers.CharField(allow_blank=True, trim_whitespace=False, validators=[HEADER_SAFE])
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and any(not METADATA_NAME.match(str(name)) for name in data):
+            raise LeaseholdError("InvalidMetadata", message=INVALID_METADATA)
+        try:
+            pairs = {name.lower(): value for name, value in super().to_internal_value(data).items()}
+        except serializers.ValidationError:
+            raise LeaseholdError("InvalidMetadata", message=INVALID_METADATA) from None
+        if sum(len(k) + len(v) for k, v in pairs.items()) > METADATA_MAX_BYTES:
+            raise LeaseholdError("InvalidMetadata", message="The metadata exceeds 8 KiB.")
+        return pairs
+
+
+@extend_schema_field({"type": "string", "format": "byte"})
+class Base64Field(serializers.Field):
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            raise serializers.ValidationError("Expected a base64 string.")
+        try:
+            return base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            raise serializers.ValidationError("Not valid base64.") from None
+
+
+class ContainerInput(serializers.Serializer):
+    metadata = MetadataField(required=False, default=dict)
+    public_access = serializers.ChoiceField(choices=["container", "blob"], allow_blank=True, default="",
+                                            help_text="Anonymous read access, as x-ms-blob-public-access.")
+
+
+class BlobInput(serializers.Serializer):
+    content = Base64Field(required=False, help_text="The blob's bytes, base64-encoded; none if absent.")
+    content_type = serializers.CharField(max_length=255, allow_blank=True, default="", validators=[HEADER_SAFE])
+    metadata = MetadataField(required=False, default=dict)
+    lease_id = LeaseIdParam(required=False, help_text="Required while the blob is leased.")
+
+
+# ------------------------------------------------------------------ outputs
+
+class LeaseHolderSerializer(serializers.Serializer):
+    actor = serializers.CharField(help_text='Who acquired it: "token:<name>", "user:<name>", "account:<name>".')
+    address = serializers.CharField(allow_blank=True)
+    client_request_id = serializers.CharField(allow_blank=True)
+    acquired_at = serializers.DateTimeField(allow_null=True)
+
+
+class LeaseSerializer(serializers.Serializer):
+    """The lease of a container or blob as of the request's instant."""
+
+    state = serializers.ChoiceField(choices=machine.STATES)
+    status = serializers.ChoiceField(choices=["locked", "unlocked"])
+    duration = serializers.ChoiceField(choices=["fixed", "infinite"], allow_null=True,
+                                       help_text="Only while leased, as x-ms-lease-duration.")
+    duration_seconds = serializers.IntegerField(allow_null=True, help_text="As acquired; -1 is infinite.")
+    lease_id = serializers.UUIDField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    remaining_seconds = serializers.IntegerField(
+        allow_null=True, help_text="Seconds until the lease stops locking the resource (rounded up): 0 if "
+                                   "unlocked, null for an infinite lease.")
+    break_ends_at = serializers.DateTimeField(allow_null=True)
+    generation = serializers.IntegerField(help_text="Fencing token: one more for every new lease.")
+    last_holder = LeaseHolderSerializer(allow_null=True)
+
+    def to_representation(self, instance):
+        return super().to_representation(lease_facts(instance, self.context["now"]))
+
+
+def lease_facts(obj: Container | Blob, now) -> dict:
+    state = obj.effective_lease_state(now)
+    if state == machine.BREAKING:
+        remaining = machine.seconds_left(obj.lease_break_at, now)
+    elif state == machine.LEASED:
+        remaining = None if obj.lease_duration == machine.INFINITE else machine.seconds_left(obj.lease_expires_at, now)
+    else:
+        remaining = 0
+    holder = None
+    if obj.lease_acquired_at is not None:
+        holder = {"actor": obj.lease_holder, "address": obj.lease_holder_address,
+                  "client_request_id": obj.lease_holder_request_id, "acquired_at": obj.lease_acquired_at}
+    return {
+        "state": state, "status": machine.lease_status(state),
+        "duration": machine.duration_type(obj.lease_record, state), "duration_seconds": obj.lease_duration,
+        "lease_id": obj.lease_id, "expires_at": obj.lease_expires_at, "remaining_seconds": remaining,
+        "break_ends_at": obj.lease_break_at, "generation": obj.lease_generation, "last_holder": holder,
+    }
+
+
+class MetadataOutput(serializers.DictField):
+    child = serializers.CharField()
+
+
+class ContainerSerializer(serializers.ModelSerializer):
+    account = serializers.CharField(source="account.name")
+    metadata = MetadataOutput()
+    lease = LeaseSerializer(source="*")
+
+    class Meta:
+        model = Container
+        fields = ["account", "name", "metadata", "public_access", "etag", "last_modified", "created_at", "lease"]
+
+
+class BlobSerializer(serializers.ModelSerializer):
+    account = serializers.CharField(source="container.account.name")
+    container = serializers.CharField(source="container.name")
+    metadata = MetadataOutput()
+    lease = LeaseSerializer(source="*")
+
+    class Meta:
+        model = Blob
+        fields = ["account", "container", "name", "size", "content_type", "content_md5", "metadata", "etag",
+                  "last_modified", "created_at", "lease"]
+
+
+class LeaseActionResultSerializer(serializers.Serializer):
+    action = serializers.ChoiceField(choices=machine.ACTIONS)
+    lease_id = serializers.UUIDField(allow_null=True, help_text="The lease id to use from now on (null after release).")
+    lease_time = serializers.IntegerField(allow_null=True, help_text="break: seconds until the lease is broken.")
+    generation = serializers.IntegerField(help_text="Fencing token of the lease.")
+    etag = serializers.CharField()
+    last_modified = serializers.DateTimeField()
+    lease = LeaseSerializer(help_text="The resource's lease after the action.")
+
+
+EVENT_FIELDS = ["id", "occurred_at", "action", "outcome", "resource_type", "account", "container", "blob",
+                "lease_id", "proposed_lease_id", "duration", "break_period", "lease_time", "expires_at",
+                "state_before", "state_after", "generation", "status_code", "error_code", "actor", "via",
+                "reason", "request_id", "client_request_id", "remote_addr", "user_agent"]
+
+
+class EventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = LeaseEvent
+        fields = EVENT_FIELDS
+
+
+class HolderQuery(serializers.Serializer):
+    account = serializers.CharField()
+    container = serializers.CharField()
+    blob = serializers.CharField(required=False, allow_blank=True, default="",
+                                 help_text="Absent for the container's own lease.")
+    at = serializers.DateTimeField(required=False, help_text="ISO 8601; default now.")
+
+
+class HolderSerializer(serializers.Serializer):
+    lease_id = serializers.UUIDField(allow_null=True)
+    holder = serializers.CharField(help_text="The actor of the acquire that started this lease.")
+    client_request_id = serializers.CharField(allow_blank=True)
+    remote_addr = serializers.CharField(allow_blank=True)
+    since = serializers.DateTimeField()
+    until = serializers.DateTimeField(allow_null=True, help_text="Null: an infinite lease.")
+    state = serializers.CharField(help_text="leased or breaking.")
+    generation = serializers.IntegerField()
+
+
+class HolderAnswerSerializer(serializers.Serializer):
+    account = serializers.CharField()
+    container = serializers.CharField()
+    blob = serializers.CharField(allow_blank=True)
+    at = serializers.DateTimeField()
+    holder = HolderSerializer(allow_null=True, help_text="Null: nobody held a lease then.")
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every refusal. ``code`` is the Azure error code the Azure endpoint
+    would answer (or, for what only this API does: InvalidInput,
+    NotAcceptable, UnsupportedMediaType, TooManyRequests)."""
+
+    code = serializers.CharField()
+    message = serializers.CharField()
+    request_id = serializers.CharField(help_text="Also in the X-Request-Id header and the lease history.")
+    field = serializers.CharField(required=False, help_text="The offending JSON field, query parameter or header.")
+    value = serializers.CharField(required=False)
+    reason = serializers.CharField(required=False)
+    errors = serializers.JSONField(required=False, help_text="Per-field messages.")
+    lease_state = serializers.ChoiceField(choices=machine.STATES, required=False,
+                                          help_text="Refused acquire: the current state.")
+    retry_after = serializers.IntegerField(required=False, allow_null=True,
+                                           help_text="Refused acquire: seconds until it can be acquired; null: "
+                                                     "only after a release or break.")
+    generation = serializers.IntegerField(required=False, help_text="Refused acquire: the current generation.")

@@ -117,7 +117,8 @@ def parse_int(value: str | int | None, field: str, *, noun: str = BLOB) -> int |
     if value is None or isinstance(value, int):
         return value
     text = value.strip()
-    if not text.lstrip("-").isdigit() or len(text) > 12:
+    # isascii: str.isdigit() accepts digits int() refuses, such as "²".
+    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 12:
         raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value)
     return int(text)
 

@@ -3,16 +3,26 @@ these take a write lock; lease state is derived from the row and the clock."""
 
 from __future__ import annotations
 
+from django.db.models import Q
+from django.db.models.functions import Left
+from django.db.models.lookups import Exact
+
 from .models import Blob, Container
 
 MAX_RESULTS = 5000
+
+
+def name_starts_with(prefix: str) -> Q:
+    """A case-sensitive prefix match: SQLite's LIKE ignores case, Azure's
+    prefix does not. The range lets the name index narrow the scan."""
+    return Q(name__gte=prefix) & Q(Exact(Left("name", len(prefix)), prefix))
 
 
 def list_containers(*, account: str, prefix: str = "", marker: str = "", maxresults: int = MAX_RESULTS):
     """Containers in name order after ``marker``; returns (page, next_marker)."""
     qs = Container.objects.filter(account__name=account).order_by("name")
     if prefix:
-        qs = qs.filter(name__startswith=prefix)
+        qs = qs.filter(name_starts_with(prefix))
     if marker:
         qs = qs.filter(name__gte=marker)
     page = list(qs[: maxresults + 1])
@@ -28,7 +38,7 @@ def list_blobs(*, container: Container, prefix: str = "", delimiter: str = "", m
     if not snapshots:
         qs = qs.filter(snapshot="")
     if prefix:
-        qs = qs.filter(name__startswith=prefix)
+        qs = qs.filter(name_starts_with(prefix))
     if marker:
         qs = qs.filter(name__gte=marker)
     blobs, prefixes, count = [], [], 0

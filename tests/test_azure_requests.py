@@ -262,6 +262,25 @@ def test_list_pagination_prefix_delimiter_metadata(service):
     assert names == ["pages", "pages0", "pages1", "pages2"]
 
 
+def test_prefixes_are_case_sensitive(service):
+    container = service.create_container("case")
+    for name in ("Logs/a", "logs/b", "logsX"):
+        container.upload_blob(name, b"x")
+    assert [b.name for b in container.list_blobs(name_starts_with="logs/")] == ["logs/b"]
+    assert [b.name for b in container.list_blobs(name_starts_with="L")] == ["Logs/a"]
+    service.create_container("casex")
+    assert [c.name for c in service.list_containers(name_starts_with="case")] == ["case", "casex"]
+
+
+@pytest.mark.parametrize("value", ["²", "15.0", "+15", "0x0F", "9" * 13])
+def test_non_ascii_and_odd_numbers_are_400(leased, value):
+    base, blob = leased
+    before = state_of(blob)
+    response = azure_raw.lease(base, "/devstoreaccount1/box", "acquire", duration=value)
+    assert (response.status_code, azure_raw.error_code(response)) == (400, "InvalidHeaderValue")
+    assert state_of(blob) == before
+
+
 def test_blob_properties_and_metadata(service):
     container = service.create_container("props", metadata={"owner": "ops"})
     assert container.get_container_properties().metadata == {"owner": "ops"}

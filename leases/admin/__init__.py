@@ -1,0 +1,11 @@
+"""The operators' admin: containers and blobs with their leases (browse,
+break, release), and the read-only lease history. ``admin.autodiscover``
+imports this package; the modules register their ModelAdmins."""
+
+from django.contrib import admin
+
+from . import history, resources  # noqa: F401
+
+admin.site.site_header = "Leasehold"
+admin.site.site_title = "Leasehold admin"
+admin.site.index_title = "Leases, blobs and their history"

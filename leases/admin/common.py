@@ -1,0 +1,86 @@
+"""What every lease admin page shares: one instant per request, the acting
+staff user as a service ``Actor``, and the indexed search terms."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from django.db.models import F, Q
+from django.urls import reverse
+from django.utils.http import urlencode
+
+from leases import clock, machine
+from leases.models import Blob, Container
+from leases.services import Actor, ResourceRef
+
+# A break changes something only while a lease exists: leased, breaking, or
+# expired (breaking an expired lease stops its holder from renewing it).
+BREAKABLE = (machine.LEASED, machine.BREAKING, machine.EXPIRED)
+
+
+def lease_now(request) -> datetime:
+    """The request's single instant: filters, badges, countdowns and the
+    break confirmation all judge lease state at the same ``now``."""
+    if not hasattr(request, "_lease_now"):
+        request._lease_now = clock.now()
+    return request._lease_now
+
+
+def admin_actor(request) -> Actor:
+    """The staff user as the services record them. One Actor per request,
+    so every event of one bulk break shares a request id."""
+    if not hasattr(request, "_lease_actor"):
+        request._lease_actor = Actor(
+            name=f"user:{request.user.get_username()}", via="admin",
+            remote_addr=request.META.get("REMOTE_ADDR", ""),
+            user_agent=request.META.get("HTTP_USER_AGENT", ""))
+    return request._lease_actor
+
+
+def resource_ref(obj: Container | Blob) -> ResourceRef:
+    """The service name of a row (loaded with its container and account)."""
+    if isinstance(obj, Blob):
+        return ResourceRef(obj.container.account.name, obj.container.name, obj.name, obj.snapshot)
+    return ResourceRef(obj.account.name, obj.name)
+
+
+class NullsLast(F):
+    """A column to sort by with its NULLs last whichever way the admin sorts
+    (the admin asks an expression for ``asc()`` or ``desc()``)."""
+
+    def asc(self, **kwargs):
+        return super().asc(nulls_last=True, **kwargs)
+
+    def desc(self, **kwargs):
+        return super().desc(nulls_last=True, **kwargs)
+
+
+def history_url(account: str, container: str, blob: str, *, current_app: str) -> str:
+    """The lease history list narrowed to one resource (blob "" for a
+    container's own lease), as the resource index answers it."""
+    query = urlencode({"account": account, "container": container, "blob": blob})
+    return reverse("admin:leases_leaseevent_changelist", current_app=current_app) + "?" + query
+
+
+# ------------------------------------------------------------------ search
+
+def prefix_q(field: str, prefix: str) -> Q:
+    """``field`` starts with ``prefix``, as a range the B-tree index answers.
+    ``startswith`` is a LIKE, which SQLite only indexes for NOCASE columns;
+    under binary collation (SQLite's, PostgreSQL's "C") the range is exact."""
+    if ord(prefix[-1]) == 0x10FFFF:  # no successor character
+        return Q(**{f"{field}__startswith": prefix})
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return Q(**{f"{field}__gte": prefix, f"{field}__lt": upper})
+
+
+def lease_id_q(field: str, term: str) -> Q | None:
+    """A full lease id, or the first 4+ hex digits the lists show, as an
+    indexed range over ``field``; None if ``term`` cannot be one."""
+    digits = term.strip("{}()").replace("-", "").lower()
+    if not 4 <= len(digits) <= 32 or any(c not in "0123456789abcdef" for c in digits):
+        return None
+    low = uuid.UUID(digits.ljust(32, "0"))
+    high = uuid.UUID(digits.ljust(32, "f"))
+    return Q(**{field: low}) if low == high else Q(**{f"{field}__range": (low, high)})

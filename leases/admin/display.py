@@ -1,0 +1,92 @@
+"""HTML fragments shared by the lease pages.
+
+Times are rendered in the server's time zone with seconds and re-rendered in
+the operator's by the script in ``admin/base_site.html``. A countdown carries
+the seconds left when the page was rendered, so the browser's clock never has
+to agree with the server's (nor with a test's moved clock)."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+
+from leases import machine
+
+EMPTY = "–"
+
+
+def row_state(obj) -> str:
+    """A list row's effective lease state at the request's instant (the
+    ``lease_as_of`` annotation of the lease admins' querysets)."""
+    return machine.effective_state(obj.lease_record, obj.lease_as_of)
+
+
+def badge(state: str) -> str:
+    return format_html('<span class="lease-badge lease-{}">{}</span>', state, state)
+
+
+def timestamp(when: datetime | None) -> str:
+    if when is None:
+        return EMPTY
+    local = timezone.localtime(when)
+    return format_html('<time datetime="{}" data-local>{}</time>', when.isoformat(),
+                       local.strftime("%Y-%m-%d %H:%M:%S %Z"))
+
+
+def seconds_text(seconds: float) -> str:
+    """Whole seconds rounded up, as ``machine.seconds_left`` answers clients."""
+    return f"{max(0, math.ceil(seconds))} s"
+
+
+def countdown(deadline: datetime, now: datetime, then: str) -> str:
+    """Seconds until ``deadline``, counting down in the browser; at zero the
+    row's badge turns to ``then``."""
+    left = (deadline - now).total_seconds()
+    return format_html('<span class="lease-countdown" data-remaining="{}" data-then="{}">{}</span>',
+                       f"{left:.3f}", then, seconds_text(left))
+
+
+def time_left(obj, state: str, now: datetime) -> str:
+    if state == machine.LEASED:
+        if obj.lease_duration == machine.INFINITE:
+            return mark_safe('<span class="lease-quiet">never (infinite)</span>')
+        return countdown(obj.lease_expires_at, now, machine.EXPIRED)
+    if state == machine.BREAKING:
+        return format_html("breaks in {}", countdown(obj.lease_break_at, now, machine.BROKEN))
+    return EMPTY
+
+
+def duration_type(obj) -> str:
+    """Fixed or infinite, from the stored duration (kept while expired)."""
+    if obj.lease_duration is None:
+        return EMPTY
+    if obj.lease_duration == machine.INFINITE:
+        return "infinite"
+    return f"fixed, {obj.lease_duration} s"
+
+
+def short_id(lease_id) -> str:
+    if lease_id is None:
+        return EMPTY
+    return format_html('<code class="lease-id" title="{}">{}</code>', lease_id, str(lease_id)[:8])
+
+
+def full_id(lease_id) -> str:
+    return EMPTY if lease_id is None else format_html('<code class="lease-id">{}</code>', lease_id)
+
+
+def holder(actor: str, address: str, client_request_id: str) -> str:
+    """Who took the lease, from where, with which client request id."""
+    if not actor:
+        return EMPTY
+    lines = [format_html("<strong>{}</strong>", actor)]
+    if address:
+        lines.append(format_html('<span class="lease-quiet" title="address">{}</span>', address))
+    if client_request_id:
+        lines.append(format_html('<span class="lease-quiet" title="client request id">{}</span>',
+                                 client_request_id))
+    return mark_safe("<br>".join(lines))  # each line is escaped above

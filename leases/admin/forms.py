@@ -1,0 +1,83 @@
+"""Forms of the lease confirmations and the "who held it at T" lookup."""
+
+from __future__ import annotations
+
+import zoneinfo
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from leases import machine
+
+
+class SeenGenerationsField(forms.Field):
+    """``pk:generation`` pairs of the leases a confirmation page showed, as
+    ``{pk: generation}``. A lease whose generation moved on since is a new
+    lease the operator has not reviewed, and is left alone."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value):
+        try:
+            return {int(pk): int(gen) for pk, _, gen in (item.partition(":") for item in value or ())}
+        except ValueError:
+            raise ValidationError("The confirmation page was altered; start again.") from None
+
+
+class BreakForm(forms.Form):
+    NOW, AFTER, AT_END = "now", "after", "end"
+
+    when = forms.ChoiceField(
+        label="Break", initial=NOW, widget=forms.RadioSelect,
+        choices=[(NOW, "Immediately"), (AFTER, "After a break period of"),
+                 (AT_END, "When the lease ends (an infinite lease breaks immediately)")])
+    seconds = forms.IntegerField(label="seconds", required=False, min_value=1, max_value=machine.MAX_BREAK_PERIOD,
+                                 widget=forms.NumberInput(attrs={"class": "vIntegerField", "placeholder": "1–60"}))
+    reason = forms.CharField(required=False, max_length=500, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                             help_text="Recorded in the lease history with your user name.")
+    seen = SeenGenerationsField(required=False)
+
+    def clean(self):
+        data = super().clean()
+        if data.get("when") == self.AFTER and data.get("seconds") is None:
+            self.add_error("seconds", "Give a break period of 1 to 60 seconds.")
+        return data
+
+    @property
+    def break_period(self) -> int | None:
+        """The service's ``break_period``: None means "at the lease's end"."""
+        when = self.cleaned_data["when"]
+        return {self.NOW: 0, self.AFTER: self.cleaned_data.get("seconds"), self.AT_END: None}[when]
+
+
+class ReleaseForm(forms.Form):
+    """Release needs the lease id: the one the page showed, so a lease taken
+    again since cannot be released by accident."""
+
+    lease_id = forms.UUIDField(widget=forms.HiddenInput)
+    reason = forms.CharField(required=False, max_length=500, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+                             help_text="Recorded in the lease history with your user name.")
+
+
+class HolderAtForm(forms.Form):
+    """A local date and time; ``tz`` (filled in by the page's script with
+    the browser's zone) says whose local time, else the server's."""
+
+    held_at = forms.DateTimeField(
+        label="Who held it at",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": 1}, format="%Y-%m-%dT%H:%M:%S"))
+    tz = forms.CharField(required=False, widget=forms.HiddenInput(attrs={"data-browser-tz": ""}))
+
+    def clean_tz(self):
+        name = self.cleaned_data["tz"]
+        try:
+            return zoneinfo.ZoneInfo(name) if name else None
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+            return None
+
+    def clean(self):
+        data = super().clean()
+        if data.get("held_at") and data.get("tz"):
+            data["held_at"] = timezone.make_aware(timezone.make_naive(data["held_at"]), data["tz"])
+        return data

@@ -1,0 +1,222 @@
+"""Containers and blobs with their leases: lists, filters, search, and a
+detail page with the recent history and a "who held it at T" lookup.
+
+Nothing here writes a row. Lease columns change only through the services,
+as they do for the Azure endpoint and the API, so both admins are read-only
+for everyone, superusers included; breaking and releasing are the views of
+``lease_actions``, which call the services as the staff user.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import DateTimeField, Prefetch, Value
+from django.urls import reverse
+from django.utils.html import format_html
+
+from leases import machine
+from leases.models import Blob, Container, LeaseEvent
+from leases.selectors import holder_at
+
+from . import display
+from .common import BREAKABLE, NullsLast, history_url, lease_id_q, lease_now, prefix_q, resource_ref
+from .filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
+from .forms import HolderAtForm
+from .lease_actions import LeaseActionsMixin
+from .paging import CappedCountPaginator
+
+HISTORY_ROWS = 20
+
+
+class LeaseResourceAdmin(LeaseActionsMixin, admin.ModelAdmin):
+    """What the container and blob admins share: lease columns, filters that
+    judge state in SQL, indexed search, the lease panels of a detail page,
+    and (from the mixin) the break and release flows."""
+
+    paginator = CappedCountPaginator
+    show_full_result_count = False  # a second COUNT(*), of the whole table
+    show_facets = admin.ShowFacets.NEVER  # a COUNT per filter choice
+    list_per_page = 50
+    change_form_template = "admin/leases/lease_resource_change_form.html"
+    search_fields = ("name", "lease_id")  # what get_search_results searches, by index
+    search_help_text = "A name prefix (case-sensitive), or a lease id: all of it or its first 4+ digits."
+    lease_fieldset = ("Lease", {"fields": (
+        "lease_state_badge", "lease_status", "lease_duration_type", "time_left", "full_lease_id",
+        "generation", "expires_at", "break_at")})
+    holder_fieldset = ("Holder (from the last acquire)", {"fields": (
+        "holder_actor", "holder_address", "holder_client_request_id", "acquired_at")})
+
+    def changelist_view(self, request, extra_context=None):
+        # Read-only for everyone, so Django's "Select blob to view" says less than the name.
+        extra_context = {"title": self.opts.verbose_name_plural.capitalize(), **(extra_context or {})}
+        return super().changelist_view(request, extra_context)
+
+    # ------------------------------------------------------------ queries
+
+    def get_queryset(self, request):
+        # Every row carries the request's instant, so badges and countdowns
+        # agree with the state filter, which judged the rows at that instant.
+        return super().get_queryset(request).annotate(
+            lease_as_of=Value(lease_now(request), output_field=DateTimeField()))
+
+    def get_search_results(self, request, queryset, search_term):
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        query = prefix_q("name", term)
+        if (by_id := lease_id_q("lease_id", term)) is not None:
+            query |= by_id
+        return queryset.filter(query), False
+
+    # ------------------------------------------------------------ permissions
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    # ------------------------------------------------------------ columns
+
+    @admin.display(description="state")
+    def lease_state_badge(self, obj):
+        return display.badge(display.row_state(obj))
+
+    @admin.display(description="status")
+    def lease_status(self, obj):
+        return machine.lease_status(display.row_state(obj))
+
+    @admin.display(description="duration")
+    def lease_duration_type(self, obj):
+        return display.duration_type(obj)
+
+    # Soonest first, leases without an expiry last (the expiry index answers).
+    @admin.display(description="time left", ordering=NullsLast("lease_expires_at"))
+    def time_left(self, obj):
+        return display.time_left(obj, display.row_state(obj), obj.lease_as_of)
+
+    @admin.display(description="lease id")
+    def short_lease_id(self, obj):
+        return display.short_id(obj.lease_id)
+
+    @admin.display(description="lease id")
+    def full_lease_id(self, obj):
+        return display.full_id(obj.lease_id)
+
+    @admin.display(description="generation")
+    def generation(self, obj):
+        return obj.lease_generation
+
+    @admin.display(description="holder (last acquire)")
+    def holder(self, obj):
+        return display.holder(obj.lease_holder, obj.lease_holder_address, obj.lease_holder_request_id)
+
+    @admin.display(description="actor")
+    def holder_actor(self, obj):
+        return obj.lease_holder or display.EMPTY
+
+    @admin.display(description="address")
+    def holder_address(self, obj):
+        return obj.lease_holder_address or display.EMPTY
+
+    @admin.display(description="client request id")
+    def holder_client_request_id(self, obj):
+        return obj.lease_holder_request_id or display.EMPTY
+
+    @admin.display(description="expires at")
+    def expires_at(self, obj):
+        return display.timestamp(obj.lease_expires_at)
+
+    @admin.display(description="breaks at")
+    def break_at(self, obj):
+        return display.timestamp(obj.lease_break_at)
+
+    @admin.display(description="acquired at")
+    def acquired_at(self, obj):
+        return display.timestamp(obj.lease_acquired_at)
+
+    @admin.display(description="last modified")
+    def modified(self, obj):
+        return display.timestamp(obj.last_modified)
+
+    @admin.display(description="created")
+    def created(self, obj):
+        return display.timestamp(obj.created_at)
+
+    # ------------------------------------------------------------ detail page
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context.update(self.lease_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def lease_context(self, request, obj) -> dict:
+        """The lease tools, recent history and holder lookup of a detail page."""
+        ref = resource_ref(obj)
+        state = display.row_state(obj)
+        events = LeaseEvent.objects.filter(account=ref.account, container=ref.container, blob=ref.blob or "")
+        holder_form = HolderAtForm(request.GET if "held_at" in request.GET else None)
+        return {
+            "can_break": state in BREAKABLE and self.has_break_permission(request, obj),
+            "can_release": (obj.lease_id is not None and state != machine.AVAILABLE
+                            and self.has_release_permission(request, obj)),
+            "history": events[:HISTORY_ROWS],
+            "history_url": history_url(ref.account, ref.container, ref.blob or "", current_app=self.admin_site.name),
+            "holder_form": holder_form,
+            "held": holder_at(account=ref.account, container=ref.container, blob=ref.blob or "",
+                              when=holder_form.cleaned_data["held_at"]) if holder_form.is_valid() else None,
+        }
+
+
+@admin.register(Container)
+class ContainerAdmin(LeaseResourceAdmin):
+    list_display = ("name", "account", "lease_state_badge", "lease_status", "lease_duration_type", "time_left",
+                    "short_lease_id", "generation", "holder", "modified")
+    list_filter = (EffectiveStateFilter, DurationTypeFilter, AccountFilter)
+    list_select_related = ("account",)
+    sortable_by = ("name", "time_left")  # others would sort the whole table; time left has the expiry index
+    ordering = ("account_id", "name")  # the unique (account, name) index; "account" would sort by its name
+    fieldsets = (
+        (None, {"fields": ("account", "name", "public_access", "etag", "modified", "created", "metadata")}),
+        LeaseResourceAdmin.lease_fieldset,
+        LeaseResourceAdmin.holder_fieldset,
+    )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("account")
+
+
+@admin.register(Blob)
+class BlobAdmin(LeaseResourceAdmin):
+    list_display = ("blob_name", "container_path", "lease_state_badge", "lease_status", "lease_duration_type",
+                    "time_left", "short_lease_id", "generation", "holder", "modified")
+    list_filter = (EffectiveStateFilter, DurationTypeFilter, BlobAccountFilter, ContainerFilter)
+    sortable_by = ("blob_name", "time_left")
+    ordering = ("container_id", "name", "snapshot")  # the unique (container, name, snapshot) index
+    fieldsets = (
+        (None, {"fields": ("container_path", "name", "snapshot", "size", "content_type", "etag", "modified",
+                           "created", "metadata")}),
+        LeaseResourceAdmin.lease_fieldset,
+        LeaseResourceAdmin.holder_fieldset,
+    )
+
+    def get_queryset(self, request):
+        # Containers and accounts come in one more query per page rather than
+        # a join: joined, SQLite may plan from the small tables outward and
+        # sort every blob for one page. The content, megabytes per row, is
+        # never shown here.
+        return super().get_queryset(request).defer("content").prefetch_related(
+            Prefetch("container", Container.objects.select_related("account")))
+
+    @admin.display(description="account / container")
+    def container_path(self, obj):
+        container = obj.container
+        url = reverse("admin:leases_container_change", args=[container.pk], current_app=self.admin_site.name)
+        return format_html('<a href="{}">{}/{}</a>', url, container.account.name, container.name)
+
+    @admin.display(description="name", ordering="name")
+    def blob_name(self, obj):
+        return f"{obj.name}?snapshot={obj.snapshot}" if obj.snapshot else obj.name

@@ -193,6 +193,7 @@ class LeaseEvent(models.Model):
         ordering = ["-occurred_at", "-id"]
         indexes = [
             models.Index(fields=["account", "container", "blob", "occurred_at"], name="event_resource_idx"),
+            models.Index(fields=["account", "occurred_at"], name="event_account_idx"),
             models.Index(fields=["lease_id"], name="event_lease_id_idx"),
             models.Index(fields=["request_id"], name="event_request_id_idx"),
             models.Index(fields=["client_request_id"], name="event_client_request_id_idx"),

@@ -33,6 +33,18 @@ class Command(BaseCommand):
         parser.add_argument("--admin-password", default=None,
                             help="Password for a new admin user (default: LEASEHOLD_ADMIN_PASSWORD or generated).")
 
+    @staticmethod
+    def _analyze():
+        """Refresh SQLite's planner statistics at every start: without them
+        it plans admin filters over 100k blobs as full sorts (see
+        bench/admin_pages.py). analysis_limit keeps it fast on big files."""
+        from django.db import connection
+
+        if connection.vendor == "sqlite":
+            with connection.cursor() as cursor:
+                cursor.execute("PRAGMA analysis_limit=1000")
+                cursor.execute("ANALYZE")
+
     def handle(self, *args, admin_user, admin_password, **options):
         import os
 
@@ -46,6 +58,7 @@ class Command(BaseCommand):
                 raise CommandError(f"account {name}: key is not base64 ({exc})") from None
             self.stdout.write(f"storage account: {name}")
 
+        self._analyze()
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists():
             return

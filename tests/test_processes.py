@@ -56,6 +56,16 @@ class Server:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+            # The workers inherited the listening socket and may outlive the
+            # master by a moment: wait until nothing answers on the port, or
+            # the next start() could mistake a dying worker for the new server.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                        return
+                time.sleep(0.02)
+            raise AssertionError("the killed server's port still answers")
 
     def output(self) -> str:
         return self.proc.stdout.read().decode(errors="replace") if self.proc and self.proc.stdout else ""

@@ -102,6 +102,10 @@ def _database(spec: str) -> dict:
     return {
         "ENGINE": "leases.sqlite_backend",
         "NAME": path,
+        # Keep each worker's (thread's) connection open. With the default 0
+        # every request reconnects and re-runs the PRAGMAs, and closing the
+        # last connection checkpoints and deletes the WAL: ~6 ms a request.
+        "CONN_MAX_AGE": None,
         "OPTIONS": {
             # Every atomic() takes the write lock up front: a transaction
             # that reads then writes can never fail with "database is locked".

@@ -19,5 +19,5 @@ class LeaseholdPermission(BasePermission):
             # Collections have no account of their own; their querysets are
             # scoped to the account instead (api.selectors).
             account = view.target_account()
-            return account is None or account == user.account.name
+            return account is None or account == user.name
         return user.has_perms(view.permissions_for(request))

@@ -12,7 +12,7 @@ from ..models import Blob, Container, LeaseEvent
 
 def _scoped(queryset: QuerySet, principal, account_field: str) -> QuerySet:
     if isinstance(principal, AccountPrincipal):
-        return queryset.filter(**{account_field: principal.account.name})
+        return queryset.filter(**{account_field: principal.name})
     return queryset
 
 

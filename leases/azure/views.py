@@ -39,6 +39,34 @@ def _header(request, name: str) -> str | None:
     return value if value not in (None, "") else None
 
 
+CONDITION_KEYS = ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH", "HTTP_IF_MODIFIED_SINCE", "HTTP_IF_UNMODIFIED_SINCE")
+ACCOUNT_ROUTES = {("GET", None, "list"): "list_containers",
+                  ("GET", "account", "properties"): "account_info",
+                  ("HEAD", "account", "properties"): "account_info"}
+CONTAINER_ROUTES = {
+    ("PUT", "container", None): "create_container",
+    ("DELETE", "container", None): "delete_container",
+    ("GET", "container", None): "container_properties",
+    ("HEAD", "container", None): "container_properties",
+    ("GET", "container", "metadata"): "container_properties",
+    ("HEAD", "container", "metadata"): "container_properties",
+    ("PUT", "container", "metadata"): "set_container_metadata",
+    ("PUT", "container", "lease"): "lease",
+    ("GET", "container", "list"): "list_blobs",
+}
+BLOB_ROUTES = {
+    ("PUT", None): "put_blob",
+    ("GET", None): "get_blob",
+    ("HEAD", None): "get_blob",
+    ("DELETE", None): "delete_blob",
+    ("GET", "metadata"): "get_blob",
+    ("HEAD", "metadata"): "get_blob",
+    ("PUT", "metadata"): "set_blob_metadata",
+    ("PUT", "lease"): "lease",
+    ("PUT", "snapshot"): "snapshot_blob",
+}
+
+
 def _metadata(request) -> dict:
     meta = {}
     for key, value in request.META.items():
@@ -73,12 +101,15 @@ class AzureBlobView(APIView):
 
     # -- request plumbing
 
-    def initial(self, request, *args, **kwargs):
+    def _check_version(self, request) -> None:
         self.request_id = str(uuid.uuid4())
         self.now = clock.now()
         version = _header(request, "x-ms-version")
         if version is not None and (not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
             raise LeaseholdError("InvalidHeaderValue", field="version", value=version)
+
+    def initial(self, request, *args, **kwargs):
+        self._check_version(request)
         super().initial(request, *args, **kwargs)
 
     def finalize_response(self, request, response, *args, **kwargs):
@@ -119,49 +150,29 @@ class AzureBlobView(APIView):
     def route(self, method: str) -> HttpResponse:
         rest = self.kwargs.get("rest") or ""
         container, _, blob = rest.partition("/")
-        restype = self.request.GET.get("restype")
-        comp = self.request.GET.get("comp")
+        query = self.request.GET
+        restype = query.get("restype")
+        comp = query.get("comp")
         if not container:
-            handler = {("GET", None, "list"): self.list_containers,
-                       ("GET", "account", "properties"): self.account_info,
-                       ("HEAD", "account", "properties"): self.account_info}.get((method, restype, comp))
+            handler = ACCOUNT_ROUTES.get((method, restype, comp))
             args = ()
         elif not blob:
-            ref = ResourceRef(self.kwargs["account"], container)
-            handler = {
-                ("PUT", "container", None): self.create_container,
-                ("DELETE", "container", None): self.delete_container,
-                ("GET", "container", None): self.container_properties,
-                ("HEAD", "container", None): self.container_properties,
-                ("GET", "container", "metadata"): self.container_properties,
-                ("HEAD", "container", "metadata"): self.container_properties,
-                ("PUT", "container", "metadata"): self.set_container_metadata,
-                ("PUT", "container", "lease"): self.lease,
-                ("GET", "container", "list"): self.list_blobs,
-            }.get((method, restype, comp))
-            args = (ref,)
+            handler = CONTAINER_ROUTES.get((method, restype, comp))
+            args = (ResourceRef(self.kwargs["account"], container),)
         else:
             blob = blob.replace("\\", "/")
-            ref = ResourceRef(self.kwargs["account"], container, blob, self.request.GET.get("snapshot", ""))
-            handler = {
-                ("PUT", None): self.put_blob,
-                ("GET", None): self.get_blob,
-                ("HEAD", None): self.get_blob,
-                ("DELETE", None): self.delete_blob,
-                ("GET", "metadata"): self.get_blob,
-                ("HEAD", "metadata"): self.get_blob,
-                ("PUT", "metadata"): self.set_blob_metadata,
-                ("PUT", "lease"): self.lease,
-                ("PUT", "snapshot"): self.snapshot_blob,
-            }.get((method, comp))
-            args = (ref,)
+            handler = BLOB_ROUTES.get((method, comp))
+            args = (ResourceRef(self.kwargs["account"], container, blob, query.get("snapshot", "")),)
         if handler is None:
             if comp is not None:
                 raise LeaseholdError("InvalidQueryParameterValue", field="comp", value=comp)
             raise LeaseholdError("InvalidQueryParameterValue", field="restype", value=restype or "")
-        return handler(*args)
+        return getattr(self, handler)(*args)
 
     def conditions(self) -> Conditions:
+        meta = self.request.META
+        if not any(meta.get(key) for key in CONDITION_KEYS):
+            return services.NO_CONDITIONS  # == Conditions.parse of no headers
         return Conditions.parse(lambda name: _header(self.request, name))
 
     def _properties(self, response: HttpResponse, obj) -> HttpResponse:
@@ -240,12 +251,13 @@ class AzureBlobView(APIView):
     # -- leases (containers and blobs)
 
     def lease(self, ref: ResourceRef):
-        h = lambda name: _header(self.request, name)  # noqa: E731
+        meta = self.request.META
+        h = lambda key: meta.get(key) or None  # noqa: E731  (as _header: "" is absent)
         result = services.lease_action(
-            h("x-ms-lease-action"), ref=ref, actor=self.actor(), conditions=self.conditions(),
-            lease_id=h("x-ms-lease-id"), proposed_lease_id=h("x-ms-proposed-lease-id"),
-            duration=h("x-ms-lease-duration"), break_period=h("x-ms-lease-break-period"))
-        action = h("x-ms-lease-action").lower()
+            h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=self.actor(), conditions=self.conditions(),
+            lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
+            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"))
+        action = h("HTTP_X_MS_LEASE_ACTION").lower()
         response = self._properties(HttpResponse(status=services.SUCCESS_STATUS[action]), result.resource)
         if result.lease_id is not None and action != "release":
             response["x-ms-lease-id"] = str(result.lease_id)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from datetime import datetime, timezone
-from email.utils import format_datetime
+from email.utils import formatdate
 from xml.sax.saxutils import escape
 
 from django.http import HttpResponse
@@ -35,7 +37,14 @@ QUERY_FIELDS = {"snapshot", "comp", "restype", "maxresults", "include", "timeout
 
 
 def http_date(dt: datetime) -> str:
-    return format_datetime(dt.astimezone(timezone.utc), usegmt=True)
+    """RFC 7231 date (whole seconds, GMT), as email.utils.format_datetime
+    gives it; every response carries one or two, so they are cached."""
+    return _http_date(math.floor(dt.timestamp()))
+
+
+@functools.lru_cache(maxsize=4096)
+def _http_date(seconds: int) -> str:
+    return formatdate(seconds, usegmt=True)
 
 
 def error_time(dt: datetime) -> str:

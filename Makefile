@@ -29,5 +29,11 @@ chromium:
 test: $(BIN)/.installed chromium
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
+# Leasehold vs Azurite side by side on loopback (bench/README.md). Installs
+# Azurite from npm into bench/node_modules when missing. BENCH_ARGS="--soak"
+# for the 5-minute memory run; "--help" for the rest.
+bench: $(BIN)/.installed
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) var

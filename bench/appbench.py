@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Per-request cost of the Azure lease path inside one process, without HTTP:
+the WSGI application is called directly with gunicorn-like environs. CPU time
+per request is far less sensitive to a busy machine than requests/s, so this
+is the tool for judging hot-path changes; --profile shows where time goes.
+
+    .venv/bin/python bench/appbench.py [--cycles 2000] [--profile] [--synchronous FULL]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import loadgen  # noqa: E402
+
+ACCOUNT = "devstoreaccount1"
+KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+
+
+def environ_from(raw: bytes) -> dict:
+    """A gunicorn-shaped WSGI environ for one raw HTTP request."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    method, target, _ = lines[0].split(" ")
+    path, _, query = target.partition("?")
+    env = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "RAW_URI": target,
+           "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "10111", "SERVER_PROTOCOL": "HTTP/1.1",
+           "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000", "SCRIPT_NAME": "", "wsgi.version": (1, 0),
+           "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr,
+           "wsgi.multithread": False, "wsgi.multiprocess": True, "wsgi.run_once": False}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        key = name.strip().upper().replace("-", "_")
+        if key in ("CONTENT_LENGTH", "CONTENT_TYPE"):
+            env[key] = value.strip()
+        else:
+            env["HTTP_" + key] = value.strip()
+    return env
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cycles", type=int, default=2000)
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--sort", default="tottime")
+    ap.add_argument("--callers", default=None, help="show callers of functions matching this")
+    ap.add_argument("--synchronous", default="FULL")
+    ap.add_argument("--show-response", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="N threads calling the app at once for --seconds")
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--time-commits", action="store_true", help="time every COMMIT (fsync, checkpoints)")
+    ap.add_argument("--no-middleware", action="store_true", help="measure with MIDDLEWARE = [] (what it costs)")
+    ap.add_argument("--switch", type=float, default=None, help="sys.setswitchinterval")
+    args = ap.parse_args()
+    if args.switch:
+        sys.setswitchinterval(args.switch)
+
+    (REPO / "bench" / "var").mkdir(exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="appbench-", dir=REPO / "bench" / "var"))
+    try:
+        return run(args, tmp)
+    finally:
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(args, tmp: Path) -> int:
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "config.settings", "LEASEHOLD_VAR_DIR": str(tmp),
+                       "LEASEHOLD_DATABASE": str(tmp / "db.sqlite3"), "LEASEHOLD_DEBUG": "0",
+                       "LEASEHOLD_SQLITE_SYNCHRONOUS": args.synchronous})
+    import django
+    django.setup()
+    from django.core.management import call_command
+    call_command("migrate", verbosity=0)
+    from django.core.wsgi import get_wsgi_application
+    if args.no_middleware:
+        from django.conf import settings
+        settings.MIDDLEWARE = []
+
+    from leases.management.commands.leasehold_setup import DEV_KEY
+    from leases.services import account_ensure
+    account_ensure(name=ACCOUNT, key1=DEV_KEY)
+    app = get_wsgi_application()
+    signer = loadgen.Signer(ACCOUNT, KEY)
+    host = "127.0.0.1:10111"
+
+    def call(raw: bytes):
+        out = {}
+
+        def start_response(status, headers, exc_info=None):
+            out["status"], out["headers"] = status, headers
+
+        body = b"".join(app(environ_from(raw), start_response))
+        return out["status"], dict(out["headers"]), body
+
+    for raw in (signer.build("PUT", host, f"/{ACCOUNT}/bench", {"restype": "container"}),
+                signer.build("PUT", host, f"/{ACCOUNT}/bench/b", headers={"x-ms-blob-type": "BlockBlob"},
+                             body=b"x")):
+        st, _, body = call(raw)
+        assert st.startswith("201"), (st, body)
+    reqs = loadgen.LeaseRequests(signer, host, f"/{ACCOUNT}/bench/b")
+
+    def cycle():
+        lid = str(uuid.uuid4())
+        st1, h, _ = call(reqs.acquire(lid))
+        st2, _, _ = call(reqs.renew(lid))
+        st3, _, _ = call(reqs.release(lid))
+        assert (st1[:3], st2[:3], st3[:3]) == ("201", "200", "200"), (st1, st2, st3)
+        return h
+
+    commit_times: list[float] = []
+    if args.time_commits:
+        from django.db import connections
+        wrapper_class = type(connections["default"])
+        raw_commit = wrapper_class._commit
+
+        def timed_commit(self):
+            t = time.perf_counter()
+            try:
+                return raw_commit(self)
+            finally:
+                commit_times.append(time.perf_counter() - t)
+        wrapper_class._commit = timed_commit
+    for _ in range(200):
+        h = cycle()
+    commit_times.clear()
+    if args.threads:
+        import threading
+        for i in range(args.threads):
+            st, _, body = call(signer.build("PUT", host, f"/{ACCOUNT}/bench/t{i}",
+                                            headers={"x-ms-blob-type": "BlockBlob"}, body=b"x"))
+            assert st.startswith("201"), (st, body)
+        counts = [0] * args.threads
+        stop = time.perf_counter() + args.seconds
+
+        def worker(i):
+            r = loadgen.LeaseRequests(signer, host, f"/{ACCOUNT}/bench/t{i}")
+            while time.perf_counter() < stop:
+                lid = str(uuid.uuid4())
+                for raw in (r.acquire(lid), r.renew(lid), r.release(lid)):
+                    st, _, _ = call(raw)
+                    assert st[:1] == "2", st
+                    counts[i] += 1
+        c0, t0 = time.process_time(), time.perf_counter()
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(args.threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        c1, t1 = time.process_time(), time.perf_counter()
+        n = sum(counts)
+        wal = tmp / "db.sqlite3-wal"
+        print(f"{args.threads} threads, one process: {n / (t1 - t0):.0f} req/s, CPU {1e6 * (c1 - c0) / n:.0f} us/request; "
+              f"WAL {wal.stat().st_size / 2**20:.1f} MiB")
+        if commit_times:
+            commit_times.sort()
+            k = len(commit_times)
+            print(f"commits {k} for {n} requests; commit: p50 {1e3 * commit_times[k // 2]:.3f} ms, p99 {1e3 * commit_times[k * 99 // 100]:.3f} ms, "
+                  f"mean {1e3 * sum(commit_times) / k:.3f} ms")
+        return 0
+    if args.show_response:
+        print(h)
+    prof = None
+    if args.profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    # batches of 20 cycles; the best batch is what the code costs on a quiet
+    # machine, the median what it cost here today
+    batches = []
+    done = 0
+    while done < args.cycles:
+        k = min(20, args.cycles - done)
+        o0 = os.times()
+        c0, t0 = time.process_time(), time.perf_counter()
+        for _ in range(k):
+            cycle()
+        c1, t1 = time.process_time(), time.perf_counter()
+        o1 = os.times()
+        batches.append(((c1 - c0) / (3 * k), (t1 - t0) / (3 * k), (o1.user - o0.user) / (3 * k),
+                        (o1.system - o0.system) / (3 * k)))
+        done += k
+    if prof:
+        prof.disable()
+    n = args.cycles * 3
+    cpu = sorted(b[0] for b in batches)
+    wall = sorted(b[1] for b in batches)
+    print(f"{n} lease requests (synchronous={args.synchronous}{', no middleware' if args.no_middleware else ''}): "
+          f"CPU per request best {1e6 * cpu[0]:.0f} us, median {1e6 * cpu[len(cpu) // 2]:.0f} us; "
+          f"wall best {1e6 * wall[0]:.0f} us, median {1e6 * wall[len(wall) // 2]:.0f} us; "
+          f"user/system {1e6 * sum(b[2] for b in batches) / len(batches):.0f}/"
+          f"{1e6 * sum(b[3] for b in batches) / len(batches):.0f} us (means)")
+    if commit_times:
+        commit_times.sort()
+        k = len(commit_times)
+        print(f"commit (incl. fsync, checkpoints): p50 {1e3 * commit_times[k // 2]:.3f} ms, "
+              f"p90 {1e3 * commit_times[k * 9 // 10]:.3f} ms, p99 {1e3 * commit_times[k * 99 // 100]:.3f} ms, "
+              f"mean {1e3 * sum(commit_times) / k:.3f} ms")
+    if prof:
+        import pstats
+        pstats.Stats(prof).sort_stats(args.sort).print_stats(35)
+        if args.callers:
+            pstats.Stats(prof).print_callers(args.callers)
+        stats = pstats.Stats(prof)
+        calls = sum(v[1] for v in stats.stats.values())
+        print(f"python calls per request: {calls / n:.0f}")
+        by_file: dict[str, int] = {}
+        for (filename, _, _), (_, ncalls, _, _, _) in stats.stats.items():
+            key = "/".join(filename.split("site-packages/")[-1].split(str(REPO) + "/")[-1].split("/")[:3])
+            by_file[key] = by_file.get(key, 0) + ncalls
+        print("calls per request by file: " + ", ".join(
+            f"{k} {v / n:.0f}" for k, v in sorted(by_file.items(), key=lambda kv: -kv[1])[:25]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Leasehold vs Azurite, side by side, on loopback.
+
+    .venv/bin/python bench/run.py            # or: make bench
+    .venv/bin/python bench/run.py --soak     # memory over 5 minutes, 10,000 blobs
+
+Starts Azurite (installed from npm into bench/node_modules if missing) and
+Leasehold (gunicorn -c config/gunicorn.py, production settings, a fresh
+file-backed SQLite database, synchronous=FULL), drives both with the same
+SharedKey-signed load generator, alternating the servers over several rounds,
+and prints per scenario requests/s, p50/p99 per action, errors, hand-overs/s
+and the Leasehold/Azurite ratios (medians of the paired rounds' ratios).
+Everything is bounded in time and count; both servers are killed at the end.
+See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import loadgen  # noqa: E402
+import servers  # noqa: E402
+from loadgen import ACQUIRE, ACTION_NAMES, BREAK, RELEASE, RENEW  # noqa: E402
+
+ACCOUNT = "devstoreaccount1"
+KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+CONTAINER = "bench"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    kind: str  # cycle | contention
+    clients: int
+
+    @property
+    def title(self) -> str:
+        if self.kind == "cycle":
+            return (f"{self.name}: {self.clients} client(s), each cycling acquire -> renew -> release "
+                    f"on its own blob")
+        return f"{self.name}: {self.clients} clients fighting for one blob (acquire; winner renews, releases)"
+
+
+SCENARIOS = {s.name: s for s in (
+    Scenario("cycle-1", "cycle", 1),
+    Scenario("cycle-16", "cycle", 16),
+    Scenario("cycle-64", "cycle", 64),
+    Scenario("contention-16", "contention", 16),
+)}
+EXPECTED = {ACQUIRE: (201,), RENEW: (200,), RELEASE: (200,), BREAK: (202,)}
+CONTENDED_ACQUIRE = (201, 409)
+
+
+@dataclass
+class Result:
+    server: str
+    scenario: str
+    rps: float = 0.0
+    lat: dict = field(default_factory=dict)  # action -> (p50 ms, p99 ms, count)
+    errors: int = 0
+    err5xx: int = 0
+    failures: int = 0
+    handovers: float = 0.0
+    double_holders: int = 0
+    lost: int = 0
+    client_cpu: float = 0.0  # % of one core
+    server_cpu: float = 0.0
+    answered: int = 0
+    history: int | None = None
+    connects: int = 0
+    statuses: dict = field(default_factory=dict)
+
+
+def pct(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    k = min(len(sorted_values) - 1, max(0, int(round(q * (len(sorted_values) - 1)))))
+    return sorted_values[k]
+
+
+# ------------------------------------------------------------------ set-up
+
+
+def setup_server(server: servers.Server, blobs: list[str], threads: int = 16) -> None:
+    """The container and the blobs, created with signed requests."""
+    signer = loadgen.Signer(ACCOUNT, KEY)
+    conn = loadgen.Connection("127.0.0.1", server.port)
+    st, _, body = conn.request(signer.build("PUT", server.host, f"/{ACCOUNT}/{CONTAINER}",
+                                            {"restype": "container"}))
+    conn.close()
+    if st not in (201, 409):
+        raise SystemExit(f"{server.name}: create container answered {st}: {body[:300]!r}")
+    errors: list[str] = []
+
+    def put(part: list[str]) -> None:
+        c = loadgen.Connection("127.0.0.1", server.port)
+        try:
+            for name in part:
+                st, _, body = c.request(signer.build(
+                    "PUT", server.host, f"/{ACCOUNT}/{CONTAINER}/{name}",
+                    headers={"x-ms-blob-type": "BlockBlob"}, body=b"x"))
+                if st != 201:
+                    errors.append(f"{name}: {st} {body[:200]!r}")
+                    return
+        finally:
+            c.close()
+
+    parts = [blobs[i::threads] for i in range(threads)]
+    ts = [threading.Thread(target=put, args=(p,), daemon=True) for p in parts if p]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=600)
+    if errors:
+        raise SystemExit(f"{server.name}: blob set-up failed: {errors[0]}")
+
+
+def cycle_blob(i: int) -> str:
+    return f"c-{i:04d}"
+
+
+# ------------------------------------------------------------------ one run
+
+
+def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float,
+            backoff: float = 0.0) -> Result:
+    signer = loadgen.Signer(ACCOUNT, KEY)
+    recs = [loadgen.Recorder() for _ in range(sc.clients)]
+    arena = loadgen.Arena()
+    history_before = server.history_count() if isinstance(server, servers.Leasehold) else None
+    t0 = time.perf_counter()
+    stop_at = t0 + warmup + duration
+    threads = []
+    for i in range(sc.clients):
+        if sc.kind == "cycle":
+            reqs = [loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{cycle_blob(i)}")]
+            target, args = loadgen.cycle_worker, ("127.0.0.1", server.port, reqs, stop_at, recs[i])
+        else:
+            req = loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/hot")
+            target, args = loadgen.contention_worker, (i, "127.0.0.1", server.port, req, arena, stop_at,
+                                                        recs[i], backoff)
+        threads.append(threading.Thread(target=target, args=args, daemon=True))
+    for t in threads:
+        t.start()
+    w0 = t0 + warmup
+    time.sleep(max(0.0, w0 - time.perf_counter()))
+    pids = server.pids()
+    c0, s0, m0 = time.process_time(), servers.cpu_seconds(pids), time.perf_counter()
+    time.sleep(max(0.0, stop_at - time.perf_counter()))
+    c1, s1, m1 = time.process_time(), servers.cpu_seconds(pids), time.perf_counter()
+    for t in threads:
+        t.join(timeout=loadgen.SOCKET_TIMEOUT * 4 + 5)
+    hung = sum(t.is_alive() for t in threads)
+
+    res = Result(server.name, sc.name)
+    window = m1 - m0
+    lats: dict[int, list[float]] = {a: [] for a in (ACQUIRE, RENEW, RELEASE, BREAK)}
+    count = 0
+    for rec in recs:
+        res.answered += len(rec.records)
+        res.failures += len(rec.failures)
+        res.lost += rec.lost
+        for t_end, action, status, lat in rec.records:
+            res.statuses[status] = res.statuses.get(status, 0) + 1
+            ok = status in (CONTENDED_ACQUIRE if sc.kind == "contention" and action == ACQUIRE
+                            else EXPECTED[action])
+            if not ok:
+                res.errors += 1
+            if status >= 500:
+                res.err5xx += 1
+            if m0 <= t_end <= m1:
+                count += 1
+                lats[action].append(lat)
+        res.handovers += sum(1 for t in rec.handovers if m0 <= t <= m1)
+    res.errors += res.failures + res.lost + hung
+    res.rps = count / window
+    res.handovers /= window
+    res.double_holders = arena.double_holders
+    for action, values in lats.items():
+        if values:
+            values.sort()
+            res.lat[ACTION_NAMES[action]] = (pct(values, 0.5) * 1e3, pct(values, 0.99) * 1e3, len(values))
+    every = sorted(v for vs in lats.values() for v in vs)
+    res.lat["all"] = (pct(every, 0.5) * 1e3, pct(every, 0.99) * 1e3, len(every))
+    res.client_cpu = 100 * (c1 - c0) / window
+    res.server_cpu = 100 * (s1 - s0) / window
+    if history_before is not None:
+        res.history = server.history_count() - history_before
+    return res
+
+
+# ------------------------------------------------------------------ report
+
+
+def fmt_num(x: float) -> str:
+    if x != x:
+        return "-"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
+def med(values: list[float]) -> float:
+    values = [v for v in values if v == v]
+    return statistics.median(values) if values else float("nan")
+
+
+def ratio_median(pairs: list[tuple[float, float]]) -> float:
+    return med([l / a for a, l in pairs if a and a == a and l == l])
+
+
+def report(scenarios: list[Scenario], results: dict, names: list[str], rounds_done: int) -> str:
+    out = []
+    both = len(names) == 2
+    for sc in scenarios:
+        runs = {n: results.get((n, sc.name), []) for n in names}
+        if not any(runs.values()):
+            continue
+        out.append("")
+        out.append(sc.title)
+        head = f"  {'':26}" + "".join(f"{n:>18}" for n in names) + (f"{'L/A':>10}" if both else "")
+        out.append(head)
+
+        def row(label: str, get, fmt=fmt_num, ratio: bool = True) -> None:
+            cells = "".join(f"{fmt(med([get(r) for r in runs[n]])):>18}" for n in names)
+            if both and ratio:
+                a, l = runs[names[0]], runs[names[1]]
+                r = ratio_median([(get(x), get(y)) for x, y in zip(a, l)])
+                cells += f"{(f'{r:.2f}' if r == r else '-'):>10}"
+            out.append(f"  {label:26}{cells}")
+
+        row("requests/s", lambda r: r.rps)
+        if sc.kind == "contention":
+            row("hand-overs/s", lambda r: r.handovers)
+        actions = ["acquire", "renew", "release", "all"]
+        for action in actions:
+            row(f"{action} p50 ms", lambda r, a=action: r.lat.get(a, (float("nan"),) * 3)[0])
+            row(f"{action} p99 ms", lambda r, a=action: r.lat.get(a, (float("nan"),) * 3)[1])
+        total = lambda get: lambda n: str(sum(get(r) for r in runs[n]))  # noqa: E731
+
+        def total_row(label: str, get) -> None:
+            out.append(f"  {label:26}" + "".join(f"{total(get)(n):>18}" for n in names))
+
+        total_row("errors (all rounds)", lambda r: r.errors)
+        total_row("5xx (all rounds)", lambda r: r.err5xx)
+        if sc.kind == "contention":
+            total_row("double holders", lambda r: r.double_holders)
+        row("client CPU % of a core", lambda r: r.client_cpu, ratio=False)
+        row("server CPU % of a core", lambda r: r.server_cpu, ratio=False)
+        per_round = "  ".join(f"{n}: " + " ".join(fmt_num(r.rps) for r in runs[n]) for n in names)
+        out.append(f"  {'req/s by round':26}{per_round}")
+        hist = [(r.history, r.answered) for r in runs.get("Leasehold", [])]
+        if hist:
+            ok = all(h == a for h, a in hist)
+            out.append(f"  {'history events':26}" + ("= answered lease requests in every round"
+                                                     if ok else f"MISMATCH {hist}"))
+        bad = {}
+        for n in names:
+            for r in runs[n]:
+                for st, k in r.statuses.items():
+                    if st not in (200, 201, 202, 409):
+                        bad[(n, st)] = bad.get((n, st), 0) + k
+        if bad:
+            out.append(f"  {'unexpected statuses':26}" + ", ".join(f"{n} {st}: {k}" for (n, st), k in bad.items()))
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------ main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3, help="paired rounds (default 3)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run (default 5)")
+    ap.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds before each run (default 1)")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma list of {', '.join(SCENARIOS)}")
+    ap.add_argument("--servers", default=None,
+                    help="azurite,leasehold (default: both; for --soak, leasehold)")
+    ap.add_argument("--port-base", type=int, default=10110, help="Azurite on this port, Leasehold on +1")
+    ap.add_argument("--leasehold-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="extra environment for Leasehold, e.g. LEASEHOLD_WORKERS=3 (repeatable)")
+    ap.add_argument("--leasehold-cmd", default=None, metavar="COMMAND",
+                    help="serve Leasehold with another command instead of gunicorn -c config/gunicorn.py, "
+                         "e.g. 'granian --interface wsgi --host {host} --port {port} config.wsgi:application'")
+    ap.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
+    ap.add_argument("--contention-backoff-ms", type=float, default=0.0,
+                    help="pause after a refused contended acquire (default 0: retry at once)")
+    ap.add_argument("--max-minutes", type=float, default=20.0, help="hard bound on the whole run")
+    ap.add_argument("--soak", action="store_true", help="memory soak mode instead of the scenarios")
+    ap.add_argument("--soak-seconds", type=float, default=300.0)
+    ap.add_argument("--soak-blobs", type=int, default=10_000)
+    ap.add_argument("--soak-clients", type=int, default=16)
+    ap.add_argument("--soak-interval", type=float, default=15.0, help="seconds between RSS samples")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, database)")
+    args = ap.parse_args()
+
+    for p in (args.port_base, args.port_base + 1):
+        if p == 10000 or not 1024 < p < 65535:
+            ap.error("ports must be above 1024 and not 10000")
+    if args.servers is None:
+        args.servers = "leasehold" if args.soak else "azurite,leasehold"
+    wanted = [s.strip().lower() for s in args.servers.split(",") if s.strip()]
+    if not set(wanted) <= {"azurite", "leasehold"} or not wanted:
+        ap.error("--servers takes azurite and/or leasehold")
+    deadline = time.monotonic() + args.max_minutes * 60
+    extra_env = dict(item.split("=", 1) for item in args.leasehold_env)
+
+    servers.BENCH.joinpath("var").mkdir(exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=servers.BENCH / "var"))
+    started: list[servers.Server] = []
+
+    def cleanup() -> None:
+        for s in started:
+            s.stop()
+        if not args.keep:
+            import shutil
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    atexit.register(cleanup)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: sys.exit(130))
+    # a watchdog: whatever happens, the bench ends
+    watchdog = threading.Timer(args.max_minutes * 60 + 120, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    watchdog.daemon = True
+    watchdog.start()
+
+    all_servers: list[servers.Server] = []
+    if "azurite" in wanted:
+        all_servers.append(servers.Azurite(args.port_base, workdir))
+    if "leasehold" in wanted:
+        all_servers.append(servers.Leasehold(args.port_base + 1, workdir, synchronous=args.synchronous,
+                                             extra_env=extra_env, command=args.leasehold_cmd))
+    for s in all_servers:
+        if isinstance(s, servers.Leasehold):
+            servers.log("Leasehold: migrating a fresh SQLite database ...")
+            s.prepare()
+        s.start()
+        started.append(s)
+        servers.log(f"{s.name} listening on {s.host} (pid {s.proc.pid})")
+
+    desc = []
+    for s in all_servers:
+        if isinstance(s, servers.Azurite):
+            desc.append(f"Azurite {s.version()} (in memory, one Node process)")
+        else:
+            desc.append(f"Leasehold ({s.settings_summary()}, SQLite file, synchronous={args.synchronous}, "
+                        f"writer lock{', env ' + ' '.join(args.leasehold_env) if args.leasehold_env else ''})")
+    print(f"# {' vs '.join(desc)}")
+    print(f"# machine: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+          f"client: one Python process, raw keep-alive sockets in threads")
+
+    if args.soak:
+        return soak(args, all_servers, deadline)
+
+    scenarios = [SCENARIOS[n.strip()] for n in args.scenarios.split(",") if n.strip()]
+    max_clients = max((s.clients for s in scenarios if s.kind == "cycle"), default=1)
+    for s in all_servers:
+        setup_server(s, [cycle_blob(i) for i in range(max_clients)] + ["hot"])
+    names = [s.name for s in all_servers]
+    results: dict[tuple[str, str], list[Result]] = {}
+    rounds_done = 0
+    per_run = args.warmup + args.seconds + 1
+    print(f"# {args.rounds} rounds x {len(scenarios)} scenarios x {len(all_servers)} servers, "
+          f"{args.warmup:g}s warm-up + {args.seconds:g}s measured each, servers alternating")
+    sys.stdout.flush()
+    for rnd in range(args.rounds):
+        order = all_servers if rnd % 2 == 0 else list(reversed(all_servers))
+        for sc in scenarios:
+            for s in order:
+                if time.monotonic() + per_run > deadline:
+                    servers.log("time bound reached; reporting what was measured")
+                    break
+                r = run_one(s, sc, args.warmup, args.seconds, args.contention_backoff_ms / 1000)
+                results.setdefault((s.name, sc.name), []).append(r)
+                extra = f" hand-overs/s {r.handovers:.0f}" if sc.kind == "contention" else ""
+                servers.log(f"round {rnd + 1} {sc.name:14} {s.name:9} {r.rps:8.0f} req/s  "
+                            f"p50 {r.lat['all'][0]:.2f} p99 {r.lat['all'][1]:.2f} ms  errors {r.errors}"
+                            f"{extra}  client CPU {r.client_cpu:.0f}%  server CPU {r.server_cpu:.0f}%")
+        rounds_done += 1
+    # pair rounds only where both servers have a result
+    print(report(scenarios, results, names, rounds_done))
+    print("\n# medians over rounds; L/A = median over rounds of (Leasehold / Azurite) in the same round;"
+          "\n# for latencies L/A < 1 means Leasehold is faster")
+    print(targets(results))
+    return 0
+
+
+def targets(results: dict) -> str:
+    """Issue #5's "done when", checked against this run."""
+    a = lambda sc: results.get(("Azurite", sc), [])  # noqa: E731
+    lh = lambda sc: results.get(("Leasehold", sc), [])  # noqa: E731
+    ratio = lambda sc, get: ratio_median([(get(x), get(y)) for x, y in zip(a(sc), lh(sc))])  # noqa: E731
+    rows = []
+
+    def check(label, value, ok, shown):
+        if value == value:  # not NaN
+            rows.append(f"  {'met' if ok(value) else 'NOT met':8} {label}: {shown(value)}")
+
+    if a("cycle-16") and lh("cycle-16"):
+        check("cycle-16 requests/s L/A >= 1.0 (aim 1.2)", ratio("cycle-16", lambda r: r.rps),
+              lambda v: v >= 1.0, lambda v: f"{v:.2f}")
+        check("cycle-16 p99 no worse than Azurite's (L/A <= 1)", ratio("cycle-16", lambda r: r.lat["all"][1]),
+              lambda v: v <= 1.0, lambda v: f"{v:.2f}")
+    if lh("cycle-1"):
+        check("one client p50 <= 1 ms", med([r.lat["all"][0] for r in lh("cycle-1")]),
+              lambda v: v <= 1.0, lambda v: f"{v:.2f} ms")
+        check("one client p99 <= 2 ms", med([r.lat["all"][1] for r in lh("cycle-1")]),
+              lambda v: v <= 2.0, lambda v: f"{v:.2f} ms")
+    if lh("contention-16"):
+        if a("contention-16"):
+            check("contention-16 hand-overs/s L/A >= 1", ratio("contention-16", lambda r: r.handovers),
+                  lambda v: v >= 1.0, lambda v: f"{v:.2f}")
+        check("contention-16 double holders == 0", sum(r.double_holders for r in lh("contention-16")),
+              lambda v: v == 0, str)
+        check("contention-16 5xx == 0", sum(r.err5xx for r in lh("contention-16")), lambda v: v == 0, str)
+    return "\n# issue #5 targets (this run)\n" + "\n".join(rows) if rows else ""
+
+
+def soak(args, all_servers: list[servers.Server], deadline: float) -> int:
+    blobs = [f"s-{i:05d}" for i in range(args.soak_blobs)]
+    for s in all_servers:
+        servers.log(f"{s.name}: creating {len(blobs)} blobs ...")
+        setup_server(s, blobs)
+    signer = loadgen.Signer(ACCOUNT, KEY)
+    for s in all_servers:
+        seconds = min(args.soak_seconds, max(10.0, deadline - time.monotonic() - 30))
+        print(f"\n## soak: {s.name}, {args.soak_clients} clients cycling acquire -> renew -> release over "
+              f"{len(blobs)} distinct blobs for {seconds:.0f}s; RSS in MiB of every server process")
+        pids = s.pids()
+        labels = [f"{p} {'main' if p == s.proc.pid else 'worker'}" for p in pids]
+        print(f"  {'t s':>5} {'req/s':>7}  " + "  ".join(f"{lab:>14}" for lab in labels) + f"  {'total':>8}")
+        recs = [loadgen.Recorder() for _ in range(args.soak_clients)]
+        t0 = time.perf_counter()
+        stop_at = t0 + seconds
+        threads = []
+        for i in range(args.soak_clients):
+            reqs = [loadgen.LeaseRequests(signer, s.host, f"/{ACCOUNT}/{CONTAINER}/{b}")
+                    for b in blobs[i::args.soak_clients]]
+            threads.append(threading.Thread(target=loadgen.cycle_worker, daemon=True,
+                                            args=("127.0.0.1", s.port, reqs, stop_at, recs[i])))
+        for t in threads:
+            t.start()
+        samples = []
+        last_n, last_t = 0, t0
+        next_t = t0
+        while True:
+            now = time.perf_counter()
+            n = sum(len(r.records) for r in recs)
+            rss = [servers.rss_mib(p) for p in pids]
+            rate = (n - last_n) / (now - last_t) if now > last_t else 0.0
+            last_n, last_t = n, now
+            samples.append((now - t0, rss))
+            print(f"  {now - t0:5.0f} {rate:7.0f}  " + "  ".join(f"{x:14.1f}" for x in rss)
+                  + f"  {sum(rss):8.1f}", flush=True)
+            if now >= stop_at:
+                break
+            next_t += args.soak_interval
+            time.sleep(max(0.0, min(next_t, stop_at) - time.perf_counter()))
+        for t in threads:
+            t.join(timeout=loadgen.SOCKET_TIMEOUT * 4 + 5)
+        errors = sum(len(r.failures) for r in recs) + sum(
+            1 for r in recs for (_, a, st, _) in r.records if st not in EXPECTED[a])
+        total = sum(len(r.records) for r in recs)
+        # growth after the first third (every blob has been touched by then; caches are warm)
+        base_i = next((i for i, (t, _) in enumerate(samples) if t >= max(60.0, seconds / 3)), 0)
+        first, last = samples[base_i][1], samples[-1][1]
+        print(f"  requests {total:,}, errors {errors}; RSS growth from t={samples[base_i][0]:.0f}s to the end: "
+              + ", ".join(f"{lab} {b - a:+.1f} MiB" for lab, a, b in zip(labels, first, last))
+              + f"; total {sum(last) - sum(first):+.1f} MiB")
+        if isinstance(s, servers.Leasehold):
+            print(f"  history events in the database: {s.history_count():,}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

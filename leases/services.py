@@ -77,8 +77,9 @@ class LeaseResult:
 
 # ------------------------------------------------------------------ loading
 
-def _load(ref: ResourceRef, *, for_update: bool) -> Container | Blob:
-    """The row named by ``ref``, or 404 ContainerNotFound / BlobNotFound."""
+def _load(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Container | Blob:
+    """The row named by ``ref``, or 404 ContainerNotFound / BlobNotFound;
+    ``content=False`` leaves a blob's body (up to 64 MiB) unread."""
     if ref.blob is None:
         qs = Container.objects.select_related("account")
         if for_update:
@@ -88,6 +89,8 @@ def _load(ref: ResourceRef, *, for_update: bool) -> Container | Blob:
             raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
         return obj
     qs = Blob.objects.select_related("container__account")
+    if not content:
+        qs = qs.defer("content")
     if for_update:
         qs = qs.select_for_update(of=("self",))
     obj = qs.filter(container__account__name=ref.account, container__name=ref.container,
@@ -408,9 +411,12 @@ def _check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_i
     try:
         machine.check_access(obj.lease_record, now, lease_id=lease_id, write=write, noun=ref.noun)
     except LeaseholdError as err:
-        _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
-                lease_id=lease_id, state_before=obj.effective_lease_state(now),
-                state_after=obj.effective_lease_state(now), generation=obj.lease_generation)
+        # Inside a write service this is a savepoint of its transaction; for a
+        # read, the only write transaction the read opens.
+        with transaction.atomic():
+            _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
+                    lease_id=lease_id, state_before=obj.effective_lease_state(now),
+                    state_after=obj.effective_lease_state(now), generation=obj.lease_generation)
         raise _Recorded(err) from None
 
 
@@ -434,6 +440,19 @@ def _committing_refusals(fn):
         if refusal is not None:
             raise refusal
         return result
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _reading(fn):
+    """A read takes no write lock; a refusal it records has committed by the
+    time the error goes out."""
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _Recorded as rec:
+            raise rec.error from None
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__
     return wrapper
@@ -508,7 +527,7 @@ def container_delete(*, ref: ResourceRef, actor: Actor, lease_id=None,
     obj.delete()
 
 
-@_committing_refusals
+@_reading
 def container_read(*, ref: ResourceRef, actor: Actor, lease_id=None) -> Container:
     """Get Container Properties/Metadata: an optional lease id must match."""
     obj = _load(ref, for_update=False)
@@ -582,10 +601,11 @@ def _last_generation(ref: ResourceRef) -> int:
         g=Max("generation"))["g"] or 0
 
 
-@_committing_refusals
-def blob_read(*, ref: ResourceRef, actor: Actor, lease_id=None) -> Blob:
-    """Get Blob / Get Blob Properties / Snapshot source: an optional lease id must match."""
-    obj = _load(ref, for_update=False)
+@_reading
+def blob_read(*, ref: ResourceRef, actor: Actor, lease_id=None, content: bool = True) -> Blob:
+    """Get Blob / Get Blob Properties: an optional lease id must match.
+    ``content=False`` when only properties are answered."""
+    obj = _load(ref, for_update=False, content=content)
     if lease_id is not None:
         _check_access(obj, ref=ref, actor=actor, now=clock.now(), lease_id=_guid_header(lease_id, machine.BLOB),
                       write=False, operation="read-blob")

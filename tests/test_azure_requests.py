@@ -360,3 +360,26 @@ def test_container_exists_and_put_blob_needs_a_container(service):
     with pytest.raises(ResourceNotFoundError) as exc:
         service.get_blob_client("nowhere", "b").upload_blob(b"x")
     assert exc.value.error_code == "ContainerNotFound"
+
+
+def test_reads_do_not_wait_for_the_writer_lock(leased):
+    """Get Blob, Get Blob Properties and listings take no write lock: they
+    answer while another writer holds the database's writer lock."""
+    import fcntl
+    import os
+
+    from django.db import connection
+
+    base, blob = leased
+    path = connection._writer_lock_path()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as a writer in another process would
+        for method, target in (("HEAD", BLOB_PATH), ("GET", BLOB_PATH),
+                               ("GET", f"{BLOB_PATH}?comp=metadata"),
+                               ("GET", "/devstoreaccount1/box?restype=container&comp=list")):
+            response = azure_raw.signed(method, base, target, headers={"x-ms-lease-id": GUID})
+            assert response.status_code == 200, (method, target, response.content)
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -127,7 +127,7 @@ class BlobView(ResourceView):
                               **schema.errors(404, 412)})
     def get(self, request, account, container, blob):
         obj = services.blob_read(ref=blob_ref(account, container, blob), actor=self.actor(),
-                                 lease_id=query_value(request, "lease_id"))
+                                 lease_id=query_value(request, "lease_id"), content=False)
         return self.answer(obj)
 
     @extend_schema(summary="Create or replace a blob", request=BlobInput,

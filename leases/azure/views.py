@@ -296,8 +296,10 @@ class AzureBlobView(APIView):
         return response
 
     def get_blob(self, ref: ResourceRef):
-        blob = services.blob_read(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"))
         head = self.request.method == "HEAD"
+        properties_only = head or self.request.GET.get("comp") == "metadata"
+        blob = services.blob_read(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"),
+                                  content=not properties_only)
         if not self.conditions().check_read(blob.etag, blob.last_modified):
             response = HttpResponse(status=304)
             return self._properties(response, blob)

@@ -49,7 +49,7 @@ class Command(BaseCommand):
     def _load(ref: ResourceRef):
         if ref.blob is None:
             return services.container_read(ref=ref, actor=Actor(via="cli"))
-        return services.blob_read(ref=ref, actor=Actor(via="cli"))
+        return services.blob_read(ref=ref, actor=Actor(via="cli"), content=False)
 
     @staticmethod
     def _describe(obj) -> dict:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime
 
+from django.contrib import admin
 from django.db.models import F, Q
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -13,6 +14,8 @@ from django.utils.http import urlencode
 from leases import clock, machine
 from leases.models import Blob, Container
 from leases.services import Actor, ResourceRef
+
+from . import display
 
 # A break changes something only while a lease exists: leased, breaking, or
 # expired (breaking an expired lease stops its holder from renewing it).
@@ -84,3 +87,26 @@ def lease_id_q(field: str, term: str) -> Q | None:
     low = uuid.UUID(digits.ljust(32, "0"))
     high = uuid.UUID(digits.ljust(32, "f"))
     return Q(**{field: low}) if low == high else Q(**{f"{field}__range": (low, high)})
+
+
+class ReadOnlyColumnsMixin:
+    """Nobody adds, changes or deletes these rows here, superusers included:
+    leases change only through the services, and history never changes. Also
+    the lease id columns both kinds of page show."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="lease id")
+    def short_lease_id(self, obj):
+        return display.short_id(obj.lease_id)
+
+    @admin.display(description="lease id")
+    def full_lease_id(self, obj):
+        return display.full_id(obj.lease_id)

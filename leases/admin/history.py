@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from leases.models import Blob, Container, LeaseEvent
 
 from . import display
-from .common import history_url, lease_id_q
+from .common import ReadOnlyColumnsMixin, history_url, lease_id_q
 from .dashboard import dashboard
 from .drilldown import date_drilldown
 from .filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter
@@ -34,7 +34,7 @@ CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "
 
 
 @admin.register(LeaseEvent)
-class LeaseEventAdmin(admin.ModelAdmin):
+class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     list_display = ("when", "action", "outcome_badge", "resource", "who", "short_lease_id", "generation",
                     "transition", "status", "reason")
     list_filter = (ActionFilter, "outcome", ActorFilter, EventAccountFilter, EventContainerFilter)
@@ -57,17 +57,6 @@ class LeaseEventAdmin(admin.ModelAdmin):
                               "break_period", "lease_time", "deadline")}),
         ("Who", {"fields": ("actor", "via", "remote_addr", "user_agent", "request_id", "client_request_id")}),
     )
-
-    # ------------------------------------------------------------ read-only
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
     # ------------------------------------------------------------ search
 
@@ -104,14 +93,6 @@ class LeaseEventAdmin(admin.ModelAdmin):
         if not obj.via:
             return obj.actor or display.EMPTY
         return format_html('{} <span class="lease-quiet">via {}</span>', obj.actor or display.EMPTY, obj.via)
-
-    @admin.display(description="lease id")
-    def short_lease_id(self, obj):
-        return display.short_id(obj.lease_id)
-
-    @admin.display(description="lease id")
-    def full_lease_id(self, obj):
-        return display.full_id(obj.lease_id)
 
     @admin.display(description="state")
     def transition(self, obj):

@@ -19,7 +19,7 @@ from leases.models import Blob, Container, LeaseEvent
 from leases.selectors import holder_at
 
 from . import display
-from .common import BREAKABLE, NullsLast, history_url, lease_id_q, lease_now, prefix_q, resource_ref
+from .common import BREAKABLE, NullsLast, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, prefix_q, resource_ref
 from .filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
 from .forms import HolderAtForm
 from .lease_actions import LeaseActionsMixin
@@ -28,7 +28,7 @@ from .paging import CappedCountPaginator
 HISTORY_ROWS = 20
 
 
-class LeaseResourceAdmin(LeaseActionsMixin, admin.ModelAdmin):
+class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdmin):
     """What the container and blob admins share: lease columns, filters that
     judge state in SQL, indexed search, the lease panels of a detail page,
     and (from the mixin) the break and release flows."""
@@ -68,17 +68,6 @@ class LeaseResourceAdmin(LeaseActionsMixin, admin.ModelAdmin):
             query |= by_id
         return queryset.filter(query), False
 
-    # ------------------------------------------------------------ permissions
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
     # ------------------------------------------------------------ columns
 
     @admin.display(description="state")
@@ -97,14 +86,6 @@ class LeaseResourceAdmin(LeaseActionsMixin, admin.ModelAdmin):
     @admin.display(description="time left", ordering=NullsLast("lease_expires_at"))
     def time_left(self, obj):
         return display.time_left(obj, display.row_state(obj), obj.lease_as_of)
-
-    @admin.display(description="lease id")
-    def short_lease_id(self, obj):
-        return display.short_id(obj.lease_id)
-
-    @admin.display(description="lease id")
-    def full_lease_id(self, obj):
-        return display.full_id(obj.lease_id)
 
     @admin.display(description="generation")
     def generation(self, obj):

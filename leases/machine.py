@@ -245,6 +245,15 @@ def _broken(record: LeaseRecord) -> LeaseRecord:
     return LeaseRecord(BROKEN, record.lease_id, None, None, None, record.generation)
 
 
+def check_action(action: str | None, *, noun: str = BLOB) -> str:
+    """A known action, or the 400 an absent or unknown one gets."""
+    if action in ACTIONS:
+        return action
+    if action is None:
+        raise LeaseholdError("MissingRequiredHeader", noun=noun, field="action")
+    raise LeaseholdError("InvalidHeaderValue", noun=noun, field="action", value=action)
+
+
 def validate(action: str, *, noun: str = BLOB, lease_id=None, proposed_id=None,
              duration=None, break_period=None) -> None:
     """The 400s of an action, checked before the resource is looked up."""
@@ -273,9 +282,7 @@ def apply(action: str, record: LeaseRecord, now: datetime, *, duration=None, bre
         return release(record, now, lease_id=lease_id, noun=noun)
     if action == "break":
         return break_(record, now, period=break_period, noun=noun)
-    if action is None:
-        raise LeaseholdError("MissingRequiredHeader", noun=noun, field="action")
-    raise LeaseholdError("InvalidHeaderValue", noun=noun, field="action", value=action)
+    check_action(action, noun=noun)  # raises: no other action exists
 
 
 # ---------------------------------------------------------------- reads and writes under a lease

@@ -278,8 +278,7 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
     try:
-        if action not in machine.ACTIONS:
-            machine.apply(action, machine.LeaseRecord(), now, noun=noun)  # raises the right 400
+        machine.check_action(action, noun=noun)  # before the parameters, as on Azure
         params = {
             "lease_id": _guid(raw.get("lease_id"), "lease_id", noun),
             "proposed_id": _guid(raw.get("proposed_id"), "proposed_lease_id", noun),

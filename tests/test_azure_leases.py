@@ -172,8 +172,9 @@ def test_sdk_lease_client_walks_the_states(subject, clock):
     assert subject.properties().lease.state == "broken"
     lease.release()
     assert subject.properties().lease.state == "available"
+    assert lease.id is None  # the SDK forgets a released id; renewing the old one must fail
     with pytest.raises(HttpResponseError) as exc:
-        lease.renew() if lease.id else BlobLeaseClient(subject.client, lease_id=GUIDS[B]).renew()
+        BlobLeaseClient(subject.client, lease_id=GUIDS[B]).renew()
     assert exc.value.error_code == "LeaseIdMismatchWithLeaseOperation" and exc.value.status_code == 409
 
 

@@ -1,6 +1,10 @@
 import os
 
-from django.core.wsgi import get_wsgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-application = get_wsgi_application()
+django.setup(set_prefix=False)
+
+from leases.azure.handler import LeaseholdWSGI  # noqa: E402  (needs settings)
+
+application = LeaseholdWSGI()

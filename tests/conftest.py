@@ -48,13 +48,13 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 @pytest.fixture
 def azure_server(transactional_db, clock):
     """Base URL of a live, threaded server running the real WSGI app."""
-    from django.core.wsgi import get_wsgi_application
+    from config.wsgi import application
 
     from leases.services import account_ensure
 
     account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
     server = _ThreadingServer(("127.0.0.1", 0), _Handler)
-    server.set_app(get_wsgi_application())
+    server.set_app(application)
     # A short poll interval: shutdown() waits for the loop to notice.
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()

@@ -11,7 +11,6 @@ import pytest
 import schemathesis
 from django.core.management import call_command
 from django.core.signals import request_finished, request_started
-from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from django.urls import URLPattern, URLResolver, get_resolver
 from schemathesis import GenerationMode
@@ -93,7 +92,9 @@ def wsgi_app():
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     try:
-        yield get_wsgi_application()
+        from config.wsgi import application
+
+        yield application
     finally:
         request_started.connect(close_old_connections)
         request_finished.connect(close_old_connections)

@@ -383,3 +383,24 @@ def test_reads_do_not_wait_for_the_writer_lock(leased):
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def test_azure_paths_skip_the_sites_middleware(azure_server):
+    """Azure requests go through a handler without the admin's middleware
+    (leases/azure/handler.py); the admin and API keep theirs."""
+    import requests
+
+    base = azure_server
+    created = azure_raw.signed("PUT", base, "/devstoreaccount1/door?restype=container")
+    assert created.status_code == 201
+    for response in (created, azure_raw.signed("GET", base, "/devstoreaccount1/door?restype=container")):
+        assert "X-Frame-Options" not in response.headers and "Allow" not in response.headers
+        assert "Set-Cookie" not in response.headers
+    # an unsigned Azure request is still refused by the DRF view, not by middleware
+    unsigned = requests.get(base + "/devstoreaccount1/door?restype=container", timeout=10)
+    assert unsigned.status_code == 401 and azure_raw.error_code(unsigned) == "NoAuthenticationInformation"
+    admin = requests.get(base + "/admin/login/", timeout=10)
+    assert admin.status_code == 200 and admin.headers["X-Frame-Options"] == "DENY"
+    assert "csrftoken" in admin.cookies
+    api = requests.get(base + "/api/v1/containers/", timeout=10)
+    assert api.status_code in (401, 403) and api.headers["X-Frame-Options"] == "DENY"

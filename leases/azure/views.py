@@ -9,6 +9,7 @@ import uuid
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
+from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
@@ -34,8 +35,21 @@ class PassthroughRenderer(BaseRenderer):
         return data
 
 
+class AzureContentNegotiation(BaseContentNegotiation):
+    """Azure answers XML or nothing whatever Accept asks for, so DRF's Accept
+    parsing (a measurable share of a lease request's CPU) is skipped."""
+
+    def select_parser(self, request, parsers):
+        return None
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        return renderers[0], renderers[0].media_type
+
+
 def _header(request, name: str) -> str | None:
-    value = request.META.get("HTTP_" + name.upper().replace("-", "_"))
+    # META of the Django request itself: through DRF's Request it is a
+    # __getattr__ fallback each time, and a request reads a dozen headers.
+    value = getattr(request, "_request", request).META.get("HTTP_" + name.upper().replace("-", "_"))
     return value if value not in (None, "") else None
 
 
@@ -93,11 +107,17 @@ class AzureBlobView(APIView):
     authentication_classes = [SharedKeyAuthentication]
     permission_classes = [AccountKeyRequired]
     renderer_classes = [PassthroughRenderer]
+    content_negotiation_class = AzureContentNegotiation
     parser_classes = []
     throttle_classes = []
 
     def get_exception_handler(self):
         return azure_exception_handler
+
+    @property
+    def default_response_headers(self):
+        # DRF adds Allow (and Vary: Accept) to every response; Azure sends neither.
+        return {}
 
     # -- request plumbing
 
@@ -126,11 +146,10 @@ class AzureBlobView(APIView):
         return response
 
     def actor(self) -> Actor:
-        request = self.request
-        forwarded = request.META.get("REMOTE_ADDR", "")
+        meta = self.request._request.META
         return Actor(name=f"account:{self.kwargs['account']}", via="azure", request_id=self.request_id,
-                     client_request_id=_header(request, "x-ms-client-request-id") or "",
-                     remote_addr=forwarded, user_agent=request.META.get("HTTP_USER_AGENT", "")[:512])
+                     client_request_id=meta.get("HTTP_X_MS_CLIENT_REQUEST_ID") or "",
+                     remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=meta.get("HTTP_USER_AGENT", "")[:512])
 
     def get(self, request, **kw):
         return self.route("GET")
@@ -170,7 +189,7 @@ class AzureBlobView(APIView):
         return getattr(self, handler)(*args)
 
     def conditions(self) -> Conditions:
-        meta = self.request.META
+        meta = self.request._request.META
         if not any(meta.get(key) for key in CONDITION_KEYS):
             return services.NO_CONDITIONS  # == Conditions.parse of no headers
         return Conditions.parse(lambda name: _header(self.request, name))
@@ -251,7 +270,7 @@ class AzureBlobView(APIView):
     # -- leases (containers and blobs)
 
     def lease(self, ref: ResourceRef):
-        meta = self.request.META
+        meta = self.request._request.META
         h = lambda key: meta.get(key) or None  # noqa: E731  (as _header: "" is absent)
         result = services.lease_action(
             h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=self.actor(), conditions=self.conditions(),

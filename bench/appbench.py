@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-request cost of the Azure lease path inside one process, without HTTP:
-the WSGI application is called directly with gunicorn-like environs. CPU time
+the WSGI application is called directly with granian-like environs. CPU time
 per request is far less sensitive to a busy machine than requests/s, so this
 is the tool for judging hot-path changes; --profile shows where time goes.
 
@@ -17,6 +17,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import unquote
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -28,13 +29,17 @@ ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
+BASE_ENVIRON = {k: v for k, v in os.environ.items() if not k.startswith("HTTP_")}
+
+
 def environ_from(raw: bytes) -> dict:
-    """A gunicorn-shaped WSGI environ for one raw HTTP request."""
+    """A WSGI environ for one raw HTTP request shaped as granian (config/serve.py)
+    builds it: the process environment plus the request, the path decoded."""
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.decode().split("\r\n")
     method, target, _ = lines[0].split(" ")
     path, _, query = target.partition("?")
-    env = {"REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query, "RAW_URI": target,
+    env = {**BASE_ENVIRON, "REQUEST_METHOD": method, "PATH_INFO": unquote(path), "QUERY_STRING": query,
            "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "10111", "SERVER_PROTOCOL": "HTTP/1.1",
            "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000", "SCRIPT_NAME": "", "wsgi.version": (1, 0),
            "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr,
@@ -60,7 +65,6 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=0, help="N threads calling the app at once for --seconds")
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--time-commits", action="store_true", help="time every COMMIT (fsync, checkpoints)")
-    ap.add_argument("--no-middleware", action="store_true", help="measure with MIDDLEWARE = [] (what it costs)")
     ap.add_argument("--switch", type=float, default=None, help="sys.setswitchinterval")
     args = ap.parse_args()
     if args.switch:
@@ -83,15 +87,11 @@ def run(args, tmp: Path) -> int:
     django.setup()
     from django.core.management import call_command
     call_command("migrate", verbosity=0)
-    from django.core.wsgi import get_wsgi_application
-    if args.no_middleware:
-        from django.conf import settings
-        settings.MIDDLEWARE = []
 
     from leases.management.commands.leasehold_setup import DEV_KEY
     from leases.services import account_ensure
     account_ensure(name=ACCOUNT, key1=DEV_KEY)
-    app = get_wsgi_application()
+    from config.wsgi import application as app
     signer = loadgen.Signer(ACCOUNT, KEY)
     host = "127.0.0.1:10111"
 
@@ -196,7 +196,7 @@ def run(args, tmp: Path) -> int:
     n = args.cycles * 3
     cpu = sorted(b[0] for b in batches)
     wall = sorted(b[1] for b in batches)
-    print(f"{n} lease requests (synchronous={args.synchronous}{', no middleware' if args.no_middleware else ''}): "
+    print(f"{n} lease requests (synchronous={args.synchronous}): "
           f"CPU per request best {1e6 * cpu[0]:.0f} us, median {1e6 * cpu[len(cpu) // 2]:.0f} us; "
           f"wall best {1e6 * wall[0]:.0f} us, median {1e6 * wall[len(wall) // 2]:.0f} us; "
           f"user/system {1e6 * sum(b[2] for b in batches) / len(batches):.0f}/"

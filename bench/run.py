@@ -5,7 +5,7 @@
     .venv/bin/python bench/run.py --soak     # memory over 5 minutes, 10,000 blobs
 
 Starts Azurite (installed from npm into bench/node_modules if missing) and
-Leasehold (gunicorn -c config/gunicorn.py, production settings, a fresh
+Leasehold (python -m config.serve as `make run`: granian, production settings, a fresh
 file-backed SQLite database, synchronous=FULL), drives both with the same
 SharedKey-signed load generator, alternating the servers over several rounds,
 and prints per scenario requests/s, p50/p99 per action, errors, hand-overs/s
@@ -290,8 +290,8 @@ def main() -> int:
     ap.add_argument("--leasehold-env", action="append", default=[], metavar="NAME=VALUE",
                     help="extra environment for Leasehold, e.g. LEASEHOLD_WORKERS=3 (repeatable)")
     ap.add_argument("--leasehold-cmd", default=None, metavar="COMMAND",
-                    help="serve Leasehold with another command instead of gunicorn -c config/gunicorn.py, "
-                         "e.g. 'granian --interface wsgi --host {host} --port {port} config.wsgi:application'")
+                    help="serve Leasehold with another command instead of python -m config.serve, e.g. "
+                         "'gunicorn -b {host}:{port} -k gthread -w 2 --threads 8 config.wsgi:application'")
     ap.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     ap.add_argument("--contention-backoff-ms", type=float, default=0.0,
                     help="pause after a refused contended acquire (default 0: retry at once)")

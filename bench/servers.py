@@ -3,7 +3,7 @@
 Azurite is installed from npm into bench/node_modules (git-ignored) when
 missing, pinned by bench/package.json, and started in memory with
 --skipApiVersionCheck --silent. Leasehold runs exactly as `make run` would
-(gunicorn -c config/gunicorn.py, production settings) on a fresh file-backed
+(python -m config.serve: granian, production settings) on a fresh file-backed
 SQLite database in a temporary directory (synchronous=FULL by default).
 Every server is started in its own session and killed by its process group.
 """
@@ -194,7 +194,7 @@ class Leasehold(Server):
     def __init__(self, port: int, workdir: Path, *, synchronous: str = "FULL", extra_env: dict | None = None,
                  command: str | None = None):
         super().__init__(port, workdir)
-        self.command = command  # another server to try (--leasehold-cmd); default: gunicorn as `make run`
+        self.command = command  # another server to try (--leasehold-cmd); default: as `make run`
         self.db = workdir / "leasehold.sqlite3"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DJANGO_"))}
         self.env.update({
@@ -218,20 +218,18 @@ class Leasehold(Server):
             import shlex
             argv = [a.format(host="127.0.0.1", port=self.port) for a in shlex.split(self.command)]
         else:
-            argv = [str(Path(PYTHON).with_name("gunicorn")), "-c", "config/gunicorn.py"]
+            argv = [PYTHON, "-m", "config.serve"]
         self._spawn(argv, env=self.env, cwd=REPO)
         wait_port(self.port, self.proc, 60, self.logfile)
-        # gunicorn listens before its workers have imported Django
+        # the first worker may listen before the others have imported Django
         time.sleep(1.0)
 
     def settings_summary(self) -> str:
         if self.command:
             return self.command
-        code = ("import runpy,os;g=runpy.run_path('config/gunicorn.py');"
-                "print(g.get('worker_class'),g.get('workers'),g.get('threads',1))")
-        out = subprocess.run([PYTHON, "-c", code], cwd=REPO, env=self.env, capture_output=True, text=True,
-                             timeout=60).stdout.split()
-        return f"gunicorn {out[0]} workers={out[1]} threads={out[2]}" if len(out) == 3 else "gunicorn ?"
+        get = self.env.get
+        return (f"granian (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')} "
+                f"threads={get('LEASEHOLD_THREADS', '8')}")
 
     def history_count(self) -> int:
         import sqlite3

@@ -186,6 +186,10 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LEASEHOLD_LOG_LEVEL", "WARNING")},
+    # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
+    # 412 ...) are normal outcomes, recorded in the lease history, and under
+    # contention come by the thousand. 5xx are still logged.
+    "loggers": {"django.request": {"level": "ERROR"}},
 }
 
 # ------------------------------------------------------------------ Leasehold

@@ -21,12 +21,14 @@ SLOTS = ["content-encoding", "content-language", "content-length", "content-md5"
 
 def signed(method: str, base: str, path: str, *, headers: dict | None = None, body: bytes = b"",
            account: str = DEV_ACCOUNT, key: str = DEV_KEY, version: str | None = "2025-11-05",
-           date: str | None = None, sign: bool = True) -> requests.Response:
+           date: str | None = None, sign: bool = True, safe: str = "/~") -> requests.Response:
+    """``safe``: the characters the client leaves unencoded in the path, as
+    SDKs differ (JavaScript's encodeURIComponent also keeps !'()*)."""
     headers = {k.lower(): v for k, v in (headers or {}).items() if v is not None}
     headers.setdefault("x-ms-date", date or formatdate(usegmt=True))
     if version:
         headers.setdefault("x-ms-version", version)
-    url = base + quote(path, safe="/~?=&")
+    url = base + quote(path, safe=safe + "?=&")
     if sign:
         parts = urlsplit(url)
         length = str(len(body)) if body else ""

@@ -26,14 +26,14 @@ def clock():
 
 
 class _Handler(WSGIRequestHandler):
-    """wsgiref, made to pass the request through as gunicorn does: the raw
-    URI for SharedKey, and no invented Content-Type."""
+    """wsgiref, made to pass the request through as granian (the production
+    server) does: the decoded path only, no raw URI, so SharedKey is checked
+    the way production checks it; and no invented Content-Type."""
 
     def get_environ(self):
         env = super().get_environ()
         if self.headers.get("content-type") is None:
             env.pop("CONTENT_TYPE", None)
-        env["RAW_URI"] = self.path
         return env
 
     def log_message(self, *args):

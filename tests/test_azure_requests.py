@@ -4,6 +4,7 @@ that the lease and blob are unchanged."""
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
 
@@ -147,7 +148,8 @@ def test_future_versions_are_accepted_and_echoed(leased):
 
 
 def test_names_with_reserved_characters_sign_and_resolve(service):
-    """The signature covers the raw URI: names Django would re-encode differently still verify."""
+    """The signature covers the path as the client encoded it, which the
+    server only sees decoded: the Python SDK's encoding still verifies."""
     container = service.create_container("names")
     for name in ("a b/c(1)!*'.txt", "ü/ñ@$&+,;=.bin", "dir/sub dir/x%41.txt"):
         blob = container.upload_blob(name, name.encode())
@@ -155,6 +157,22 @@ def test_names_with_reserved_characters_sign_and_resolve(service):
         assert blob.download_blob(lease=lease).readall() == name.encode()
     assert sorted(b.name for b in container.list_blobs()) == sorted(
         ["a b/c(1)!*'.txt", "ü/ñ@$&+,;=.bin", "dir/sub dir/x%41.txt"])
+
+
+@pytest.mark.parametrize("safe", ["/~", "/~!'()*"], ids=["python-dotnet-java", "javascript"])
+def test_each_sdks_path_encoding_verifies(azure_server, safe):
+    """SDKs differ in which characters they leave unencoded in the path they
+    sign; each encoding verifies, and a tampered path does not."""
+    base = azure_server
+    assert azure_raw.signed("PUT", base, "/devstoreaccount1/enc?restype=container").status_code in (201, 409)
+    path = "/devstoreaccount1/enc/copy (1)!*'.txt"
+    put = azure_raw.signed("PUT", base, path, body=b"x", headers={"x-ms-blob-type": "BlockBlob"}, safe=safe)
+    assert put.status_code == 201, put.content
+    assert azure_raw.signed("GET", base, path, safe=safe).content == b"x"
+    # the same request signed with another key is refused
+    other_key = base64.b64encode(b"k" * 64).decode()
+    forged = azure_raw.signed("GET", base, path, safe=safe, key=other_key)
+    assert forged.status_code == 403 and azure_raw.error_code(forged) == "AuthenticationFailed"
 
 
 def test_client_request_id_is_echoed_and_recorded(leased):

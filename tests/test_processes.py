@@ -1,5 +1,5 @@
-"""Real server processes on real SQLite files: contention across gunicorn
-workers, durability across SIGKILL, and the README's own start command."""
+"""Real server processes on real SQLite files: contention across worker
+processes of the production server (config/serve.py), durability across SIGKILL, and the README's own start command."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ DEV = CONNECTION.split(";")[0]
 
 
 class Server:
-    """gunicorn with the production config, on its own database file."""
+    """The production server (python -m config.serve), on its own database file."""
 
     def __init__(self, tmp: Path, *, workers: int):
         self.db = tmp / "leasehold.sqlite3"
@@ -46,9 +46,11 @@ class Server:
         return self
 
     def start(self):
-        self.proc = subprocess.Popen([str(BIN / "gunicorn"), "-c", "config/gunicorn.py"], cwd=ROOT, env=self.env,
-                                     start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, self.proc)
+        # A file, not a pipe: a pipe nobody reads would stall a chatty server.
+        self.log = open(self.db.with_name("server.log"), "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=self.env,
+                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, self.proc, output=self.output)
         return self
 
     def kill(self):
@@ -56,6 +58,7 @@ class Server:
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+            self.log.close()
             # The workers inherited the listening socket and may outlive the
             # master by a moment: wait until nothing answers on the port, or
             # the next start() could mistake a dying worker for the new server.
@@ -68,14 +71,15 @@ class Server:
             raise AssertionError("the killed server's port still answers")
 
     def output(self) -> str:
-        return self.proc.stdout.read().decode(errors="replace") if self.proc and self.proc.stdout else ""
+        return self.db.with_name("server.log").read_bytes().decode(errors="replace")
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60, output=None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"server exited: {proc.stdout.read().decode(errors='replace')[-2000:]}")
+            text = output() if output else proc.stdout.read().decode(errors="replace")
+            raise AssertionError(f"server exited: {text[-2000:]}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
@@ -98,7 +102,7 @@ def server_factory(tmp_path):
 
 
 def test_many_processes_never_grant_one_blob_twice(server_factory):
-    """4 gunicorn workers, 32 clients contending for one blob: a client that
+    """4 worker processes, 32 clients contending for one blob: a client that
     got 201 holds the lease until it releases; no other 201 may arrive while
     it does. Zero 5xx, and every granted lease is in the history."""
     server = server_factory(workers=4).migrate().start()

@@ -49,7 +49,7 @@ class SlidingWindowCounter:
 
     def _connection(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
-        # A connection must not cross a fork (gunicorn --preload).
+        # A connection must not cross a fork (a server that forks workers after loading the app).
         if conn is None or self._local.pid != os.getpid():
             conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")

@@ -61,16 +61,24 @@ def _raw_path(environ: dict) -> str | None:
     return None
 
 
+# How SDKs percent-encode a path they sign: the Python, .NET and Java SDKs
+# keep only RFC 3986's unreserved characters (and '/'); the JavaScript SDK
+# (encodeURIComponent) also keeps ! ' ( ) *.
+SDK_PATH_SAFE = ("/~", "/~!'()*")
+
+
 def raw_paths(environ: dict, decoded_path: str) -> list[str]:
-    """The path as the client encoded it (gunicorn RAW_URI, uWSGI REQUEST_URI),
-    then the decoded path re-quoted the way the Python SDK quotes it."""
+    """The path as the client encoded it, when the server passes it on
+    (RAW_URI, REQUEST_URI), then the decoded path re-quoted as the SDKs quote
+    it. granian, the production server, passes only the decoded path."""
     paths = []
     raw = _raw_path(environ)
     if raw:
         paths.append(raw)
-    requoted = quote(decoded_path, safe="/~")
-    if requoted not in paths:
-        paths.append(requoted)
+    for safe in SDK_PATH_SAFE:
+        requoted = quote(decoded_path, safe=safe)
+        if requoted not in paths:
+            paths.append(requoted)
     return paths
 
 
@@ -134,7 +142,7 @@ def verify_shared_key(environ: dict, decoded_path: str, lookup):
     """Check a SharedKey request. ``lookup(name)`` returns ``(keys, found)``
     for the named account or None; answers ``found`` when a key signs the
     request, None when it is not signed at all, and raises the Azure error
-    otherwise. The path as sent is tried first, then the re-quoted one."""
+    otherwise. The path as sent is tried first, then the re-quoted ones."""
     header = environ.get("HTTP_AUTHORIZATION")
     if not header:
         return None
@@ -154,7 +162,7 @@ def verify_shared_key(environ: dict, decoded_path: str, lookup):
         for key in keys:
             if hmac.compare_digest(sign(key, first), signature):
                 return found
-        for path in raw_paths(environ, decoded_path)[1:]:  # the re-quoted path, if it differs
+        for path in raw_paths(environ, decoded_path)[1:]:  # other encodings, if they differ
             text = string_to_sign(environ, path, name)
             for key in keys:
                 if hmac.compare_digest(sign(key, text), signature):

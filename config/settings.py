@@ -99,6 +99,10 @@ def _database(spec: str) -> dict:
     synchronous = os.environ.get("LEASEHOLD_SQLITE_SYNCHRONOUS", "FULL").upper()
     if synchronous not in ("FULL", "NORMAL", "EXTRA"):
         raise ValueError("LEASEHOLD_SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
+    # When another process has written, SQLite drops this connection's whole
+    # page cache at the next transaction; memory-mapped reads make refilling
+    # it cheap (worker processes take turns writing).
+    mmap_bytes = int(os.environ.get("LEASEHOLD_SQLITE_MMAP_MB", "256")) * 2**20
     return {
         "ENGINE": "leases.sqlite_backend",
         "NAME": path,
@@ -117,6 +121,7 @@ def _database(spec: str) -> dict:
                 "PRAGMA journal_mode=WAL;"
                 f"PRAGMA synchronous={synchronous};"
                 "PRAGMA cache_size=-20000;"
+                f"PRAGMA mmap_size={mmap_bytes};"
                 "PRAGMA journal_size_limit=67108864"
             ),
         },

@@ -44,6 +44,8 @@ def main() -> None:
         del os.environ[name]
     host, port = _bind()
     level = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").lower()
+    if level not in ("critical", "error", "warning", "info", "debug"):
+        raise SystemExit("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
     Granian(
         "config.wsgi:application",
         address=host,

@@ -186,11 +186,14 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+LOG_LEVEL = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").upper()
+if LOG_LEVEL not in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
+    raise ValueError("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LEASEHOLD_LOG_LEVEL", "WARNING")},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
     # 412 ...) are normal outcomes, recorded in the lease history, and under
     # contention come by the thousand. 5xx are still logged.

@@ -40,3 +40,20 @@ def test_cli_refusals_are_clear(service):
         run("break", "devstoreaccount1/ops", "--period", "99")
     with pytest.raises(CommandError, match="account/container"):
         run("show", "justone")
+
+
+@pytest.mark.parametrize("level, ok", [("info", True), ("WARNING", True), ("debug", True), ("loud", False)])
+def test_log_level_setting_is_checked_at_start(level, ok):
+    """LEASEHOLD_LOG_LEVEL as the README writes it (lower case) starts the
+    server's Django; a misspelt level stops it with a message saying why."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "LEASEHOLD_LOG_LEVEL": level}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=Path(__file__).resolve().parent.parent,
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert (done.returncode == 0) == ok, done.stderr[-2000:]
+    if not ok:
+        assert "LEASEHOLD_LOG_LEVEL must be one of" in done.stderr

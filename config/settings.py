@@ -103,6 +103,7 @@ def _database(spec: str) -> dict:
     # page cache at the next transaction; memory-mapped reads make refilling
     # it cheap (worker processes take turns writing).
     mmap_bytes = int(os.environ.get("LEASEHOLD_SQLITE_MMAP_MB", "256")) * 2**20
+    checkpoint_interval = float(os.environ.get("LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL", "0.1"))
     return {
         "ENGINE": "leases.sqlite_backend",
         "NAME": path,
@@ -122,8 +123,14 @@ def _database(spec: str) -> dict:
                 f"PRAGMA synchronous={synchronous};"
                 "PRAGMA cache_size=-20000;"
                 f"PRAGMA mmap_size={mmap_bytes};"
-                "PRAGMA journal_size_limit=67108864"
+                "PRAGMA journal_size_limit=67108864;"
+                # Checkpoints run in a thread of their own (leases.sqlite_backend),
+                # not inside a request's commit; this only bounds the WAL if
+                # that thread falls behind.
+                f"PRAGMA wal_autocheckpoint={10000 if checkpoint_interval else 1000}"
             ),
+            # Seconds between background WAL checkpoints; 0: in the commits, as SQLite does.
+            "checkpoint_interval": checkpoint_interval,
         },
         # One file per test run, so parallel runs on one machine never collide.
         "TEST": {"NAME": os.environ.get("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},

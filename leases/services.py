@@ -228,7 +228,8 @@ def _compile_update(model, columns, conn):
 
 
 def _compile_event_insert(conn):
-    """INSERT INTO lease history: every column but the auto primary key."""
+    """INSERT INTO lease history: every column but the auto primary key; with
+    each column's position, and a row of defaults ready to send."""
     fields = [f for f in LeaseEvent._meta.local_concrete_fields if not f.primary_key]
     dummy = LeaseEvent(**{f.attname: _PLACEHOLDER_VALUES[f.get_internal_type()] for f in fields})
     query = InsertQuery(LeaseEvent)
@@ -236,35 +237,60 @@ def _compile_event_insert(conn):
     [(sql, params)] = query.get_compiler(connection=conn).as_sql()
     if len(params) != len(fields):
         raise AssertionError(f"unexpected INSERT shape: {sql}")
-    return _native(sql, conn), fields, _preparers(fields)
+    preparers = _preparers(fields)
+    defaults = _prepared(preparers, [f.get_default() for f in fields], conn)
+    return _native(sql, conn), preparers, {f.attname: i for i, f in enumerate(fields)}, defaults
 
 
-def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime,
-            status: int, error: LeaseholdError | None = None, lease_id=None, proposed_id=None,
-            duration=None, break_period=None, lease_time=None, state_before="", state_after="",
-            generation=None, reason: str = "", expires_at=None, cursor=None) -> None:
-    """Append one history event in the caller's transaction (on ``cursor``
-    if given). A column added to LeaseEvent later gets its default."""
-    row = dict(
-        occurred_at=now, action=(action or "")[:16],
-        outcome=LeaseEvent.Outcome.REFUSED.value if error else LeaseEvent.Outcome.SUCCESS.value,
-        resource_type=ref.noun, account=ref.account, container=ref.container, blob=ref.blob or "",
-        lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
-        lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after, generation=generation,
-        status_code=error.status if error else status, error_code=error.code if error else "",
-        actor=actor.name[:200], via=actor.via, reason=reason[:500], request_id=actor.request_id,
-        client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
-        user_agent=actor.user_agent[:512],
-    )
+def _event_set(values: list, conn, preparers, position, **columns) -> None:
+    for name, value in columns.items():
+        i = position[name]
+        prepare = preparers[i]
+        values[i] = value if prepare is None or value is None else prepare(value, conn)
+
+
+def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
+                 conn) -> list:
+    """A history row's values known before the resource is read -- when, what,
+    on what, by whom -- prepared for the database, so that the lease hot path
+    builds them before it takes the write lock, not while holding it."""
+    _, preparers, position, defaults = _compiled(conn, "event", _compile_event_insert)
+    values = list(defaults)  # a column added to LeaseEvent later gets its default
+    _event_set(values, conn, preparers, position,
+               occurred_at=now, action=(action or "")[:16], resource_type=ref.noun, account=ref.account,
+               container=ref.container, blob=ref.blob or "", actor=actor.name[:200], via=actor.via,
+               reason=reason[:500], request_id=actor.request_id,
+               client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
+               user_agent=actor.user_agent[:512])
+    return values
+
+
+def _event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
+                  proposed_id=None, duration=None, break_period=None, lease_time=None, state_before="",
+                  state_after="", generation=None, expires_at=None, cursor=None) -> None:
+    """Complete a row from ``_event_start`` with the outcome and append it in
+    the caller's transaction (on ``cursor`` if given)."""
     conn = transaction.get_connection()
-    sql, fields, preparers = _compiled(conn, "event", _compile_event_insert)
-    values = [row[f.attname] if f.attname in row else f.get_default() for f in fields]
-    params = _prepared(preparers, values, conn)
+    sql, preparers, position, _ = _compiled(conn, "event", _compile_event_insert)
+    _event_set(values, conn, preparers, position,
+               outcome=LeaseEvent.Outcome.REFUSED.value if error else LeaseEvent.Outcome.SUCCESS.value,
+               status_code=error.status if error else status, error_code=error.code if error else "",
+               lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
+               lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after,
+               generation=generation)
     if cursor is not None:
-        cursor.execute(sql, params)
+        cursor.execute(sql, values)
     else:
         with _driver_cursor(conn) as own:
-            own.execute(sql, params)
+            own.execute(sql, values)
+
+
+def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
+            **outcome) -> None:
+    """Append one history event in the caller's transaction."""
+    values = _event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
+                          conn=transaction.get_connection())
+    _event_finish(values, **outcome)
 
 
 def _deadline(record: machine.LeaseRecord):
@@ -319,6 +345,8 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
         checked = conditions.dates_only() if noun == machine.CONTAINER else conditions
     except LeaseholdError as err:
         refusal = err
+    event = _event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
+                         conn=transaction.get_connection())
 
     def write(refusal=refusal):
         obj = outcome = None
@@ -334,8 +362,8 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                 except LeaseholdError as err:
                     refusal = err
             if refusal is not None:
-                _record(ref=ref, actor=actor, action=action, now=now, status=refusal.status, error=refusal,
-                        state_after=facts.get("state_before", ""), reason=reason, cursor=cursor, **facts)
+                _event_finish(event, status=refusal.status, error=refusal,
+                              state_after=facts.get("state_before", ""), cursor=cursor, **facts)
                 if refusal.code in REFUSAL_DETAIL_CODES and obj is not None:
                     refusal.detail.update(_refusal_detail(obj, now))
             else:
@@ -352,8 +380,7 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                              lease_time=outcome.lease_time, expires_at=_deadline(outcome.record),
                              lease_id=params["lease_id"] or outcome.lease_id or previous_id,
                              duration=outcome.record.duration if action != "break" else None)
-                _record(ref=ref, actor=actor, action=action, now=now, status=SUCCESS_STATUS[action],
-                        reason=reason, cursor=cursor, **facts)
+                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, **facts)
         return obj, outcome, refusal
 
     obj, outcome, refusal = _write_transaction(write)

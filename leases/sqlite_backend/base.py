@@ -257,7 +257,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def _start_transaction_under_autocommit(self):
         self._take_writer_lock()
         try:
-            super()._start_transaction_under_autocommit()
+            # As Django's, on the driver's connection rather than through a
+            # cursor wrapper: this runs under the writer lock, on every write.
+            with self.wrap_database_errors:
+                self.connection.execute(f"BEGIN {self.transaction_mode or ''}")
         except BaseException:
             self._drop_writer_lock()
             raise

@@ -229,7 +229,7 @@ class Leasehold(Server):
             return self.command
         get = self.env.get
         return (f"granian (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')} "
-                f"threads={get('LEASEHOLD_THREADS', '8')}")
+                f"threads={get('LEASEHOLD_THREADS', '1')}")
 
     def history_count(self) -> int:
         import sqlite3

@@ -237,6 +237,9 @@ def _compile_event_insert(conn):
     [(sql, params)] = query.get_compiler(connection=conn).as_sql()
     if len(params) != len(fields):
         raise AssertionError(f"unexpected INSERT shape: {sql}")
+    per_row = [f.name for f in fields if f.has_default() and callable(f.default)]
+    if per_row:  # the defaults below are computed once, not per event
+        raise AssertionError(f"history columns with callable defaults need _event_start to set them: {per_row}")
     preparers = _preparers(fields)
     defaults = _prepared(preparers, [f.get_default() for f in fields], conn)
     return _native(sql, conn), preparers, {f.attname: i for i, f in enumerate(fields)}, defaults

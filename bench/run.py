@@ -435,10 +435,13 @@ def soak(args, all_servers: list[servers.Server], deadline: float) -> int:
     for s in all_servers:
         seconds = min(args.soak_seconds, max(10.0, deadline - time.monotonic() - 30))
         print(f"\n## soak: {s.name}, {args.soak_clients} clients cycling acquire -> renew -> release over "
-              f"{len(blobs)} distinct blobs for {seconds:.0f}s; RSS in MiB of every server process")
+              f"{len(blobs)} distinct blobs for {seconds:.0f}s; RSS in MiB of every server process, "
+              f"and the anonymous part of their total (heap: what a leak grows; the rest is mapped "
+              f"database pages, which grow with the database)")
         pids = s.pids()
         labels = [f"{p} {'main' if p == s.proc.pid else 'worker'}" for p in pids]
-        print(f"  {'t s':>5} {'req/s':>7}  " + "  ".join(f"{lab:>14}" for lab in labels) + f"  {'total':>8}")
+        print(f"  {'t s':>5} {'req/s':>7}  " + "  ".join(f"{lab:>14}" for lab in labels)
+              + f"  {'total':>8}  {'anon':>8}")
         recs = [loadgen.Recorder() for _ in range(args.soak_clients)]
         t0 = time.perf_counter()
         stop_at = t0 + seconds
@@ -457,11 +460,12 @@ def soak(args, all_servers: list[servers.Server], deadline: float) -> int:
             now = time.perf_counter()
             n = sum(len(r.records) for r in recs)
             rss = [servers.rss_mib(p) for p in pids]
+            anon = sum(servers.anon_mib(p) for p in pids)
             rate = (n - last_n) / (now - last_t) if now > last_t else 0.0
             last_n, last_t = n, now
-            samples.append((now - t0, rss))
+            samples.append((now - t0, rss, anon))
             print(f"  {now - t0:5.0f} {rate:7.0f}  " + "  ".join(f"{x:14.1f}" for x in rss)
-                  + f"  {sum(rss):8.1f}", flush=True)
+                  + f"  {sum(rss):8.1f}  {anon:8.1f}", flush=True)
             if now >= stop_at:
                 break
             next_t += args.soak_interval
@@ -472,11 +476,11 @@ def soak(args, all_servers: list[servers.Server], deadline: float) -> int:
             1 for r in recs for (_, a, st, _) in r.records if st not in EXPECTED[a])
         total = sum(len(r.records) for r in recs)
         # growth after the first third (every blob has been touched by then; caches are warm)
-        base_i = next((i for i, (t, _) in enumerate(samples) if t >= max(60.0, seconds / 3)), 0)
-        first, last = samples[base_i][1], samples[-1][1]
-        print(f"  requests {total:,}, errors {errors}; RSS growth from t={samples[base_i][0]:.0f}s to the end: "
+        base_i = next((i for i, (t, _, _) in enumerate(samples) if t >= max(60.0, seconds / 3)), 0)
+        (t_first, first, anon_first), (_, last, anon_last) = samples[base_i], samples[-1]
+        print(f"  requests {total:,}, errors {errors}; RSS growth from t={t_first:.0f}s to the end: "
               + ", ".join(f"{lab} {b - a:+.1f} MiB" for lab, a, b in zip(labels, first, last))
-              + f"; total {sum(last) - sum(first):+.1f} MiB")
+              + f"; total {sum(last) - sum(first):+.1f} MiB, of it anonymous {anon_last - anon_first:+.1f} MiB")
         if isinstance(s, servers.Leasehold):
             print(f"  history events in the database: {s.history_count():,}")
     return 0

@@ -118,6 +118,20 @@ def rss_mib(pid: int) -> float:
         return 0.0
 
 
+def anon_mib(pid: int) -> float:
+    """Anonymous resident memory (heap, stacks): what a leak grows. RSS also
+    counts the memory-mapped database pages a worker has read, which grow
+    with the database (up to LEASEHOLD_SQLITE_MMAP_MB) and are page cache."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"RssAnon:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def cmdline(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:

@@ -11,7 +11,7 @@ import time
 import pytest
 from django.db import connection
 
-from leases.sqlite_backend.base import Checkpointer, _checkpointers, _writer_lock
+from leases.sqlite_backend.base import Checkpointer, _checkpointers, _writer_lock, writer_lock_path
 
 
 def _main_file_rows(path) -> int | None:
@@ -69,7 +69,7 @@ def test_the_wal_is_started_over_rather_than_grown_while_writers_keep_writing(tm
     thread.start()
     page = b"x" * 4000
     for i in range(3000):  # ~6,000 frames, 24 MB written to the WAL in all
-        with _writer_lock(path + ".writer-lock"):  # as every writer of leases.sqlite_backend
+        with _writer_lock(writer_lock_path(path)):  # as every writer of leases.sqlite_backend
             writer.execute("BEGIN IMMEDIATE")
             writer.execute("INSERT INTO t VALUES (?)", (page,))
             writer.execute("COMMIT")

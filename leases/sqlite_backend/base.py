@@ -162,7 +162,7 @@ class Checkpointer(threading.Thread):
                 # otherwise it would only grow. Nothing new: nothing to do.
                 busy, frames, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 if not busy and frames != settled:  # busy: another process is at it
-                    with _writer_lock(self.path + ".writer-lock"):
+                    with _writer_lock(writer_lock_path(self.path)):
                         _, settled, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 self.checkpoints += 1
             except sqlite3.Error as exc:  # busy, or the file went away: try again later
@@ -174,9 +174,22 @@ class Checkpointer(threading.Thread):
             con.close()
 
 
+def writer_lock_path(name: str) -> str | None:
+    """The writer lock's file beside database ``name``; None for an
+    in-memory database (its connections share nothing to lock)."""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return name + ".writer-lock"
+
+
+def _open_lock_file(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+
 @contextmanager
 def _writer_lock(path: str):
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    """The writer lock, for a thread that has no DatabaseWrapper."""
+    fd = _open_lock_file(path)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -204,16 +217,15 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def get_connection_params(self):
         params = super().get_connection_params()
-        # Ours, not sqlite3.connect's.
-        self._checkpoint_interval = float(params.pop("checkpoint_interval", 0) or 0)
+        params.pop("checkpoint_interval", None)  # ours, not sqlite3.connect's
         return params
 
     def get_new_connection(self, conn_params):
         conn = super().get_new_connection(conn_params)
-        path = self._writer_lock_path()
-        if self._checkpoint_interval > 0 and path is not None:
+        interval = float(self.settings_dict["OPTIONS"].get("checkpoint_interval") or 0)
+        if interval > 0 and self._writer_lock_path() is not None:
             synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
-            ensure_checkpointer(str(self.settings_dict["NAME"]), self._checkpoint_interval,
+            ensure_checkpointer(str(self.settings_dict["NAME"]), interval,
                                 {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(synchronous, "FULL"))
         return conn
 
@@ -233,10 +245,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return group.run(fn)
 
     def _writer_lock_path(self) -> str | None:
-        name = str(self.settings_dict["NAME"])
-        if not name or name == ":memory:" or name.startswith("file:"):
-            return None
-        return name + ".writer-lock"
+        return writer_lock_path(str(self.settings_dict["NAME"]))
 
     def _take_writer_lock(self) -> None:
         if self._writer_held:
@@ -245,7 +254,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             path = self._writer_lock_path()
             if path is None:
                 return
-            self._writer_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._writer_fd = _open_lock_file(path)
         fcntl.flock(self._writer_fd, fcntl.LOCK_EX)
         self._writer_held = True
 

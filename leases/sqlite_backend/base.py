@@ -131,14 +131,27 @@ class Checkpointer(threading.Thread):
         self.rounds = 0  # wake-ups
         self.checkpoints = 0  # checkpoints that ran
         self.stopping = threading.Event()
+        self._settled = -1  # WAL frames when last copied with the writers held off
 
     def stop(self) -> None:
         self.stopping.set()
         self.join()
 
+    def checkpoint(self, con) -> None:
+        """One round on connection ``con``: the bulk beside the writers; then,
+        under the writer lock so that nothing is appended meanwhile, the
+        frames committed during the first pass. Only a fully copied WAL is
+        started over (overwritten from its beginning) by the next writer;
+        otherwise it would only grow. Nothing new since the last round:
+        nothing to do."""
+        busy, frames, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if not busy and frames != self._settled:  # busy: another process is at it
+            with _writer_lock(writer_lock_path(self.path)):
+                _, self._settled, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        self.checkpoints += 1
+
     def run(self) -> None:
         con = con_inode = None
-        settled = -1  # WAL frames when last copied with the writers held off
         while not self.stopping.wait(self.interval):
             self.rounds += 1
             try:
@@ -155,16 +168,7 @@ class Checkpointer(threading.Thread):
                     con = sqlite3.connect(self.path, timeout=0.1, isolation_level=None)
                     con.execute(f"PRAGMA synchronous={self.synchronous}")
                     con_inode = inode
-                # The bulk beside the writers; then, under the writer lock so
-                # that nothing is appended meanwhile, the frames committed
-                # during the first pass: only a fully copied WAL is started
-                # over (overwritten from its beginning) by the next writer;
-                # otherwise it would only grow. Nothing new: nothing to do.
-                busy, frames, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                if not busy and frames != settled:  # busy: another process is at it
-                    with _writer_lock(writer_lock_path(self.path)):
-                        _, settled, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                self.checkpoints += 1
+                self.checkpoint(con)
             except sqlite3.Error as exc:  # busy, or the file went away: try again later
                 log.debug("checkpoint of %s: %s", self.path, exc)
                 if con is not None:

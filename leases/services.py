@@ -270,10 +270,10 @@ def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, 
 
 def _event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
                   proposed_id=None, duration=None, break_period=None, lease_time=None, state_before="",
-                  state_after="", generation=None, expires_at=None, cursor=None) -> None:
+                  state_after="", generation=None, expires_at=None, cursor=None, conn=None) -> None:
     """Complete a row from ``_event_start`` with the outcome and append it in
-    the caller's transaction (on ``cursor`` if given)."""
-    conn = transaction.get_connection()
+    the caller's transaction (on ``cursor`` of ``conn`` if given)."""
+    conn = conn or transaction.get_connection()
     sql, preparers, position, _ = _compiled(conn, "event", _compile_event_insert)
     _event_set(values, conn, preparers, position,
                outcome=LeaseEvent.Outcome.REFUSED.value if error else LeaseEvent.Outcome.SUCCESS.value,
@@ -366,7 +366,7 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                     refusal = err
             if refusal is not None:
                 _event_finish(event, status=refusal.status, error=refusal,
-                              state_after=facts.get("state_before", ""), cursor=cursor, **facts)
+                              state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
                 if refusal.code in REFUSAL_DETAIL_CODES and obj is not None:
                     refusal.detail.update(_refusal_detail(obj, now))
             else:
@@ -383,7 +383,7 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                              lease_time=outcome.lease_time, expires_at=_deadline(outcome.record),
                              lease_id=params["lease_id"] or outcome.lease_id or previous_id,
                              duration=outcome.record.duration if action != "break" else None)
-                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, **facts)
+                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
         return obj, outcome, refusal
 
     obj, outcome, refusal = _write_transaction(write)

@@ -236,6 +236,13 @@ def _timed(conn: Connection, data: bytes, action: int, rec: Recorder):
     return status, hl
 
 
+def _failed(rec: Recorder, conn: Connection, exc: Exception) -> None:
+    """Count a request that got no answer; reconnect on the next one."""
+    rec.failures.append(f"{type(exc).__name__}: {exc}")
+    conn.close()
+    time.sleep(0.01)  # a server that refuses connections is not hammered
+
+
 def cycle_worker(host: str, port: int, reqs: list[LeaseRequests], stop_at: float, rec: Recorder,
                  max_cycles: int = 10_000_000) -> None:
     """acquire -> renew -> release, over and over, on this client's own blobs
@@ -260,9 +267,7 @@ def cycle_worker(host: str, port: int, reqs: list[LeaseRequests], stop_at: float
                 if st != 200:
                     _timed(conn, r.break_now(), BREAK, rec)
             except (OSError, ConnectionError, ValueError) as exc:
-                rec.failures.append(f"{type(exc).__name__}: {exc}")
-                conn.close()
-                time.sleep(0.01)
+                _failed(rec, conn, exc)
     finally:
         conn.close()
 
@@ -308,8 +313,6 @@ def contention_worker(me: int, host: str, port: int, r: LeaseRequests, arena: Ar
                 if st != 200:
                     rec.lost += 1
             except (OSError, ConnectionError, ValueError) as exc:
-                rec.failures.append(f"{type(exc).__name__}: {exc}")
-                conn.close()
-                time.sleep(0.01)
+                _failed(rec, conn, exc)
     finally:
         conn.close()

@@ -78,21 +78,12 @@ def subject(request, service, clock):
 
 
 def lease_cells():
-    for proposed, row in ACQUIRE.items():
-        for state, want in row.items():
-            yield "acquire", state, (proposed,), want
-    for lease_id, row in RENEW.items():
-        for state, want in row.items():
-            yield "renew", state, (lease_id,), want
-    for pair, row in CHANGE.items():
-        for state, want in row.items():
-            yield "change", state, pair, want
-    for lease_id, row in RELEASE.items():
-        for state, want in row.items():
-            yield "release", state, (lease_id,), want
-    for period, row in BREAK.items():
-        for state, want in row.items():
-            yield "break", state, (period,), want
+    tables = (("acquire", ACQUIRE), ("renew", RENEW), ("change", CHANGE), ("release", RELEASE), ("break", BREAK))
+    for action, table in tables:
+        for key, row in table.items():  # change's rows are keyed by (lease id, proposed id)
+            args = key if action == "change" else (key,)
+            for state, want in row.items():
+                yield action, state, args, want
 
 
 def _name(value):

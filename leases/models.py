@@ -58,13 +58,20 @@ class LeaseFields(models.Model):
         return machine.LeaseRecord(self.lease_state, self.lease_id, self.lease_duration,
                                    self.lease_expires_at, self.lease_break_at, self.lease_generation)
 
-    def set_lease_record(self, record: machine.LeaseRecord) -> None:
-        self.lease_state = record.state
-        self.lease_id = record.lease_id
-        self.lease_duration = record.duration
-        self.lease_expires_at = record.expires_at
-        self.lease_break_at = record.break_at
-        self.lease_generation = record.generation
+    def set_lease_record(self, record: machine.LeaseRecord) -> tuple[str, ...]:
+        """Store ``record``; return the lease columns whose value changed.
+        Saving only those matters on the hot path: SQLite rewrites an index
+        whenever an UPDATE sets one of its columns, equal value or not, and
+        every page it touches is another page written to the WAL (a renew
+        changes only the deadline, so it leaves the state and lease id
+        indexes alone)."""
+        new = (record.state, record.lease_id, record.duration, record.expires_at, record.break_at,
+               record.generation)
+        changed = tuple(column for column, value in zip(self.LEASE_COLUMNS, new)
+                        if getattr(self, column) != value)
+        for column in changed:
+            setattr(self, column, new[self.LEASE_COLUMNS.index(column)])
+        return changed
 
     LEASE_COLUMNS = ("lease_state", "lease_id", "lease_duration", "lease_expires_at",
                      "lease_break_at", "lease_generation")

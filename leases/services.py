@@ -301,10 +301,13 @@ def _deadline(record: machine.LeaseRecord):
 
 
 def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str, conn, cursor) -> None:
-    """``obj.save(update_fields=[lease columns, *extra])`` as one compiled UPDATE."""
-    obj.set_lease_record(record)
+    """``obj.save(update_fields=[changed lease columns, *extra])`` as one
+    compiled UPDATE (one per combination of columns, compiled once); none if
+    nothing changed."""
+    columns = (*obj.set_lease_record(record), *extra)
+    if not columns:
+        return
     model = type(obj)
-    columns = (*obj.LEASE_COLUMNS, *extra)
     sql, names, preparers = _compiled(conn, ("update", model, columns), lambda c: _compile_update(model, columns, c))
     cursor.execute(sql, [*_prepared(preparers, [getattr(obj, n) for n in names], conn), obj.pk])
 
@@ -520,8 +523,7 @@ def _after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: dateti
         return []
     _record(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=blob.lease_generation)
-    blob.set_lease_record(record)
-    return list(blob.LEASE_COLUMNS)
+    return list(blob.set_lease_record(record))
 
 
 def _guid_header(value, noun: str) -> uuid.UUID | None:

@@ -1,0 +1,89 @@
+"""The lease transaction's shape on SQLite, statement by statement, as the
+driver runs it: one read, one write of the lease columns that changed, one
+history insert, between BEGIN IMMEDIATE and COMMIT. Every extra statement or
+index touched under the writer lock is time every other writer waits."""
+
+import re
+import uuid
+
+import pytest
+from django.db import connection
+
+from leases import services
+from leases.models import Blob, LeaseEvent
+from leases.services import Actor, ResourceRef
+
+ACCOUNT = "devstoreaccount1"
+REF = ResourceRef(ACCOUNT, "hot", "path.txt")
+ACTOR = Actor(name=f"account:{ACCOUNT}", via="azure")
+
+
+@pytest.fixture
+def blob(transactional_db, clock):
+    services.account_ensure(name=ACCOUNT, key1="a2V5")
+    services.container_create(account=ACCOUNT, name="hot")
+    services.blob_put(ref=REF, actor=ACTOR, content=b"x")
+    return REF
+
+
+@pytest.fixture
+def statements():
+    """The SQL the driver runs from here on (the compiled hot path bypasses
+    Django's cursor wrappers, so only the driver sees all of it)."""
+    seen: list[str] = []
+    connection.ensure_connection()
+    connection.connection.set_trace_callback(seen.append)
+    yield seen
+    connection.connection.set_trace_callback(None)
+
+
+def _shape(sql: str) -> str:
+    sql = " ".join(sql.split())
+    if sql.startswith("UPDATE"):
+        return "UPDATE " + ",".join(sorted(re.findall(r'"(\w+)" = ', sql.split(" WHERE ")[0])))
+    return sql.split(" ")[0] + (" IMMEDIATE" if sql.startswith("BEGIN IMMEDIATE") else "")
+
+
+def test_acquire_renew_release_are_one_read_one_write_one_event(blob, statements, clock):
+    lease_id = uuid.uuid4()
+    services.lease_acquire(ref=blob, actor=ACTOR, duration=15, proposed_lease_id=lease_id)
+    acquire = [_shape(s) for s in statements]
+    statements.clear()
+    clock.advance(5)
+    services.lease_renew(ref=blob, actor=ACTOR, lease_id=lease_id)
+    renew = [_shape(s) for s in statements]
+    statements.clear()
+    services.lease_release(ref=blob, actor=ACTOR, lease_id=lease_id)
+    release = [_shape(s) for s in statements]
+
+    new_lease = ("lease_state", "lease_id", "lease_duration", "lease_expires_at", "lease_generation",
+                 "lease_acquired_at", "lease_holder", "lease_holder_address", "lease_holder_request_id")
+    assert acquire == ["BEGIN IMMEDIATE", "SELECT", "UPDATE " + ",".join(sorted(new_lease)), "INSERT", "COMMIT"]
+    # a renew moves the deadline only: the state, lease id and break indexes are not rewritten
+    assert renew == ["BEGIN IMMEDIATE", "SELECT", "UPDATE lease_expires_at", "INSERT", "COMMIT"]
+    assert release == ["BEGIN IMMEDIATE", "SELECT",
+                       "UPDATE lease_duration,lease_expires_at,lease_id,lease_state", "INSERT", "COMMIT"]
+    row = Blob.objects.get(name=blob.blob)
+    assert (row.lease_state, row.lease_id, row.lease_expires_at, row.lease_generation) == ("available", None, None, 1)
+    assert list(LeaseEvent.objects.order_by("id").values_list("action", "outcome")) == [
+        ("acquire", "success"), ("renew", "success"), ("release", "success")]
+
+
+def test_an_action_that_changes_nothing_writes_only_its_event(blob, statements, clock):
+    services.lease_acquire(ref=blob, actor=ACTOR, duration=15)
+    services.lease_break(ref=blob, actor=ACTOR, break_period=0)
+    statements.clear()
+    # breaking a broken lease succeeds (202) and leaves the record as it is
+    services.lease_break(ref=blob, actor=ACTOR, break_period=0)
+    assert [_shape(s) for s in statements] == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]
+    assert Blob.objects.get(name=blob.blob).lease_state == "broken"
+    assert LeaseEvent.objects.filter(action="break", outcome="success").count() == 2
+
+
+def test_a_refusal_reads_and_records_but_writes_no_lease(blob, statements, clock):
+    services.lease_acquire(ref=blob, actor=ACTOR, duration=15)
+    statements.clear()
+    with pytest.raises(services.LeaseholdError) as refused:
+        services.lease_acquire(ref=blob, actor=ACTOR, duration=15)
+    assert refused.value.code == "LeaseAlreadyPresent"
+    assert [_shape(s) for s in statements] == ["BEGIN IMMEDIATE", "SELECT", "INSERT", "COMMIT"]

@@ -131,6 +131,9 @@ def _database(spec: str) -> dict:
             ),
             # Seconds between background WAL checkpoints; 0: in the commits, as SQLite does.
             "checkpoint_interval": checkpoint_interval,
+            # With FULL: fsync the WAL after releasing the writer lock, before
+            # the commit returns, instead of inside COMMIT (leases.sqlite_backend).
+            "sync_outside_lock": os.environ.get("LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK", "1") != "0",
         },
         # One file per test run, so parallel runs on one machine never collide.
         "TEST": {"NAME": os.environ.get("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},

@@ -29,6 +29,24 @@ that first pass, so the WAL is fully copied and the next writer starts it
 over instead of growing it. The request connections keep
 ``wal_autocheckpoint`` only as a bound on the WAL should the thread fall
 behind or stop. Durability does not depend on it: commits still fsync the WAL.
+
+The fsync after the writer lock (``sync_outside_lock`` in OPTIONS, with
+synchronous=FULL): SQLite fsyncs the WAL inside COMMIT, so every other
+writer waits for that fsync too; it was the largest part of a lease
+transaction's time under the lock. Instead, a write transaction runs at
+synchronous=NORMAL (SQLite writes the WAL frames but does not fsync them),
+the writer lock is released after COMMIT, and then the connection fsyncs the
+WAL itself before the commit returns -- so, as with FULL, nobody is answered
+before their transaction is on disk, while the next writer already works
+under the lock; and one fsync flushes every frame written before it, by any
+process. Everything else on the connection stays at FULL. The difference
+from FULL: another connection can read the transaction during that fsync,
+before it is on disk (SQLite makes it visible on COMMIT). Any write that
+follows such a read is appended after it in the WAL, so its own fsync makes
+what it read durable first; only a pure read can report a state that a power
+cut within that fraction of a millisecond takes back, never a lease granted
+to the client who acquired it. ``sync_outside_lock: False`` keeps SQLite's
+own fsync under the lock.
 """
 
 from __future__ import annotations
@@ -42,6 +60,7 @@ from contextlib import contextmanager
 
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
+from django.db.utils import OperationalError
 from django.db.backends.sqlite3 import base
 
 
@@ -218,19 +237,31 @@ def ensure_checkpointer(path: str, interval: float, synchronous: str) -> Checkpo
 class DatabaseWrapper(base.DatabaseWrapper):
     _writer_fd: int | None = None
     _writer_held = False
+    _wal_path: str | None = None  # set: fsync the WAL after the writer lock (module docstring)
+    _wal_fd: int | None = None
+    _relaxed = False  # this transaction runs at synchronous=NORMAL and owes an fsync
 
     def get_connection_params(self):
         params = super().get_connection_params()
         params.pop("checkpoint_interval", None)  # ours, not sqlite3.connect's
+        params.pop("sync_outside_lock", None)
         return params
 
     def get_new_connection(self, conn_params):
         conn = super().get_new_connection(conn_params)
-        interval = float(self.settings_dict["OPTIONS"].get("checkpoint_interval") or 0)
-        if interval > 0 and self._writer_lock_path() is not None:
-            synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+        self._wal_path = None
+        options = self.settings_dict["OPTIONS"]
+        if self._writer_lock_path() is None:
+            return conn
+        synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
+        interval = float(options.get("checkpoint_interval") or 0)
+        if interval > 0:
             ensure_checkpointer(str(self.settings_dict["NAME"]), interval,
                                 {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(synchronous, "FULL"))
+        if (options.get("sync_outside_lock") and synchronous == 2
+                and conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"):
+            _, _, path = conn.execute("PRAGMA database_list").fetchone()  # main, absolute
+            self._wal_path = path + "-wal"
         return conn
 
     def group_commit(self, fn):
@@ -268,33 +299,69 @@ class DatabaseWrapper(base.DatabaseWrapper):
             fcntl.flock(self._writer_fd, fcntl.LOCK_UN)
 
     def _start_transaction_under_autocommit(self):
-        self._take_writer_lock()
+        if self._wal_path is not None:
+            with self.wrap_database_errors:
+                self.connection.execute("PRAGMA synchronous=NORMAL")
+            self._relaxed = True
         try:
+            self._take_writer_lock()
             # As Django's, on the driver's connection rather than through a
             # cursor wrapper: this runs under the writer lock, on every write.
             with self.wrap_database_errors:
                 self.connection.execute(f"BEGIN {self.transaction_mode or ''}")
         except BaseException:
             self._drop_writer_lock()
+            self._restore_full()
             raise
 
     def _commit(self):
         try:
-            return super()._commit()
+            try:
+                result = super()._commit()
+            finally:
+                self._drop_writer_lock()
+            if self._relaxed:
+                self._sync_wal()
+            return result
         finally:
-            self._drop_writer_lock()
+            self._restore_full()
 
     def _rollback(self):
         try:
             return super()._rollback()
         finally:
             self._drop_writer_lock()
+            self._restore_full()
 
     def _close(self):
         try:
             return super()._close()
         finally:
             self._drop_writer_lock()
-            if self._writer_fd is not None:
-                os.close(self._writer_fd)
-                self._writer_fd = None
+            self._relaxed = False
+            for name in ("_writer_fd", "_wal_fd"):
+                fd = getattr(self, name)
+                if fd is not None:
+                    os.close(fd)
+                    setattr(self, name, None)
+
+    def _sync_wal(self) -> None:
+        """fsync the WAL: the frames this transaction appended, and any
+        appended before them. The file stays the same while this connection
+        is open (SQLite deletes the WAL only when the last connection closes;
+        a restart rewrites it in place), so its descriptor is kept."""
+        try:
+            if self._wal_fd is None:
+                self._wal_fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
+            (getattr(os, "fdatasync", None) or os.fsync)(self._wal_fd)  # macOS has no fdatasync
+        except OSError as exc:
+            # Committed and visible, but not known to be on disk: the caller
+            # must not report success.
+            raise OperationalError(f"could not fsync the write-ahead log: {exc}") from exc
+
+    def _restore_full(self) -> None:
+        if self._relaxed:
+            self._relaxed = False
+            if self.connection is not None:
+                with self.wrap_database_errors:
+                    self.connection.execute("PRAGMA synchronous=FULL")

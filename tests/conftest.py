@@ -46,6 +46,21 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 @pytest.fixture
+def make_blob(transactional_db, clock):
+    """make_blob(ref, actor): create ref's account, container and blob through
+    the services (outside any test transaction: the writes really commit)."""
+    from leases import services
+
+    def make(ref, actor):
+        services.account_ensure(name=ref.account, key1="a2V5")
+        services.container_create(account=ref.account, name=ref.container)
+        services.blob_put(ref=ref, actor=actor, content=b"x")
+        return ref
+
+    return make
+
+
+@pytest.fixture
 def azure_server(transactional_db, clock):
     """Base URL of a live, threaded server running the real WSGI app."""
     from config.wsgi import application

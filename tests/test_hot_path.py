@@ -21,11 +21,8 @@ ACTOR = Actor(name=f"account:{ACCOUNT}", via="azure")
 
 
 @pytest.fixture
-def blob(transactional_db, clock):
-    services.account_ensure(name=ACCOUNT, key1="a2V5")
-    services.container_create(account=ACCOUNT, name="hot")
-    services.blob_put(ref=REF, actor=ACTOR, content=b"x")
-    return REF
+def blob(make_blob):
+    return make_blob(REF, ACTOR)
 
 
 @pytest.fixture

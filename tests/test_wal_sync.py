@@ -26,11 +26,8 @@ ACTOR = Actor(name="cli", via="cli")
 
 
 @pytest.fixture
-def blob(transactional_db, clock):
-    services.account_ensure(name=ACCOUNT, key1="a2V5")
-    services.container_create(account=ACCOUNT, name="sync")
-    services.blob_put(ref=REF, actor=ACTOR, content=b"x")
-    return REF
+def blob(make_blob):
+    return make_blob(REF, ACTOR)
 
 
 def _db_path() -> str:

@@ -67,11 +67,12 @@ class LeaseFields(models.Model):
         indexes alone)."""
         new = (record.state, record.lease_id, record.duration, record.expires_at, record.break_at,
                record.generation)
-        changed = tuple(column for column, value in zip(self.LEASE_COLUMNS, new)
-                        if getattr(self, column) != value)
-        for column in changed:
-            setattr(self, column, new[self.LEASE_COLUMNS.index(column)])
-        return changed
+        changed = []
+        for column, value in zip(self.LEASE_COLUMNS, new):
+            if getattr(self, column) != value:
+                setattr(self, column, value)
+                changed.append(column)
+        return tuple(changed)
 
     LEASE_COLUMNS = ("lease_state", "lease_id", "lease_duration", "lease_expires_at",
                      "lease_break_at", "lease_generation")

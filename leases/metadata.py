@@ -35,6 +35,8 @@ def validate(pairs: Mapping | None) -> dict:
     seen: set[str] = set()
     total = 0
     for name, value in pairs.items():
+        if name == "":
+            raise LeaseholdError("EmptyMetadataKey")
         if not isinstance(name, str) or not NAME.match(name):
             raise invalid(f"Metadata name {name!r} is not a C# identifier.")
         if not isinstance(value, str) or not VALUE.match(value):

@@ -35,7 +35,7 @@ def test_metadata_names_keep_case_and_underscores(api, accounts):
 @pytest.mark.parametrize("metadata, code", [
     ({"a-b": "1"}, "InvalidMetadata"),
     ({"1a": "1"}, "InvalidMetadata"),
-    ({"": "1"}, "InvalidMetadata"),
+    ({"": "1"}, "EmptyMetadataKey"),
     ({"caf\u00e9": "1"}, "InvalidMetadata"),
     ({"a": 1}, "InvalidMetadata"),
     ({"a": None}, "InvalidMetadata"),

@@ -29,6 +29,16 @@ from ..errors import LeaseholdError
 # quotes must not silently match nothing).
 HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*\Z")
 META_PREFIX = "HTTP_X_MS_META_"
+# Headers an empty value cannot be meant for. granian, the production
+# server, hands a header whose value is not visible ASCII (an If-Match with
+# typographic quotes) as an empty string, so for these an empty value is
+# refused: dropping it would turn "only if it matches" into "always".
+# (Metadata values may be empty; see README for what that costs.)
+NOT_EMPTY = {f"HTTP_{name}": name.lower().replace("_", "-") for name in (
+    "IF_MATCH", "IF_NONE_MATCH", "IF_MODIFIED_SINCE", "IF_UNMODIFIED_SINCE", "RANGE", "X_MS_RANGE",
+    "X_MS_LEASE_ID", "X_MS_PROPOSED_LEASE_ID", "X_MS_LEASE_ACTION", "X_MS_LEASE_DURATION",
+    "X_MS_LEASE_BREAK_PERIOD", "CONTENT_MD5", "X_MS_BLOB_CONTENT_MD5", "X_MS_DELETE_SNAPSHOTS",
+    "X_MS_BLOB_TYPE", "X_MS_VERSION")}
 
 # Query parameters with a shape of their own; any other is only checked for
 # repetition and for characters XML cannot echo.
@@ -56,9 +66,15 @@ def header_name(environ_key: str) -> str:
 
 def check_header_values(environ: dict) -> None:
     for key, value in environ.items():
-        if (key.startswith("HTTP_") or key in ("CONTENT_LENGTH", "CONTENT_TYPE")) and not HEADER_VALUE.match(value):
+        if not (key.startswith("HTTP_") or key in ("CONTENT_LENGTH", "CONTENT_TYPE")):
+            continue
+        if not HEADER_VALUE.match(value):
             shown = "".join(c if " " <= c <= "~" else "?" for c in value[:200])
             raise LeaseholdError("InvalidHeaderValue", field=header_name(key), value=shown)
+        if not value.strip() and key in NOT_EMPTY:
+            raise LeaseholdError("InvalidHeaderValue", field=NOT_EMPTY[key], value=value,
+                                 message="The value for one of the HTTP headers is not in the correct format "
+                                         "(empty, or not visible ASCII).")
 
 
 def request_metadata(environ: dict) -> dict:

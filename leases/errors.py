@@ -52,6 +52,7 @@ MESSAGES = {
     "InvalidMd5": "The MD5 value specified in the request is invalid. The MD5 value must be 128 bits and Base64-encoded.",
     "IncompleteBody": "The request body is shorter than its Content-Length; nothing was stored.",
     "InvalidUri": "The requested URI does not represent any resource on the server.",
+    "CorsPreflightFailure": "CORS not enabled or no matching rule found for this request.",
     "InternalError": "The server encountered an internal error. Please retry the request.",
 }
 
@@ -83,6 +84,7 @@ STATUS = {
     "InvalidMd5": 400,
     "IncompleteBody": 400,
     "InvalidUri": 400,
+    "CorsPreflightFailure": 403,
     "UnsupportedHttpVerb": 405,
     "AuthenticationFailed": 403,
     "NoAuthenticationInformation": 401,

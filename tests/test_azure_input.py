@@ -561,3 +561,15 @@ def test_fuzzed_signed_requests_never_500_and_errors_always_parse(azure_server, 
 
 
 STATUSES: dict[tuple, int] = {}  # what the fuzzing reached, for a look by hand
+
+
+def test_a_thousand_query_parameters_are_400_not_500(azure_server, box):
+    query = "&".join(f"p{i}=1" for i in range(1100))
+    response = signed("GET", azure_server, f"{BOX}?restype=container&comp=list&{query}")
+    assert_azure_error(response, 400, "InvalidQueryParameterValue")
+
+
+def test_options_on_an_azure_path_is_azures_preflight_refusal(azure_server, box):
+    """Not DRF's metadata page: Azure without CORS rules answers a preflight 403."""
+    response = signed("OPTIONS", azure_server, BLOB)
+    assert_azure_error(response, 403, "CorsPreflightFailure")

@@ -64,7 +64,18 @@ def header_name(environ_key: str) -> str:
     return environ_key[5:].lower().replace("_", "-")
 
 
+_NOT_PRINTABLE = re.compile(r"[^\x20-\x7e\t]")
+
+
 def check_header_values(environ: dict) -> None:
+    # Every request passes here: one scan of all values joined in the usual
+    # case, the header-by-header walk only to name an offender.
+    values = [value for key, value in environ.items() if key[:5] == "HTTP_"]
+    values.append(environ.get("CONTENT_TYPE", ""))
+    values.append(environ.get("CONTENT_LENGTH", ""))
+    if _NOT_PRINTABLE.search("".join(values)) is None and all(
+            environ[key].strip() for key in NOT_EMPTY.keys() & environ.keys()):
+        return
     for key, value in environ.items():
         if not (key.startswith("HTTP_") or key in ("CONTENT_LENGTH", "CONTENT_TYPE")):
             continue
@@ -91,6 +102,8 @@ def check_query(request) -> None:
     """No parameter twice (``?comp=lease&comp=metadata`` is not a choice to
     make for the client), no value XML cannot echo, and the shaped ones
     well-formed."""
+    if not request.META.get("QUERY_STRING"):
+        return
     try:
         lists = list(request.GET.lists())
     except TooManyFieldsSent:

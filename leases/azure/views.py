@@ -108,20 +108,21 @@ class AzureBlobView(APIView):
     def _check_version(self, request) -> None:
         self.request_id = str(uuid.uuid4())
         self.now = clock.now()
+        inputs.check_header_values(request._request.META)
         version = _header(request, "x-ms-version")
         if version is not None and (not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
             raise LeaseholdError("InvalidHeaderValue", field="version", value=version)
 
     def initial(self, request, *args, **kwargs):
         self._check_version(request)
-        inputs.check_header_values(request._request.META)
         inputs.check_query(request._request)
         super().initial(request, *args, **kwargs)
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         response["x-ms-request-id"] = getattr(self, "request_id", "") or str(uuid.uuid4())
-        response["x-ms-version"] = _header(request, "x-ms-version") or wire.DEFAULT_VERSION
+        version = _header(request, "x-ms-version")
+        response["x-ms-version"] = version if version and wire.VERSION_RE.match(version) else wire.DEFAULT_VERSION
         response["Date"] = wire.http_date(clock.now())
         response["Server"] = "Leasehold Windows-Azure-Blob/1.0"
         client_id = _header(request, "x-ms-client-request-id")
@@ -148,6 +149,11 @@ class AzureBlobView(APIView):
 
     def delete(self, request, **kw):
         return self.route("DELETE")
+
+    def options(self, request, *args, **kwargs):
+        # A CORS preflight, which Azure answers 403 without CORS rules (Leasehold has none),
+        # not DRF's metadata page.
+        raise LeaseholdError("CorsPreflightFailure")
 
     def http_method_not_allowed(self, request, *args, **kwargs):
         raise LeaseholdError("UnsupportedHttpVerb")

@@ -16,7 +16,7 @@ from .. import machine, names
 from ..errors import LeaseholdError
 
 DEFAULT_VERSION = "2025-11-05"
-VERSION_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+VERSION_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")  # ASCII digits, no trailing newline
 OLDEST_VERSION = "2012-02-12"
 XML_DECLARATION = '\ufeff<?xml version="1.0" encoding="utf-8"?>'
 

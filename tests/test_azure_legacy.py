@@ -318,3 +318,18 @@ def test_a_legacy_read_and_write_under_a_legacy_lease(old):
     assert (response.status_code, code(response)) == (412, "LeaseIdMissing")
     response = signed("DELETE", old.base, BLOB, version=LEGACY[0], headers={"x-ms-lease-id": lease_id})
     assert response.status_code == 202
+
+
+def test_legacy_reads_get_only_the_lease_status(old):
+    """x-ms-lease-state and x-ms-lease-duration, and container lease headers,
+    are 2012-02-12 and newer; x-ms-lease-status on blobs is older."""
+    old.put_in("leased")
+    BlobLeaseClient(old.container, lease_id=GUIDS[B]).acquire(lease_duration=-1)
+    blob = signed("HEAD", old.base, BLOB, version=LEGACY[0])
+    assert blob.status_code == 200 and blob.headers["x-ms-lease-status"] == "locked"
+    assert "x-ms-lease-state" not in blob.headers and "x-ms-lease-duration" not in blob.headers
+    container = signed("GET", old.base, "/devstoreaccount1/old?restype=container", version=LEGACY[0])
+    assert container.status_code == 200
+    assert not {"x-ms-lease-status", "x-ms-lease-state", "x-ms-lease-duration"} & set(container.headers)
+    current = signed("HEAD", old.base, BLOB, version="2012-02-12")
+    assert (current.headers["x-ms-lease-state"], current.headers["x-ms-lease-duration"]) == ("leased", "fixed")

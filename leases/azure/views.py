@@ -241,7 +241,7 @@ class AzureBlobView(APIView):
                                             lease_id=_header(self.request, "x-ms-lease-id"))
         response = self._properties(HttpResponse(), container)
         wire.metadata_headers(response, container.metadata)
-        wire.lease_headers(response, container, self.now)
+        wire.lease_headers(response, container, self.now, legacy=self.legacy, noun=machine.CONTAINER)
         if container.public_access:
             response["x-ms-blob-public-access"] = container.public_access
         response["x-ms-has-immutability-policy"] = "false"
@@ -357,7 +357,7 @@ class AzureBlobView(APIView):
         if blob.snapshot:
             response["x-ms-lease-status"], response["x-ms-lease-state"] = "unlocked", "available"
         else:
-            wire.lease_headers(response, blob, self.now)
+            wire.lease_headers(response, blob, self.now, legacy=self.legacy)
         if head:
             response["x-ms-access-tier"] = "Hot"
             response["x-ms-access-tier-inferred"] = "true"

@@ -79,9 +79,17 @@ def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head:
     return response
 
 
-def lease_headers(response: HttpResponse, obj, now: datetime) -> None:
-    """x-ms-lease-status/state/duration as of ``now``, and the generation."""
+def lease_headers(response: HttpResponse, obj, now: datetime, *, legacy: bool = False,
+                  noun: str = machine.BLOB) -> None:
+    """x-ms-lease-status/state/duration as of ``now``, and the generation.
+    ``legacy`` (x-ms-version before 2012-02-12): x-ms-lease-status only, and
+    only for blobs; lease state, duration and container leases came later."""
     state = obj.effective_lease_state(now)
+    if legacy:
+        if noun == machine.BLOB:
+            response["x-ms-lease-status"] = machine.lease_status(state)
+        response["Leasehold-Generation"] = str(obj.lease_generation)
+        return
     response["x-ms-lease-status"] = machine.lease_status(state)
     response["x-ms-lease-state"] = state
     kind = machine.duration_type(obj.lease_record, state)

@@ -290,7 +290,7 @@ def forget(rec: m.LeaseRecord) -> m.LeaseRecord:
     return replace(rec, lease_id=None, duration=None) if rec.state == m.AVAILABLE else rec
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(current_records, legacy_actions, st.floats(0, 200))
 def test_legacy_and_current_agree_where_the_references_say_they_agree(rec, action_params, elapsed):
     """A legacy request is the current request with a 60 s duration, no
@@ -314,7 +314,7 @@ def test_legacy_and_current_agree_where_the_references_say_they_agree(rec, actio
             assert legacy_record.lease_id == rec.lease_id
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(released_records, current_actions, st.floats(0, 200), st.sampled_from(["blob", "container"]))
 def test_current_clients_cannot_tell_a_legacy_release_from_no_lease(rec, action_params, elapsed, noun):
     """Every current-version action, read and write on a released record

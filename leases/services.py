@@ -327,16 +327,17 @@ SUCCESS_STATUS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "
 
 
 def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
-                  reason: str = "", **raw) -> LeaseResult:
+                  reason: str = "", legacy: bool = False, **raw) -> LeaseResult:
     """One transaction: read the row (locked), decide, write it, append the
     event; a refusal appends its event and commits, then is raised. Checks
-    that need no database run before the write lock is taken."""
+    that need no database run before the write lock is taken. ``legacy``:
+    the semantics of x-ms-version before 2012-02-12 (machine.py)."""
     noun = ref.noun
     now = clock.now()
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
     try:
-        machine.check_action(action, noun=noun)  # before the parameters, as on Azure
+        machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
         params = {
             "lease_id": _guid(raw.get("lease_id"), "lease_id", noun),
             "proposed_id": _guid(raw.get("proposed_id"), "proposed_lease_id", noun),
@@ -345,7 +346,7 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
         }
         facts.update(lease_id=params["lease_id"], proposed_id=params["proposed_id"],
                      duration=params["duration"], break_period=params["break_period"])
-        machine.validate(action, noun=noun, **params)
+        machine.validate(action, noun=noun, legacy=legacy, **params)
         if ref.snapshot:
             raise LeaseholdError("InvalidOperation", noun=noun)
         new_id = uuid.uuid4()
@@ -365,7 +366,8 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                     facts["state_before"] = obj.effective_lease_state(now)
                     facts["generation"] = obj.lease_generation
                     checked.check_write(obj.etag, obj.last_modified, noun=noun)
-                    outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id, **params)
+                    outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id,
+                                            legacy=legacy, **params)
                 except LeaseholdError as err:
                     refusal = err
             if refusal is not None:
@@ -452,11 +454,13 @@ def lease_break(*, ref: ResourceRef, actor: Actor, break_period=None, conditions
 
 
 def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
-                 lease_id=None, proposed_lease_id=None, duration=None, break_period=None) -> LeaseResult:
-    """Dispatch on an action name taken from the wire (may be unknown)."""
+                 lease_id=None, proposed_lease_id=None, duration=None, break_period=None,
+                 legacy: bool = False) -> LeaseResult:
+    """Dispatch on an action name taken from the wire (may be unknown).
+    ``legacy``: the request's x-ms-version is before 2012-02-12."""
     return _lease_action((action or "").lower() or None, ref=ref, actor=actor, conditions=conditions,
                          lease_id=lease_id, proposed_id=proposed_lease_id, duration=duration,
-                         break_period=break_period)
+                         break_period=break_period, legacy=legacy)
 
 
 # ------------------------------------------------------------------ use under a lease

@@ -110,7 +110,9 @@ class AzureBlobView(APIView):
         self.now = clock.now()
         inputs.check_header_values(request._request.META)
         version = _header(request, "x-ms-version")
-        if version is not None and (not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
+        self.legacy = version in wire.LEGACY_VERSIONS  # lease semantics before 2012-02-12
+        if version is not None and not self.legacy and (
+                not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
             raise LeaseholdError("InvalidHeaderValue", field="version", value=version)
 
     def initial(self, request, *args, **kwargs):
@@ -232,7 +234,7 @@ class AzureBlobView(APIView):
                                             lease_id=_header(self.request, "x-ms-lease-id"))
         response = self._properties(HttpResponse(), container)
         wire.metadata_headers(response, container.metadata)
-        wire.lease_headers(response, container, self.now)
+        wire.lease_headers(response, container, self.now, legacy=self.legacy, noun=machine.CONTAINER)
         if container.public_access:
             response["x-ms-blob-public-access"] = container.public_access
         response["x-ms-has-immutability-policy"] = "false"
@@ -268,9 +270,12 @@ class AzureBlobView(APIView):
         result = services.lease_action(
             h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=self.actor(), conditions=self.conditions(),
             lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
-            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"))
+            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"),
+            legacy=self.legacy)
         action = h("HTTP_X_MS_LEASE_ACTION").lower()
-        response = self._properties(HttpResponse(status=services.SUCCESS_STATUS[action]), result.resource)
+        response = HttpResponse(status=services.SUCCESS_STATUS[action])
+        if not self.legacy:  # ETag and Last-Modified on lease responses came later (2013-08-15)
+            self._properties(response, result.resource)
         if result.lease_id is not None and action != "release":
             response["x-ms-lease-id"] = str(result.lease_id)
         if action == "break":
@@ -343,7 +348,7 @@ class AzureBlobView(APIView):
         if blob.snapshot:
             response["x-ms-lease-status"], response["x-ms-lease-state"] = "unlocked", "available"
         else:
-            wire.lease_headers(response, blob, self.now)
+            wire.lease_headers(response, blob, self.now, legacy=self.legacy)
         if head:
             response["x-ms-access-tier"] = "Hot"
             response["x-ms-access-tier-inferred"] = "true"

@@ -18,6 +18,11 @@ from ..errors import LeaseholdError
 DEFAULT_VERSION = "2025-11-05"
 VERSION_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")  # ASCII digits, no trailing newline
 OLDEST_VERSION = "2012-02-12"
+# Versions before OLDEST_VERSION that are answered with their own lease
+# semantics (machine.py, legacy=True): the two whose SharedKey string-to-sign
+# is the one auth.py checks. 2009-07-17 and older sign differently, and any
+# other date before 2012-02-12 was never a service version: both stay 400.
+LEGACY_VERSIONS = frozenset({"2009-09-19", "2011-08-18"})
 XML_DECLARATION = '\ufeff<?xml version="1.0" encoding="utf-8"?>'
 
 # Adapter-neutral input names (errors.LeaseholdError.field) -> Azure headers.
@@ -84,9 +89,17 @@ def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head:
     return response
 
 
-def lease_headers(response: HttpResponse, obj, now: datetime) -> None:
-    """x-ms-lease-status/state/duration as of ``now``, and the generation."""
+def lease_headers(response: HttpResponse, obj, now: datetime, *, legacy: bool = False,
+                  noun: str = machine.BLOB) -> None:
+    """x-ms-lease-status/state/duration as of ``now``, and the generation.
+    ``legacy`` (x-ms-version before 2012-02-12): x-ms-lease-status only, and
+    only for blobs; lease state, duration and container leases came later."""
     state = obj.effective_lease_state(now)
+    if legacy:
+        if noun == machine.BLOB:
+            response["x-ms-lease-status"] = machine.lease_status(state)
+        response["Leasehold-Generation"] = str(obj.lease_generation)
+        return
     response["x-ms-lease-status"] = machine.lease_status(state)
     response["x-ms-lease-state"] = state
     kind = machine.duration_type(obj.lease_record, state)

@@ -348,6 +348,8 @@ def test_repeated_query_parameters_are_400_and_change_nothing(azure_server, box,
     response = signed("PUT", azure_server, BLOB + query, headers={"x-ms-lease-action": "acquire",
                                                                  "x-ms-lease-duration": "15"})
     assert_azure_error(response, 400, "InvalidQueryParameterValue")
+    root = ElementTree.fromstring(response.content.decode("utf-8-sig"))
+    assert root.findtext("QueryParameterName") == query.rsplit("&", 1)[1].split("=")[0]
     unchanged(box)
     assert box.get_blob_client("b").get_blob_properties().lease.state == "available"
 
@@ -400,9 +402,12 @@ def test_query_values_are_parsed_strictly(azure_server, box, path, status, code)
         assert response.status_code == status, response.text
 
 
-def test_errors_echoing_unprintable_input_still_parse(azure_server, box):
-    response = signed("GET", azure_server, BOX + "?restype=container&comp=list&maxresults=%01", safe="/~%")
+@pytest.mark.parametrize("query", ["maxresults=%01", "prefix=%00", "delimiter=%EF%BF%BE", "zzz=a&zzz=%01"])
+def test_errors_echoing_unprintable_input_still_parse(azure_server, box, query):
+    response = signed("GET", azure_server, BOX + "?restype=container&comp=list&" + query, safe="/~%")
     assert_azure_error(response, 400, "InvalidQueryParameterValue")
+    root = ElementTree.fromstring(response.content.decode("utf-8-sig"))
+    assert root.findtext("QueryParameterName") == query.split("=")[0] and root.find("HeaderName") is None
 
 
 def test_a_legacy_blob_name_is_listed_encoded_as_azure_does(azure_server, box, service):

@@ -88,6 +88,13 @@ def request_metadata(environ: dict) -> dict:
 
 # ------------------------------------------------------------------ query
 
+def query_error(name: str, value: str, message: str | None = None) -> LeaseholdError:
+    """400 InvalidQueryParameterValue naming the parameter as Azure does
+    (QueryParameterName/Value, whatever the parameter's name)."""
+    return LeaseholdError("InvalidQueryParameterValue", field=name[:64], value=value[:200], message=message,
+                          detail={"query": True})
+
+
 def check_query(request) -> None:
     """No parameter twice (``?comp=lease&comp=metadata`` is not a choice to
     make for the client), no value XML cannot echo, and the shaped ones
@@ -97,18 +104,18 @@ def check_query(request) -> None:
     try:
         lists = list(request.GET.lists())
     except TooManyFieldsSent:
-        raise LeaseholdError("InvalidQueryParameterValue", message="Too many query parameters.") from None
+        raise LeaseholdError("InvalidQueryParameterValue", message="Too many query parameters.",
+                             detail={"query": True}) from None
     for name, values in lists:
         if len(values) > 1:
-            raise LeaseholdError("InvalidQueryParameterValue", field=name, value=",".join(values)[:200],
-                                 message=f"The query parameter {name[:64]} is given more than once.")
+            raise query_error(name, ",".join(values), f"The query parameter {name[:64]} is given more than once.")
         value = values[0]
         if not names.xml_safe(name) or not names.xml_safe(value):
-            raise LeaseholdError("InvalidQueryParameterValue", field="query", value="")
+            raise query_error(name, value, "A query parameter holds characters XML cannot carry.")
         if name == "timeout" and not DIGITS.match(value):
-            raise LeaseholdError("InvalidQueryParameterValue", field="timeout", value=value[:200])
+            raise query_error("timeout", value)
         if name == "snapshot" and value and not _snapshot_time(value):
-            raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=value[:200])
+            raise query_error("snapshot", value)
 
 
 def _snapshot_time(value: str) -> bool:
@@ -128,7 +135,7 @@ def int_query(request, name: str, default: int, *, low: int, high: int) -> int:
         return default
     # ASCII digits only: str.isdigit() accepts "²" and "①", which int() refuses.
     if not DIGITS.match(raw) or not low <= int(raw) <= high:
-        raise LeaseholdError("InvalidQueryParameterValue", field=name, value=raw[:200])
+        raise query_error(name, raw)
     return int(raw)
 
 
@@ -138,7 +145,7 @@ def include_set(request, allowed: frozenset) -> set[str]:
         return set()
     values = {v.strip().lower() for v in raw.split(",")}
     if not values <= allowed:
-        raise LeaseholdError("InvalidQueryParameterValue", field="include", value=raw[:200])
+        raise query_error("include", raw)
     return values
 
 

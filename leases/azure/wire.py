@@ -69,7 +69,7 @@ def xml_text(text: str) -> str:
 def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head: bool) -> HttpResponse:
     parts = [f"<Error><Code>{err.code}</Code><Message>{xml_text(err.message)}\n"
              f"RequestId:{request_id}\nTime:{error_time(now)}</Message>"]
-    if err.field in QUERY_FIELDS or err.field == "query":
+    if err.field in QUERY_FIELDS or (err.field and err.detail.get("query")):
         parts.append(f"<QueryParameterName>{xml_text(err.field)}</QueryParameterName>"
                      f"<QueryParameterValue>{xml_text(err.value or '')}</QueryParameterValue>")
     elif err.field:

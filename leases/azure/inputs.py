@@ -5,9 +5,13 @@ further in.
 
 The raw request goes through WSGI, which hands header names upper-cased with
 ``-`` folded into ``_`` (``x-ms-meta-Build_Id`` arrives as
-``HTTP_X_MS_META_BUILD_ID``) and decodes header bytes as Latin-1. Only
-``request_metadata`` and ``header_name`` below know that; an ASGI door, which
-receives raw (lower-cased) names, would change those two functions only.
+``HTTP_X_MS_META_BUILD_ID``), and decodes header bytes as Latin-1 (granian
+hands a value that is not visible ASCII over as ""). What a name looked like
+on the wire is read in this module only (``request_metadata`` for metadata
+names, ``header_name`` for the names errors show), besides the string-to-sign
+in auth.py; an ASGI door, which receives raw names (lower-cased) and raw
+value bytes, would change these and could keep more (a ``-`` in a metadata
+name, the bytes of a non-ASCII value).
 """
 
 from __future__ import annotations

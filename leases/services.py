@@ -23,7 +23,8 @@ from django.db.models import Max
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
-from . import clock, machine
+from . import clock, guids, machine, names
+from . import metadata as metadata_rules
 from .conditions import Conditions
 from .errors import LeaseholdError
 from .models import Account, Blob, Container, LeaseEvent, new_etag
@@ -313,7 +314,7 @@ def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str,
 
 
 def _guid(value, field_name: str, noun: str) -> uuid.UUID | None:
-    return value if isinstance(value, uuid.UUID) or value is None else machine.parse_guid(value, field_name, noun=noun)
+    return value if isinstance(value, uuid.UUID) or value is None else guids.parse(value, field_name, noun=noun)
 
 
 def _int(value, field_name: str, noun: str) -> int | None:
@@ -555,13 +556,13 @@ def validate_container_name(name: str) -> None:
 
 
 def validate_blob_name(name: str) -> None:
-    if not 1 <= len(name) <= 1024 or name.count("/") >= 254:
-        raise LeaseholdError("OutOfRangeInput", message="The specified resource name length is not within the permissible limits.")
+    names.validate_blob_name(name)
 
 
 def container_create(*, account: str, name: str, metadata: dict | None = None, public_access: str = "",
                      actor: Actor | None = None) -> Container:
     validate_container_name(name)
+    metadata = metadata_rules.validate(metadata)
     now = clock.now().replace(microsecond=0)
     acct = Account.objects.filter(name=account).first()
     if acct is None:
@@ -601,6 +602,7 @@ def container_read(*, ref: ResourceRef, actor: Actor, lease_id=None) -> Containe
 @_committing_refusals
 def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
                            conditions: Conditions = NO_CONDITIONS) -> Container:
+    metadata = metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.CONTAINER)
     obj = _load(ref, for_update=True)
@@ -623,6 +625,7 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     conditions, so an If-None-Match: * upload onto a leased blob is 412
     LeaseIdMissing as on Azure, not 409."""
     validate_blob_name(ref.blob)
+    metadata = metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     container = _container_must_exist(ref)
@@ -675,6 +678,7 @@ def blob_read(*, ref: ResourceRef, actor: Actor, lease_id=None, content: bool = 
 @_committing_refusals
 def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
                       conditions: Conditions = NO_CONDITIONS) -> Blob:
+    metadata = metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     if ref.snapshot:
@@ -712,6 +716,7 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id=None, delete_snapsho
 @_committing_refusals
 def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id=None,
                   conditions: Conditions = NO_CONDITIONS) -> Blob:
+    metadata = None if metadata is None else metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     blob = _load(ref, for_update=True)

@@ -158,6 +158,26 @@ class Blob(LeaseFields):
         return f"{self.container.account.name}/{self.container.name}/{self.name}{suffix}"
 
 
+class AppendOnlyQuerySet(models.QuerySet):
+    """Lease history's QuerySet: ``.delete()`` and ``.update()`` refuse, as
+    the database's triggers do (migration 0004). Only leases.retention
+    deletes history, and only events older than the retention horizon."""
+
+    def delete(self):
+        raise PermissionError("lease history is append-only (only retention prunes it)")
+
+    delete.alters_data = True
+    delete.queryset_only = True
+
+    def update(self, **kwargs):
+        raise PermissionError("lease history is append-only")
+
+    update.alters_data = True
+
+    def _raw_delete(self, using):
+        raise PermissionError("lease history is append-only (only retention prunes it)")
+
+
 class LeaseEvent(models.Model):
     """One lease action, granted or refused, or a write that ended a lease.
 
@@ -197,6 +217,8 @@ class LeaseEvent(models.Model):
     remote_addr = models.CharField(max_length=64, blank=True)
     user_agent = models.CharField(max_length=512, blank=True)
 
+    objects = AppendOnlyQuerySet.as_manager()
+
     class Meta:
         ordering = ["-occurred_at", "-id"]
         indexes = [
@@ -226,6 +248,18 @@ class LeaseEvent(models.Model):
 
     def delete(self, *args, **kwargs):
         raise PermissionError("lease history is append-only")
+
+
+class HistoryHorizon(models.Model):
+    """One row: lease events that occurred before ``delete_before`` may be deleted
+    (by leases.retention); younger ones may not. The database's triggers
+    read it, and refuse to move it backwards (migration 0004)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    delete_before = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"events before {self.delete_before:%Y-%m-%d %H:%M:%S} may be pruned"
 
 
 def new_etag() -> str:

@@ -728,6 +728,19 @@ def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = Non
 
 # ------------------------------------------------------------------ accounts
 
+def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: str = "") -> None:
+    """Record a refused attempt to change or delete lease history (a DELETE
+    on the events API, a POST to an event's admin page): the database would
+    refuse it anyway, and auditors want to know someone tried."""
+    with transaction.atomic():
+        LeaseEvent.objects.create(
+            occurred_at=clock.now(), action=attempt[:16], outcome=LeaseEvent.Outcome.REFUSED,
+            resource_type="history", account="", container="", blob="", status_code=status,
+            error_code="HistoryIsAppendOnly", actor=actor.name[:200], via=actor.via, reason=target[:500],
+            request_id=actor.request_id, client_request_id=actor.client_request_id[:1024],
+            remote_addr=actor.remote_addr[:64], user_agent=actor.user_agent[:512])
+
+
 def account_ensure(*, name: str, key1: str, key2: str = "") -> Account:
     base64.b64decode(key1, validate=True)  # refuse a key that cannot sign
     account, _ = Account.objects.update_or_create(name=name, defaults={"key1": key1, "key2": key2})

@@ -8,3 +8,9 @@ django.setup(set_prefix=False)
 from leases.azure.handler import LeaseholdWSGI  # noqa: E402  (needs settings)
 
 application = LeaseholdWSGI()
+
+# History retention (leases/retention.py): a background pruner in one server
+# process, if LEASEHOLD_RETENTION_* asks for pruning; none by default.
+from leases.retention import start_pruner  # noqa: E402
+
+start_pruner()

@@ -23,7 +23,7 @@ from django.db.models import Max
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
-from . import clock, machine
+from . import clock, machine, metrics
 from .conditions import Conditions
 from .errors import LeaseholdError
 from .models import Account, Blob, Container, LeaseEvent, new_etag
@@ -393,6 +393,9 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
     if refusal is not None:
         raise refusal
     return LeaseResult(resource=obj, outcome=outcome)
+
+
+_lease_action = metrics.timed_lease_action(_lease_action)  # requests by action, door, outcome; latency
 
 
 def _write_transaction(fn):

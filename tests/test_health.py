@@ -1,0 +1,91 @@
+"""Liveness and readiness: unauthenticated, cheap; readiness fails (503,
+with the cause) on a read-only, an unmigrated or a partly migrated database
+and on one whose history lost its append-only triggers."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from leases import health
+from leases.sqlite_backend.base import DatabaseWrapper
+
+sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite files made by the test")
+
+
+def test_live_answers_without_authentication(client):
+    response = client.get("/health/live")
+    assert (response.status_code, response.content) == (200, b"ok\n")
+    assert client.post("/health/live").status_code == 405
+
+
+def test_ready_on_a_migrated_writable_database(client, transactional_db):
+    response = client.get("/health/ready")
+    assert response.status_code == 200, response.content
+    assert response.json() == {"ready": True, "problems": []}
+
+
+def test_health_paths_are_not_azure_accounts(azure_server):
+    import requests
+
+    assert requests.get(f"{azure_server}/health/live", timeout=10).text == "ok\n"
+    assert requests.get(f"{azure_server}/health/ready", timeout=10).json()["ready"] is True
+
+
+@sqlite_only
+def test_not_ready_on_a_read_only_database(client, transactional_db):
+    # Tests run as root, whom file permissions do not stop; SQLite's
+    # query_only makes this connection read-only as a read-only file would.
+    connection.ensure_connection()
+    connection.connection.execute("PRAGMA query_only=1")
+    try:
+        response = client.get("/health/ready")
+    finally:
+        connection.connection.execute("PRAGMA query_only=0")
+    assert response.status_code == 503
+    [problem] = response.json()["problems"]
+    assert problem.startswith("database is read-only: ") and "readonly database" in problem
+
+
+@pytest.fixture
+def other_database(transactional_db, tmp_path):
+    """A Django connection (alias "probe") to a database file of the test's own."""
+    from django.db import connections
+
+    settings = {**connection.settings_dict, "NAME": str(tmp_path / "other.sqlite3")}
+    conn = connections["probe"] = DatabaseWrapper(settings, alias="probe")
+    yield conn
+    conn.close()
+    del connections["probe"]
+
+
+def migrate(conn, target: str | None = None):
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(conn)
+    targets = [("leases", target)] if target else executor.loader.graph.leaf_nodes()
+    executor.migrate(targets)
+
+
+@sqlite_only
+def test_not_ready_on_an_empty_database(other_database):
+    assert health.readiness_problems(other_database) == ["database is not migrated: run `manage.py migrate`"]
+
+
+@sqlite_only
+def test_not_ready_on_a_partly_migrated_database(other_database):
+    migrate(other_database, "0001_initial")
+    [problem] = health.readiness_problems(other_database)
+    assert problem.startswith("database is not fully migrated (missing ") and "leases.0004_history_append_only" in problem
+    assert problem.endswith("run `manage.py migrate`")
+
+
+@sqlite_only
+def test_not_ready_without_the_history_triggers(other_database):
+    migrate(other_database)
+    assert health.readiness_problems(other_database) == []
+    with other_database.cursor() as cur:
+        cur.execute("DROP TRIGGER leases_leaseevent_no_delete")
+    assert health.readiness_problems(other_database) == [
+        "history trigger leases_leaseevent_no_delete is missing: the history is not append-only "
+        "(re-run migration leases 0004_history_append_only)"]

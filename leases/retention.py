@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from . import clock
+from . import clock, metrics
 from .models import HistoryHorizon, LeaseEvent
 
 log = logging.getLogger("leasehold.retention")
@@ -134,6 +134,7 @@ def prune_batch(policy: Policy, now: datetime | None = None) -> int:
                     break
                 cursor.execute(sql, [cutoff, policy.batch - deleted])
                 deleted += max(cursor.rowcount, 0)
+    metrics.PRUNED.inc(deleted)
     return deleted
 
 

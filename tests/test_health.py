@@ -89,3 +89,66 @@ def test_not_ready_without_the_history_triggers(other_database):
     assert health.readiness_problems(other_database) == [
         "history trigger leases_leaseevent_no_delete is missing: the history is not append-only "
         "(re-run migration leases 0004_history_append_only)"]
+
+
+# ------------------------------------------------------------------ logs: one line per failure, with its cause
+
+def _failure_record():
+    import logging
+    import sqlite3
+
+    from django.db import utils
+
+    try:
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as exc:
+            raise utils.OperationalError(*exc.args) from exc
+    except utils.OperationalError:
+        import sys
+
+        record = logging.LogRecord("django.request", logging.ERROR, __file__, 1, "Internal Server Error: %s",
+                                   ("/devstoreaccount1/c",), sys.exc_info())
+    record.status_code = 500
+    return record
+
+
+@pytest.mark.parametrize("tracebacks", ["", "1"])
+def test_text_log_line_carries_the_cause(monkeypatch, tracebacks):
+    from leases.logformat import OneLineFormatter
+
+    monkeypatch.setenv("LEASEHOLD_LOG_TRACEBACKS", tracebacks)
+    text = OneLineFormatter().format(_failure_record())
+    first, *rest = text.split("\n")
+    assert first.endswith("ERROR django.request: Internal Server Error: /devstoreaccount1/c | cause: "
+                          "OperationalError: database or disk is full <- OperationalError: database or disk is full")
+    assert bool(rest) == bool(tracebacks) and (not rest or rest[0].startswith("Traceback"))
+
+
+def test_json_log_line(monkeypatch):
+    import json
+
+    from leases.logformat import JsonFormatter
+
+    monkeypatch.delenv("LEASEHOLD_LOG_TRACEBACKS", raising=False)
+    line = JsonFormatter().format(_failure_record())
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert {k: entry[k] for k in ("level", "logger", "message", "status", "cause")} == {
+        "level": "error", "logger": "django.request", "message": "Internal Server Error: /devstoreaccount1/c",
+        "status": 500,
+        "cause": "OperationalError: database or disk is full <- OperationalError: database or disk is full"}
+    assert entry["time"].endswith("+00:00")
+
+
+@pytest.mark.parametrize("value, ok", [("json", True), ("JSON", True), ("text", True), ("xml", False)])
+def test_log_format_setting(value, ok):
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "LEASEHOLD_LOG_FORMAT": value, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    run = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert (run.returncode == 0) == ok, run.stderr
+    if not ok:
+        assert "LEASEHOLD_LOG_FORMAT must be text or json" in run.stderr

@@ -46,11 +46,16 @@ UNAVAILABLE = Counter("leasehold_http_unavailable_responses", "503 answers, by d
 PRUNED = Counter("leasehold_history_pruned_events", "Lease events deleted by retention.")
 
 
+_children: dict = {}  # (action, door, outcome) -> (counter, histogram): .labels() costs more than .inc()
+
+
 def lease_request(action, door: str, outcome: str, seconds: float) -> None:
-    action = action if action in ACTIONS else "other"
-    door = door if door in DOORS else "other"
-    LEASE_REQUESTS.labels(action, door, outcome).inc()
-    LEASE_LATENCY.labels(action, door).observe(seconds)
+    key = (action if action in ACTIONS else "other", door if door in DOORS else "other", outcome)
+    children = _children.get(key)
+    if children is None:  # at most 6 x 5 x 3 keys: labels never come from the request as they are
+        children = _children[key] = (LEASE_REQUESTS.labels(*key), LEASE_LATENCY.labels(*key[:2]))
+    children[0].inc()
+    children[1].observe(seconds)
 
 
 def timed_lease_action(fn):

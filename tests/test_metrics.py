@@ -117,3 +117,39 @@ def test_503_answers_are_counted_by_door():
         counted({"PATH_INFO": path, "status": status}, lambda *args: None)
     after = {door: metrics.UNAVAILABLE.labels(door)._value.get() for door in ("azure", "api", "admin")}
     assert {door: after[door] - before[door] for door in after} == {"azure": 1, "api": 1, "admin": 0}
+
+
+@pytest.mark.processes
+def test_metrics_add_up_the_worker_processes(tmp_path):
+    """The production server with two worker processes: whichever worker
+    answers a scrape, it reports the requests both workers served."""
+    import subprocess
+    import sys
+
+    from tests import azure_raw
+    from tests.test_processes import ROOT, Server
+
+    server = Server(tmp_path, workers=2).migrate()
+    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
+                           "scrape"], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True)
+    token = max(made.stdout.split(), key=len)  # the secret is the longest word of the output
+    headers = {"Authorization": f"Bearer {token}"}
+    server.start()
+    try:
+        base = server.url
+        assert azure_raw.signed("PUT", base, "/devstoreaccount1/metered?restype=container").status_code == 201
+        assert azure_raw.lease(base, "/devstoreaccount1/metered", "acquire",
+                               duration=-1).status_code == 201
+        for _ in range(20):  # each on a new connection: granian spreads them over its workers
+            response = azure_raw.lease(base, "/devstoreaccount1/metered", "acquire", duration=-1)
+            assert response.status_code == 409
+        for _ in range(6):
+            samples = scrape(base, headers)
+            assert value(samples, "leasehold_lease_requests_total", action="acquire", door="azure",
+                         outcome="success") == 1
+            assert value(samples, "leasehold_lease_requests_total", action="acquire", door="azure",
+                         outcome="refused") == 20
+            assert value(samples, "leasehold_lease_request_seconds_count", action="acquire", door="azure") == 21
+            assert value(samples, "leasehold_leases", resource="container", state="leased") == 1
+    finally:
+        server.kill()

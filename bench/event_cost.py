@@ -26,6 +26,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000, help="renewals for the bytes per event")
     parser.add_argument("--commits", type=int, default=100, help="renewals for the WAL pages per commit")
     parser.add_argument("--blobs", type=int, default=100, help="leased blobs the renewals cycle over")
+    parser.add_argument("--sql", action="append", default=[], help="SQL to run after migrating, to try another "
+                        "schema (e.g. an index); repeatable")
     args = parser.parse_args()
 
     workdir = tempfile.TemporaryDirectory(prefix="leasehold-event-cost-")
@@ -48,6 +50,9 @@ def main() -> None:
     from leases.services import Actor, ResourceRef
 
     call_command("migrate", verbosity=0)
+    with connection.cursor() as cur:
+        for sql in args.sql:
+            cur.execute(sql)
     services.account_ensure(name="devstoreaccount1", key1="a2V5")
     services.container_create(account="devstoreaccount1", name="jobs")
     leases = []
@@ -85,6 +90,7 @@ def main() -> None:
     with connection.cursor() as cur:
         cur.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         cur.fetchall()  # an unread result would hold a read transaction open
+        cur.execute("PRAGMA wal_autocheckpoint=0")  # the WAL keeps every frame of the measured commits
     renew(args.commits)
     with connection.cursor() as cur:
         cur.execute("PRAGMA wal_checkpoint(PASSIVE)")

@@ -114,7 +114,7 @@ class Migration(migrations.Migration):
         migrations.RemoveIndex(model_name="leaseevent", name="event_outcome_idx"),
         migrations.AddIndex(
             model_name="leaseevent",
-            index=models.Index(condition=models.Q(("outcome", "refused")), fields=["occurred_at"],
+            index=models.Index(condition=models.Q(("outcome", "refused")), fields=["outcome", "occurred_at"],
                                name="event_refused_idx"),
         ),
         # Last: on SQLite an operation that rebuilds the table drops its triggers.

@@ -256,3 +256,49 @@ def test_online_backup_while_leases_are_renewed(transactional_db, clock, tmp_pat
 def test_backup_refuses_to_overwrite_the_database(transactional_db):
     with pytest.raises(CommandError, match="must not overwrite"):
         call_command("leasehold_backup", str(connection.settings_dict["NAME"]))
+
+
+@pytest.mark.processes
+@pytest.mark.skipif("connection.vendor != 'sqlite'")
+def test_the_production_server_prunes_in_the_background(tmp_path):
+    """python -m config.serve with two workers and a retention policy: the
+    old events go, the server's own recent ones stay, leases keep working."""
+    import sqlite3
+    import time as wall
+
+    from tests import azure_raw
+    from tests.test_processes import Server
+
+    server = Server(tmp_path, workers=2).migrate()
+    server.env.update(LEASEHOLD_RETENTION_RENEWALS="1d", LEASEHOLD_RETENTION_EVENTS="2d",
+                      LEASEHOLD_RETENTION_IDLE="0.2", LEASEHOLD_RETENTION_BATCH="100")
+    db = sqlite3.connect(server.db)
+    with db:
+        db.executemany(
+            "INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource_type, account, container, blob, "
+            "state_before, state_after, status_code, error_code, actor, via, reason, request_id, client_request_id, "
+            "remote_addr, user_agent) VALUES (datetime('now', ?), ?, 'success', 'container', 'devstoreaccount1', "
+            "'old', '', '', '', 200, '', '', '', '', '', '', '', '')",
+            [(f"-{days} days", action) for days, action in ((3, "acquire"), (1.5, "renew"), (1.5, "acquire"))
+             for _ in range(400)])
+    server.start()
+    try:
+        base = server.url
+        assert azure_raw.signed("PUT", base, "/devstoreaccount1/fresh?restype=container").status_code == 201
+        assert azure_raw.lease(base, "/devstoreaccount1/fresh", "acquire", duration=-1).status_code == 201
+        deadline = wall.monotonic() + 60
+        left = None
+        while wall.monotonic() < deadline:
+            left = db.execute("SELECT action, count(*) FROM leases_leaseevent WHERE container = 'old' "
+                              "GROUP BY action").fetchall()
+            if left == [("acquire", 400)]:
+                break
+            wall.sleep(0.2)
+        # 3-day-old events and 1.5-day-old renewals pruned; 1.5-day-old acquires kept (2 days).
+        assert left == [("acquire", 400)]
+        assert db.execute("SELECT count(*) FROM leases_leaseevent WHERE container = 'fresh'").fetchone()[0] == 1
+        assert db.execute("SELECT delete_before > datetime('now', '-1 day', '-1 minute') FROM "
+                          "leases_historyhorizon").fetchone()[0] == 1
+    finally:
+        server.kill()
+        db.close()

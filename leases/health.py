@@ -22,18 +22,10 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 from rest_framework.permissions import BasePermission
 
-from . import metrics
+from . import history_triggers, metrics
 from .api.base import ApiView
 
 log = logging.getLogger("leasehold.health")
-
-# Migration 0004_history_append_only's triggers, by vendor.
-TRIGGERS = {
-    "sqlite": ("leases_leaseevent_no_update", "leases_leaseevent_no_delete", "leases_leaseevent_no_replace",
-               "leases_historyhorizon_forwards", "leases_historyhorizon_forwards_insert"),
-    "postgresql": ("leases_leaseevent_no_update", "leases_leaseevent_no_delete", "leases_leaseevent_no_truncate",
-                   "leases_historyhorizon_forwards"),
-}
 
 _leaves: set[tuple[str, str]] | None = None
 
@@ -65,14 +57,8 @@ def readiness_problems(conn=connection) -> list[str]:
             missing = sorted(f"{app}.{name}" for app, name in _migration_leaves() - applied)
             if missing:
                 return [f"database is not fully migrated (missing {', '.join(missing)}): run `manage.py migrate`"]
-            expected = TRIGGERS.get(conn.vendor, ())
-            if conn.vendor == "sqlite":
-                cur.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-            elif conn.vendor == "postgresql":
-                cur.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
-            present = {row[0] for row in cur.fetchall()} if expected else set()
             problems = [f"history trigger {name} is missing: the history is not append-only "
-                        "(re-run migration leases 0004_history_append_only)" for name in expected if name not in present]
+                        "(run `manage.py migrate`, which re-creates it)" for name in history_triggers.missing(conn, cur)]
         try:
             with transaction.atomic(using=conn.alias), conn.cursor() as cur:
                 # A write that changes nothing: refused by a read-only file,

@@ -88,7 +88,28 @@ def test_not_ready_without_the_history_triggers(other_database):
         cur.execute("DROP TRIGGER leases_leaseevent_no_delete")
     assert health.readiness_problems(other_database) == [
         "history trigger leases_leaseevent_no_delete is missing: the history is not append-only "
-        "(re-run migration leases 0004_history_append_only)"]
+        "(run `manage.py migrate`, which re-creates it)"]
+
+
+@sqlite_only
+def test_migrate_restores_triggers_a_table_rebuild_dropped(other_database):
+    """On SQLite, altering a column rebuilds the table and drops its
+    triggers; the next migrate puts them back."""
+    from django.core.management import call_command
+    from django.db import models
+
+    from leases.models import LeaseEvent
+
+    migrate(other_database)
+    with other_database.schema_editor() as editor:  # what a later migration altering LeaseEvent does
+        old = LeaseEvent._meta.get_field("reason")
+        new = models.CharField(max_length=600, blank=True)
+        new.set_attributes_from_name("reason")
+        new.model = LeaseEvent
+        editor.alter_field(LeaseEvent, old, new)
+    assert len(health.readiness_problems(other_database)) == 3
+    call_command("migrate", database="probe", verbosity=0)
+    assert health.readiness_problems(other_database) == []
 
 
 # ------------------------------------------------------------------ logs: one line per failure, with its cause

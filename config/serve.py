@@ -42,6 +42,12 @@ def main() -> None:
     # request header; the server makes no outgoing HTTP requests that need them.
     for name in [n for n in os.environ if n.upper().startswith("HTTP_")]:
         del os.environ[name]
+    # Metrics of every worker process, added up at scrape (leases/metrics.py):
+    # a fresh directory per server start, so no stale counts carry over.
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="leasehold-metrics-")
     host, port = _bind()
     level = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").lower()
     if level not in ("critical", "error", "warning", "info", "debug"):

@@ -199,10 +199,16 @@ SPECTACULAR_SETTINGS = {
 LOG_LEVEL = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").upper()
 if LOG_LEVEL not in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
     raise ValueError("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
+LOG_FORMAT = {"text": "line", "json": "json"}.get(os.environ.get("LEASEHOLD_LOG_FORMAT", "text").lower())
+if LOG_FORMAT is None:
+    raise ValueError("LEASEHOLD_LOG_FORMAT must be text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # One line per record, a failure's cause on it (leases/logformat.py).
+    "formatters": {"line": {"()": "leases.logformat.OneLineFormatter"},
+                   "json": {"()": "leases.logformat.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
     # 412 ...) are normal outcomes, recorded in the lease history, and under

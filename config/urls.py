@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
+from leases import health
 from leases.azure.fallback import invalid_uri
 from leases.azure.views import AzureBlobView
 
@@ -8,8 +9,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # The JSON API, its OpenAPI schema (/api/v1/schema/) and docs (/api/v1/docs/).
     path("api/v1/", include("leases.api.urls")),
+    # Operators: liveness, readiness, Prometheus metrics (leases/health.py).
+    path("health/live", health.live, name="health-live"),
+    path("health/ready", health.ready, name="health-ready"),
+    path("metrics", health.MetricsView.as_view(), name="metrics"),
     # Everything else is the Azure Blob endpoint, path-style:
-    # /{account}[/{container}[/{blob}]]. "admin", "api" and "static" are
+    # /{account}[/{container}[/{blob}]]. "admin", "api", "static", "health" and "metrics" are
     # therefore not usable as account names.
     # [\s\S]: a blob name may hold a line break, refused by the view in XML.
     re_path(r"^(?P<account>[a-z0-9]{3,24})(?:/(?P<rest>[\s\S]*))?$", AzureBlobView.as_view()),

@@ -23,7 +23,7 @@ from django.db.models import Max
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
-from . import clock, guids, machine, names
+from . import clock, guids, machine, metrics, names
 from . import metadata as metadata_rules
 from .conditions import Conditions
 from .errors import LeaseholdError
@@ -398,6 +398,9 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
     return LeaseResult(resource=obj, outcome=outcome)
 
 
+_lease_action = metrics.timed_lease_action(_lease_action)  # requests by action, door, outcome; latency
+
+
 def _write_transaction(fn):
     """``with transaction.atomic(): return fn()`` -- except that on SQLite
     the transactions of concurrent threads are committed together (group
@@ -736,6 +739,19 @@ def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = Non
 
 
 # ------------------------------------------------------------------ accounts
+
+def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: str = "") -> None:
+    """Record a refused attempt to change or delete lease history (a DELETE
+    on the events API, a POST to an event's admin page): the database would
+    refuse it anyway, and auditors want to know someone tried."""
+    with transaction.atomic():
+        LeaseEvent.objects.create(
+            occurred_at=clock.now(), action=attempt[:16], outcome=LeaseEvent.Outcome.REFUSED,
+            resource_type="history", account="", container="", blob="", status_code=status,
+            error_code="HistoryIsAppendOnly", actor=actor.name[:200], via=actor.via, reason=target[:500],
+            request_id=actor.request_id, client_request_id=actor.client_request_id[:1024],
+            remote_addr=actor.remote_addr[:64], user_agent=actor.user_agent[:512])
+
 
 def account_ensure(*, name: str, key1: str, key2: str = "") -> Account:
     base64.b64decode(key1, validate=True)  # refuse a key that cannot sign

@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from leases.models import Blob, Container, LeaseEvent
 
 from . import display
-from .common import ReadOnlyColumnsMixin, history_url, lease_id_q
+from .common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_id_q
 from .dashboard import dashboard
 from .drilldown import date_drilldown
 from .filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter
@@ -109,6 +109,24 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         return display.timestamp(obj.expires_at)
 
     # ------------------------------------------------------------ views
+
+    def _refuse_history_change(self, request, attempt: str, object_id=None):
+        """A POST that would change or delete events: 403, recorded."""
+        from leases.services import history_tamper_refused
+
+        history_tamper_refused(actor=admin_actor(request), attempt=attempt, status=403,
+                               target=f"POST {request.path}" + (f" (event {object_id})" if object_id else ""))
+        raise PermissionDenied
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        if request.method == "POST":
+            self._refuse_history_change(request, "history-change", object_id)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def delete_view(self, request, object_id, extra_context=None):
+        if request.method == "POST":
+            self._refuse_history_change(request, "history-delete", object_id)
+        return super().delete_view(request, object_id, extra_context)
 
     def get_urls(self):
         info = self.opts.app_label, self.opts.model_name

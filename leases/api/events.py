@@ -10,7 +10,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
-from .. import clock, selectors
+from .. import clock, selectors, services
 from . import schema
 from .base import ApiGenericView, ApiListView, ApiView, validated_query
 from .filters import EventFilter, QueryFilterBackend
@@ -22,7 +22,19 @@ from .serializers import EVENT_FIELDS, EventSerializer, HolderAnswerSerializer, 
 READ_EVENTS = {"GET": ("leases.view_leaseevent",)}
 
 
-class EventQueryMixin:
+class RefusesHistoryChanges:
+    """History is read-only here: a POST, PUT, PATCH or DELETE gets 405 and
+    is recorded as a refused event (auditors want the attempt)."""
+
+    def http_method_not_allowed(self, request, *args, **kwargs):
+        if request.method not in ("GET", "HEAD", "OPTIONS"):
+            services.history_tamper_refused(
+                actor=self.actor(), attempt="history-delete" if request.method == "DELETE" else "history-change",
+                status=405, target=f"{request.method} {request.path}")
+        return super().http_method_not_allowed(request, *args, **kwargs)
+
+
+class EventQueryMixin(RefusesHistoryChanges):
     required_permissions = READ_EVENTS
     filter_backends = [QueryFilterBackend]
     filterset_class = EventFilter
@@ -71,7 +83,7 @@ class EventExportView(EventQueryMixin, ApiGenericView):
 
 
 @extend_schema(tags=["events"])
-class HolderView(ApiView):
+class HolderView(RefusesHistoryChanges, ApiView):
     required_permissions = READ_EVENTS
 
     def target_account(self) -> str | None:

@@ -18,7 +18,7 @@ from django.core.handlers.wsgi import WSGIHandler
 
 # The first path segment of an Azure request is an account name (see
 # config/urls.py); these prefixes belong to the other doors.
-_AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
+_AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static|health|metrics)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
 
 
 class AzureDoorHandler(WSGIHandler):

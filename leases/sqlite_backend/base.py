@@ -56,12 +56,15 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
 from django.db.utils import OperationalError
 from django.db.backends.sqlite3 import base
+
+from leases.metrics import observe_fsync, observe_writer_lock_wait  # /metrics: two histograms, one call each
 
 
 class _Pending:
@@ -290,8 +293,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
             if path is None:
                 return
             self._writer_fd = _open_lock_file(path)
+        started = time.perf_counter()
         fcntl.flock(self._writer_fd, fcntl.LOCK_EX)
         self._writer_held = True
+        observe_writer_lock_wait(time.perf_counter() - started)  # /metrics
 
     def _drop_writer_lock(self) -> None:
         if self._writer_held:
@@ -353,7 +358,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         try:
             if self._wal_fd is None:
                 self._wal_fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
+            started = time.perf_counter()
             (getattr(os, "fdatasync", None) or os.fsync)(self._wal_fd)  # macOS has no fdatasync
+            observe_fsync(time.perf_counter() - started)  # /metrics
         except OSError as exc:
             # Committed and visible, but not known to be on disk: the caller
             # must not report success.

@@ -1,0 +1,55 @@
+"""The history's append-only triggers (migration 0005_history_append_only):
+which must exist, and putting them back after every ``migrate``.
+
+On SQLite, Django alters a table by rebuilding it, which drops its
+triggers; so a later migration that alters LeaseEvent would leave the
+history unguarded. ``migrate`` therefore ends by re-creating any that are
+missing (a post_migrate handler, leases/apps.py), and readiness
+(/health/ready) reports any still missing."""
+
+from __future__ import annotations
+
+import importlib
+
+TRIGGERS = {
+    "sqlite": ("leases_leaseevent_no_update", "leases_leaseevent_no_delete", "leases_leaseevent_no_replace",
+               "leases_historyhorizon_forwards", "leases_historyhorizon_forwards_insert"),
+    "postgresql": ("leases_leaseevent_no_update", "leases_leaseevent_no_delete", "leases_leaseevent_no_truncate",
+                   "leases_historyhorizon_forwards"),
+}
+TABLES = ("leases_leaseevent", "leases_historyhorizon")
+
+
+def present(conn, cursor) -> set[str]:
+    if conn.vendor == "sqlite":
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
+    elif conn.vendor == "postgresql":
+        cursor.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
+    else:
+        return set()
+    return {row[0] for row in cursor.fetchall()}
+
+
+def missing(conn, cursor) -> list[str]:
+    have = present(conn, cursor)
+    return [name for name in TRIGGERS.get(conn.vendor, ()) if name not in have]
+
+
+def ensure(conn) -> list[str]:
+    """Re-create the triggers if any is missing (and the tables exist);
+    returns the names that were missing."""
+    with conn.cursor() as cursor:
+        if not set(TABLES) <= set(conn.introspection.table_names(cursor)):
+            return []  # not migrated that far: the migration creates them
+        gone = missing(conn, cursor)
+    if gone:
+        migration = importlib.import_module("leases.migrations.0005_history_append_only")
+        with conn.schema_editor() as editor:
+            migration.create_triggers(editor)
+    return gone
+
+
+def after_migrate(sender, using="default", **kwargs):
+    from django.db import connections
+
+    ensure(connections[using])

@@ -1,0 +1,75 @@
+"""Log lines an operator can grep and a collector can parse.
+
+One line per record, failures included: the exception becomes a ``cause``
+(its type and message, and those of what caused it: "OperationalError:
+database or disk is full") instead of a multi-line traceback. Set
+LEASEHOLD_LOG_TRACEBACKS=1 to have the traceback too (text format: on the
+following lines; JSON: in a "traceback" field). LEASEHOLD_LOG_FORMAT=json
+writes one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from datetime import datetime, timezone
+
+
+def cause_of(exc: BaseException | None) -> str:
+    """``Type: message`` of the exception and of the chain that caused it."""
+    parts, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        message = " ".join(str(exc).split())
+        parts.append(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+        exc = exc.__cause__ or exc.__context__
+    return " <- ".join(parts)
+
+
+def _tracebacks() -> bool:
+    return os.environ.get("LEASEHOLD_LOG_TRACEBACKS", "") not in ("", "0")
+
+
+def _request_fields(record) -> dict:
+    fields = {}
+    request = getattr(record, "request", None)
+    if request is not None and hasattr(request, "method"):
+        fields["method"], fields["path"] = request.method, request.path
+    if getattr(record, "status_code", None) is not None:
+        fields["status"] = record.status_code
+    return fields
+
+
+class OneLineFormatter(logging.Formatter):
+    def __init__(self):
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record):
+        line = " ".join(super().formatMessage(self._prepare(record)).split("\n"))
+        if record.exc_info and record.exc_info[1] is not None:
+            line += f" | cause: {cause_of(record.exc_info[1])}"
+            if _tracebacks():
+                line += "\n" + self.formatException(record.exc_info)
+        return line
+
+    def _prepare(self, record):
+        record.message = record.getMessage()
+        record.asctime = self.formatTime(record)
+        return record
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record):
+        entry = {
+            "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            **_request_fields(record),
+        }
+        if record.exc_info and record.exc_info[1] is not None:
+            entry["cause"] = cause_of(record.exc_info[1])
+            if _tracebacks():
+                entry["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)

@@ -1,0 +1,47 @@
+"""manage.py leasehold_prune: delete the lease history past the retention
+policy now, in the same small batches the server's pruner uses (as
+clearsessions does for sessions). The policy is LEASEHOLD_RETENTION_*
+(leases/retention.py); options override it for this run."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+
+from leases import clock, retention
+
+
+class Command(BaseCommand):
+    help = "Delete lease history older than the retention policy (LEASEHOLD_RETENTION_*), in small batches."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--renewals", help="keep successful renewals this long (e.g. 7d, 12h); "
+                                               "default LEASEHOLD_RETENTION_RENEWALS")
+        parser.add_argument("--events", help="keep every other event this long (e.g. 400d); "
+                                             "default LEASEHOLD_RETENTION_EVENTS")
+        parser.add_argument("--batch", type=int, help="rows per transaction (default LEASEHOLD_RETENTION_BATCH, 500)")
+        parser.add_argument("--no-pause", action="store_true", help="do not rest between batches "
+                                                                    "(for a server that is not running)")
+
+    def handle(self, *args, renewals=None, events=None, batch=None, no_pause=False, **options):
+        try:
+            policy = retention.policy()
+            changes = {}
+            if renewals is not None:
+                changes["renewals"] = retention.parse_duration(renewals, "--renewals")
+            if events is not None:
+                changes["events"] = retention.parse_duration(events, "--events")
+            if batch is not None:
+                if batch < 1:
+                    raise ValueError("--batch must be at least 1")
+                changes["batch"] = batch
+        except ValueError as err:
+            raise CommandError(str(err)) from None
+        policy = retention.Policy(**{**policy.__dict__, **changes})
+        if not policy.prunes:
+            self.stdout.write("The retention policy keeps every event (set LEASEHOLD_RETENTION_RENEWALS and/or "
+                              "LEASEHOLD_RETENTION_EVENTS, or pass --renewals/--events); nothing pruned.")
+            return
+        now = clock.now()
+        deleted = retention.prune(policy, now=now, pace=not no_pause)
+        self.stdout.write(f"Pruned {deleted} lease events; events before "
+                          f"{policy.horizon(now):%Y-%m-%d %H:%M:%S} UTC may now be deleted.")

@@ -1,0 +1,228 @@
+"""History retention: the one path that deletes lease history.
+
+Policy (environment, read at start-up; a duration is a number with an
+optional unit s, m, h or d -- a bare number is days; empty or "forever" keeps
+those events for ever, the default, so nothing surprising happens):
+
+    LEASEHOLD_RETENTION_RENEWALS   successful renewals (the bulk of history)
+    LEASEHOLD_RETENTION_EVENTS     everything else: acquires, changes,
+                                   releases, breaks, writes that ended a
+                                   lease, and every refusal
+
+Pruning deletes at most ``LEASEHOLD_RETENTION_BATCH`` rows (default 500) per
+short write transaction and rests between batches for at least
+``LEASEHOLD_RETENTION_PAUSE`` seconds (default 0.05) and at least twice as
+long as the batch held the write lock, so lease operations queue behind a
+prune for milliseconds at most and get two thirds of the lock's time or more
+while a backlog is being worked off.
+
+The database allows the deletes: its triggers (migration 0005) refuse to
+delete any event that did not occur before the horizon in
+leases_historyhorizon, a row that only moves forwards; each batch moves it
+to now minus the shortest retention, in the batch's own transaction.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from . import clock, metrics
+from .models import HistoryHorizon, LeaseEvent
+
+log = logging.getLogger("leasehold.retention")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 86400}
+
+
+def parse_duration(value: str | None, name: str) -> timedelta | None:
+    """``"7d"`` -> 7 days; ``""``/``"forever"``/None -> None (keep)."""
+    if value is None or value.strip().lower() in ("", "forever", "none"):
+        return None
+    match = _DURATION.match(value)
+    if not match:
+        raise ValueError(f"{name} must be a duration such as 30d, 12h, 90m or 60s, or 'forever'; got {value!r}")
+    return timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
+
+
+@dataclass(frozen=True)
+class Policy:
+    renewals: timedelta | None = None  # successful renewals
+    events: timedelta | None = None  # everything else
+    batch: int = 500
+    pause: float = 0.05
+
+    @classmethod
+    def from_environment(cls, environ=os.environ) -> "Policy":
+        batch = int(environ.get("LEASEHOLD_RETENTION_BATCH", "500"))
+        pause = float(environ.get("LEASEHOLD_RETENTION_PAUSE", "0.05"))
+        if batch < 1 or pause < 0:
+            raise ValueError("LEASEHOLD_RETENTION_BATCH must be >= 1 and LEASEHOLD_RETENTION_PAUSE >= 0")
+        return cls(renewals=parse_duration(environ.get("LEASEHOLD_RETENTION_RENEWALS"), "LEASEHOLD_RETENTION_RENEWALS"),
+                   events=parse_duration(environ.get("LEASEHOLD_RETENTION_EVENTS"), "LEASEHOLD_RETENTION_EVENTS"),
+                   batch=batch, pause=pause)
+
+    @property
+    def prunes(self) -> bool:
+        return self.renewals is not None or self.events is not None
+
+    def horizon(self, now: datetime) -> datetime | None:
+        """Events before this may go: now minus the shortest retention."""
+        kept = [d for d in (self.renewals, self.events) if d is not None]
+        return now - min(kept) if kept else None
+
+
+def policy() -> Policy:
+    return getattr(settings, "LEASEHOLD_RETENTION", None) or Policy.from_environment()
+
+
+# ------------------------------------------------------------------ the deletes
+
+_RENEWAL = "action = 'renew' AND outcome = 'success'"
+
+
+def _statements(policy: Policy, now: datetime) -> list[tuple[str, datetime]]:
+    """(DELETE of up to N rows, cutoff) per kind of event that is pruned."""
+    table = LeaseEvent._meta.db_table
+    out = []
+    for where, kept in ((_RENEWAL, policy.renewals), (f"NOT ({_RENEWAL})", policy.events)):
+        if kept is None:
+            continue
+        # Oldest first, through the (action, occurred_at) or occurred_at index.
+        out.append((f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} "
+                    f"AND occurred_at < %s ORDER BY occurred_at LIMIT %s)", now - kept))
+    return out
+
+
+def advance_horizon(to: datetime) -> datetime:
+    """Move the horizon forwards to ``to`` (never backwards: a retention
+    made longer keeps the horizon where it was). In the caller's
+    transaction. Returns the horizon now in force."""
+    current = HistoryHorizon.objects.filter(pk=1).values_list("delete_before", flat=True).first()
+    if current is None:
+        HistoryHorizon.objects.create(pk=1, delete_before=to)
+        return to
+    if to > current:
+        HistoryHorizon.objects.filter(pk=1).update(delete_before=to)
+        return to
+    return current
+
+
+def prune_batch(policy: Policy, now: datetime | None = None) -> int:
+    """One short transaction: advance the horizon, delete up to
+    ``policy.batch`` events past it. Returns how many were deleted."""
+    now = now or clock.now()
+    horizon = policy.horizon(now)
+    if horizon is None:
+        return 0
+    deleted = 0
+    with transaction.atomic():
+        advance_horizon(horizon)
+        with connection.cursor() as cursor:
+            for sql, cutoff in _statements(policy, now):
+                if deleted >= policy.batch:
+                    break
+                cursor.execute(sql, [cutoff, policy.batch - deleted])
+                deleted += max(cursor.rowcount, 0)
+    metrics.PRUNED.inc(deleted)
+    return deleted
+
+
+def prune(policy: Policy, *, now: datetime | None = None, pace: bool = True,
+          stop: threading.Event | None = None) -> int:
+    """Batches until nothing is left past the horizon (or ``stop`` is set);
+    returns the number of events deleted."""
+    total = 0
+    while not (stop and stop.is_set()):
+        started = time.monotonic()
+        deleted = prune_batch(policy, now)
+        total += deleted
+        if deleted < policy.batch:
+            break
+        if pace:
+            rest = max(policy.pause, 2 * (time.monotonic() - started))
+            if stop is not None:
+                stop.wait(rest)
+            else:
+                time.sleep(rest)
+    if total:
+        log.info("retention: pruned %d lease events", total)
+    return total
+
+
+# ------------------------------------------------------------------ continuously, in one process
+
+class Pruner(threading.Thread):
+    """Prunes every ``idle`` seconds, in whichever server process holds the
+    pruner's file lock (one per database file; the others keep trying, so
+    another takes over if that process dies)."""
+
+    def __init__(self, policy: Policy, lock_path: str, idle: float = 10.0):
+        super().__init__(name="leasehold-retention", daemon=True)
+        self.policy, self.lock_path, self.idle = policy, lock_path, idle
+        self.stopping = threading.Event()
+        self._lock_fd: int | None = None
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _hold_lock(self) -> bool:
+        if self._lock_fd is not None:
+            return True
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def run(self) -> None:
+        from django.db import close_old_connections
+
+        while not self.stopping.is_set():
+            try:
+                if self._hold_lock():
+                    prune(self.policy, stop=self.stopping)
+            except Exception:  # a locked or full disk must not end pruning for good
+                log.exception("retention: pruning failed; retrying in %.0f s", self.idle)
+            finally:
+                close_old_connections()
+            self.stopping.wait(self.idle)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+
+
+_pruner: Pruner | None = None
+_pruner_lock = threading.Lock()
+
+
+def start_pruner() -> Pruner | None:
+    """Start this process's pruner if the policy prunes anything (idempotent)."""
+    global _pruner
+    active = policy()
+    if not active.prunes:
+        return None
+    with _pruner_lock:
+        if _pruner is None or not _pruner.is_alive():
+            name = str(connection.settings_dict["NAME"])
+            lock_path = (name if connection.vendor == "sqlite" else os.path.join(
+                str(settings.VAR_DIR), "leasehold")) + ".retention.lock"
+            _pruner = Pruner(active, lock_path, idle=float(os.environ.get("LEASEHOLD_RETENTION_IDLE", "10")))
+            _pruner.start()
+    return _pruner
+
+
+def oldest_event_at():
+    return LeaseEvent.objects.order_by("occurred_at").values_list("occurred_at", flat=True).first()

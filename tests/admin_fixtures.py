@@ -56,7 +56,7 @@ def superuser(django_user_model):
 @pytest.fixture
 def breaker(django_user_model):
     """Staff who may view everything and break leases (not release them)."""
-    return _staff(django_user_model, "alice", *VIEW_ALL, "container.break_lease", "blob.break_lease")
+    return _staff(django_user_model, "alice", *VIEW_ALL, "container.break_container_lease", "blob.break_blob_lease")
 
 
 @pytest.fixture

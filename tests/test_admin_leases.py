@@ -139,12 +139,34 @@ def test_search_by_name_prefix_and_lease_id(superuser_client, estate):
     assert listed(superuser_client.get(CONTAINERS, {"q": str(estate.container.lease_id)[:6]})) == [CONTAINER]
 
 
-def test_sort_by_expiry_puts_leases_without_one_last(superuser_client, estate):
+def test_sort_by_time_left_puts_leases_without_any_last(superuser_client, estate, clock):
     from leases.admin.resources import BlobAdmin
 
     column = BlobAdmin.list_display.index("time_left") + 1  # after the action checkbox
-    assert listed(superuser_client.get(BLOBS, {"o": column}))[:2] == ["expired.txt", "leased.txt"]
-    assert listed(superuser_client.get(BLOBS, {"o": f"-{column}"}))[:2] == ["leased.txt", "expired.txt"]
+    # A breaking lease sorts by its break end (30 s), before the 60 s lease; infinite has the most.
+    assert listed(superuser_client.get(BLOBS, {"o": column}))[:3] == ["breaking.txt", "leased.txt", "infinite.txt"]
+    assert listed(superuser_client.get(BLOBS, {"o": f"-{column}"}))[:3] == [
+        "infinite.txt", "leased.txt", "breaking.txt"]
+    # Expired, broken and available: no time left, last either way.
+    rest = {"expired.txt", "broken.txt", "available.txt"}
+    assert set(listed(superuser_client.get(BLOBS, {"o": column}))[3:]) == rest
+    assert set(listed(superuser_client.get(BLOBS, {"o": f"-{column}"}))[3:]) == rest
+    clock.advance(45)  # the break has ended: broken, so last
+    assert listed(superuser_client.get(BLOBS, {"o": column}))[:2] == ["leased.txt", "infinite.txt"]
+
+
+def test_holder_is_blank_when_nobody_holds_the_lease(superuser_client, estate):
+    lease = estate.blobs["available"]
+    lease_acquire(ref=estate.ref("available"), actor=app(), duration=15)
+    lease_release(ref=estate.ref("available"), actor=app(), lease_id=Blob.objects.get(pk=lease.pk).lease_id)
+    response = superuser_client.get(BLOBS)
+    assert "account:opsstore" not in row(response, "available.txt").split("field-holder")[1]
+    assert "account:opsstore" in row(response, "leased.txt").split("field-holder")[1]
+
+
+def test_lists_say_when_their_state_was_read_and_refresh(superuser_client, estate):
+    page = superuser_client.get(BLOBS).content.decode()
+    assert 'data-lease-refresh="30"' in page and "Lease state as of" in page and "Refresh now" in page
 
 
 def test_lists_do_not_count_past_the_cap(superuser_client, estate, monkeypatch):

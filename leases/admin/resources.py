@@ -19,13 +19,14 @@ from leases.models import Blob, Container, LeaseEvent
 from leases.selectors import holder_at
 
 from . import display
-from .common import BREAKABLE, NullsLast, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, prefix_q, resource_ref
+from .common import BREAKABLE, DeadlineOrder, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, prefix_q, resource_ref
 from .filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
 from .forms import HolderAtForm
 from .lease_actions import LeaseActionsMixin
 from .paging import CappedCountPaginator
 
 HISTORY_ROWS = 20
+REFRESH_SECONDS = 30  # lists and detail pages reload themselves this often (and when a deadline passes)
 
 
 class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdmin):
@@ -48,8 +49,12 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
 
     def changelist_view(self, request, extra_context=None):
         # Read-only for everyone, so Django's "Select blob to view" says less than the name.
-        extra_context = {"title": self.opts.verbose_name_plural.capitalize(), **(extra_context or {})}
+        extra_context = {"title": self.opts.verbose_name_plural.capitalize(), **self.as_of_context(request),
+                         **(extra_context or {})}
         return super().changelist_view(request, extra_context)
+
+    def as_of_context(self, request) -> dict:
+        return {"lease_as_of": display.timestamp(lease_now(request)), "refresh_seconds": REFRESH_SECONDS}
 
     # ------------------------------------------------------------ queries
 
@@ -82,8 +87,8 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
     def lease_duration_type(self, obj):
         return display.duration_type(obj)
 
-    # Soonest first, leases without an expiry last (the expiry index answers).
-    @admin.display(description="time left", ordering=NullsLast("lease_expires_at"))
+    # Soonest deadline first (expiry, or a breaking lease's break end); no time left last.
+    @admin.display(description="time left", ordering=DeadlineOrder())
     def time_left(self, obj):
         return display.time_left(obj, display.row_state(obj), obj.lease_as_of)
 
@@ -91,8 +96,10 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
     def generation(self, obj):
         return obj.lease_generation
 
-    @admin.display(description="holder (last acquire)")
+    @admin.display(description="holder")
     def holder(self, obj):
+        if display.row_state(obj) == machine.AVAILABLE:
+            return display.EMPTY  # released or never leased: nobody holds it
         return display.holder(obj.lease_holder, obj.lease_holder_address, obj.lease_holder_request_id)
 
     @admin.display(description="actor")
@@ -141,6 +148,7 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
         events = LeaseEvent.objects.filter(account=ref.account, container=ref.container, blob=ref.blob or "")
         holder_form = HolderAtForm(request.GET if "held_at" in request.GET else None)
         return {
+            **self.as_of_context(request),
             "can_break": state in BREAKABLE and self.has_break_permission(request, obj),
             "can_release": (obj.lease_id is not None and state != machine.AVAILABLE
                             and self.has_release_permission(request, obj)),

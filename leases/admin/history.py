@@ -9,14 +9,16 @@ from __future__ import annotations
 import csv
 from datetime import UTC, datetime
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.urls import path, reverse
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import urlencode
 
 from leases.models import Blob, Container, LeaseEvent
 
@@ -24,7 +26,10 @@ from . import display
 from .common import ReadOnlyColumnsMixin, history_url, lease_id_q
 from .dashboard import dashboard
 from .drilldown import date_drilldown
-from .filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter
+from .chips import filter_chips
+from .filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter, OutcomeFilter
+from .forms import HolderAtForm
+from .lookup import holder_lookup
 from .paging import CappedCountPaginator
 
 CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "container", "blob", "lease_id",
@@ -35,9 +40,11 @@ CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "
 
 @admin.register(LeaseEvent)
 class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
-    list_display = ("when", "action", "outcome_badge", "resource", "who", "short_lease_id", "generation",
-                    "transition", "status", "reason")
-    list_filter = (ActionFilter, "outcome", ActorFilter, EventAccountFilter, EventContainerFilter)
+    # Two facts in some columns (action and outcome, lease id and
+    # generation), so that the list fits 1366 px with both sidebars open.
+    list_display = ("when", "action_and_outcome", "resource", "who", "lease_and_generation", "transition",
+                    "status", "reason")
+    list_filter = (ActionFilter, OutcomeFilter, ActorFilter, EventAccountFilter, EventContainerFilter)
     # The admin turns a year/month/day into an indexed occurred_at range; the
     # change list template replaces Django's drill-down links, which would
     # run MIN+MAX and a DISTINCT date per level over the table.
@@ -84,9 +91,26 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     def outcome_badge(self, obj):
         return format_html('<span class="lease-badge lease-{}">{}</span>', obj.outcome, obj.outcome)
 
+    @admin.display(description="action")
+    def action_and_outcome(self, obj):
+        return format_html('{}<br><span class="lease-badge lease-{}">{}</span>', obj.action, obj.outcome,
+                           obj.outcome)
+
+    @admin.display(description="lease")
+    def lease_and_generation(self, obj):
+        if obj.lease_id is None:
+            return display.EMPTY
+        generation = "" if obj.generation is None else f"gen. {obj.generation}"
+        return format_html('{}<br><span class="lease-quiet">{}</span>', display.short_id(obj.lease_id), generation)
+
     @admin.display(description="resource")
     def resource(self, obj):
-        return obj.resource_path
+        """The resource's page (through ``resource/``, which finds it or says
+        it was deleted) and a link narrowing this list to it."""
+        query = urlencode({"account": obj.account, "container": obj.container, "blob": obj.blob})
+        return format_html('<a href="{}?{}">{}</a> <a href="?{}" class="lease-quiet" title="Only this {}">only this</a>',
+                           self.tool_url("resource"), query, display.path(obj.resource_path), query,
+                           obj.resource_type)
 
     @admin.display(description="actor")
     def who(self, obj):
@@ -115,12 +139,16 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         return [
             path("export.csv", self.admin_site.admin_view(self.export_view), name="{}_{}_export".format(*info)),
             path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="leases_dashboard"),
+            path("resource/", self.admin_site.admin_view(self.resource_view), name="{}_{}_resource".format(*info)),
+            path("holder/", self.admin_site.admin_view(self.holder_view), name="{}_{}_holder".format(*info)),
             *super().get_urls(),
         ]
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
             context["resource_url"] = self.resource_url(obj)
+            context["holder_url"] = self.tool_url("holder") + "?" + urlencode(
+                {"account": obj.account, "container": obj.container, "blob": obj.blob})
             context["history_url"] = history_url(obj.account, obj.container, obj.blob,
                                                  current_app=self.admin_site.name)
         return super().render_change_form(request, context, add, change, form_url, obj)
@@ -137,6 +165,55 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
             return None
         return reverse(f"admin:leases_{model._meta.model_name}_change", args=[pk], current_app=self.admin_site.name)
 
+    def tool_url(self, name: str) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", current_app=self.admin_site.name)
+
+    def resource_view(self, request):
+        """An event's resource: its page if it still exists, else its
+        history's "who held it" page, which needs no resource row."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        account, container, blob = (request.GET.get(k, "") for k in ("account", "container", "blob"))
+        if not (account and container):
+            self.message_user(request, "Say which resource: account and container (and blob).", messages.ERROR)
+            return HttpResponseRedirect(self.tool_url("changelist"))
+        kind = "blob" if blob else "container"
+        fake = LeaseEvent(resource_type=kind, account=account, container=container, blob=blob)
+        url = self.resource_url(fake)
+        if url and request.user.has_perm(f"leases.view_{kind}"):
+            return HttpResponseRedirect(url)
+        if url is None:
+            self.message_user(request, f"The {kind} {fake.resource_path} no longer exists; its lease history "
+                              "remains.", messages.WARNING)
+        return HttpResponseRedirect(self.tool_url("holder") + "?" + urlencode(
+            {"account": account, "container": container, "blob": blob}))
+
+    def holder_view(self, request):
+        """A resource's lease history summary and "who held it at T", from
+        the events alone: for a blob or container deleted since."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        account, container, blob = (request.GET.get(k, "") for k in ("account", "container", "blob"))
+        form = HolderAtForm(request.GET if "held_at" in request.GET else None)
+        events = LeaseEvent.objects.filter(account=account, container=container, blob=blob)
+        fake = LeaseEvent(resource_type="blob" if blob else "container", account=account, container=container,
+                          blob=blob)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Lease history of {fake.resource_path}",
+            "opts": self.opts,
+            "resource": fake,
+            "resource_url": self.resource_url(fake) if account and container else None,
+            "history": events[:20],
+            "history_url": history_url(account, container, blob, current_app=self.admin_site.name),
+            "holder_form": form,
+            "holder_keep": [("account", account), ("container", container), ("blob", blob)],
+            "lookup": holder_lookup(account=account, container=container, blob=blob,
+                                    when=form.cleaned_data["held_at"]) if form.is_valid() else None,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/leases/leaseevent/holder.html", context)
+
     def dashboard_view(self, request):
         return dashboard(request, self.admin_site)
 
@@ -147,6 +224,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         if context and "cl" in context:
             cl = context["cl"]
             context["date_drilldown"] = date_drilldown(cl)
+            context["filter_chips"] = filter_chips(cl)
             context["export_url"] = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_export",
                                             current_app=self.admin_site.name) + cl.get_query_string()
         return response

@@ -16,13 +16,14 @@ from django.utils.html import format_html
 
 from leases import machine
 from leases.models import Blob, Container, LeaseEvent
-from leases.selectors import holder_at
 
 from . import display
 from .common import BREAKABLE, DeadlineOrder, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, prefix_q, resource_ref
+from .chips import filter_chips
 from .filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
 from .forms import HolderAtForm
 from .lease_actions import LeaseActionsMixin
+from .lookup import holder_lookup
 from .paging import CappedCountPaginator
 
 HISTORY_ROWS = 20
@@ -51,7 +52,11 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
         # Read-only for everyone, so Django's "Select blob to view" says less than the name.
         extra_context = {"title": self.opts.verbose_name_plural.capitalize(), **self.as_of_context(request),
                          **(extra_context or {})}
-        return super().changelist_view(request, extra_context)
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context and "cl" in context:
+            context["filter_chips"] = filter_chips(context["cl"])
+        return response
 
     def as_of_context(self, request) -> dict:
         return {"lease_as_of": display.timestamp(lease_now(request)), "refresh_seconds": REFRESH_SECONDS}
@@ -79,6 +84,22 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
     def lease_state_badge(self, obj):
         return display.badge(display.row_state(obj))
 
+    # The list packs two facts per column (state and status, time left and
+    # duration, lease id and generation) so that it fits 1366 px with both
+    # sidebars open; the detail page keeps them apart.
+    @admin.display(description="state")
+    def state_and_status(self, obj):
+        state = display.row_state(obj)
+        return format_html('{}<br><span class="lease-quiet">{}</span>', display.badge(state),
+                           machine.lease_status(state))
+
+    @admin.display(description="lease")
+    def lease_and_generation(self, obj):
+        if obj.lease_id is None:
+            return display.EMPTY
+        return format_html('{}<br><span class="lease-quiet">gen. {}</span>', display.short_id(obj.lease_id),
+                           obj.lease_generation)
+
     @admin.display(description="status")
     def lease_status(self, obj):
         return machine.lease_status(display.row_state(obj))
@@ -90,7 +111,11 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
     # Soonest deadline first (expiry, or a breaking lease's break end); no time left last.
     @admin.display(description="time left", ordering=DeadlineOrder())
     def time_left(self, obj):
-        return display.time_left(obj, display.row_state(obj), obj.lease_as_of)
+        state = display.row_state(obj)
+        left = display.time_left(obj, state, obj.lease_as_of)
+        if state in (machine.LEASED, machine.EXPIRED) and obj.lease_duration is not None:
+            return format_html('{}<br><span class="lease-quiet">{}</span>', left, display.duration_type(obj))
+        return left
 
     @admin.display(description="generation")
     def generation(self, obj):
@@ -155,23 +180,25 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
             "history": events[:HISTORY_ROWS],
             "history_url": history_url(ref.account, ref.container, ref.blob or "", current_app=self.admin_site.name),
             "holder_form": holder_form,
-            "held": holder_at(account=ref.account, container=ref.container, blob=ref.blob or "",
-                              when=holder_form.cleaned_data["held_at"]) if holder_form.is_valid() else None,
+            "lookup": holder_lookup(account=ref.account, container=ref.container, blob=ref.blob or "",
+                                    when=holder_form.cleaned_data["held_at"]) if holder_form.is_valid() else None,
         }
 
 
 @admin.register(Container)
 class ContainerAdmin(LeaseResourceAdmin):
-    list_display = ("name", "account", "lease_state_badge", "lease_status", "lease_duration_type", "time_left",
-                    "short_lease_id", "generation", "holder", "modified")
+    list_display = ("name", "account", "state_and_status", "time_left", "lease_and_generation", "holder",
+                    "modified")
     list_filter = (EffectiveStateFilter, DurationTypeFilter, AccountFilter)
     list_select_related = ("account",)
     sortable_by = ("name", "time_left")  # others would sort the whole table; time left has the expiry index
     ordering = ("account_id", "name")  # the unique (account, name) index; "account" would sort by its name
+    # The lease first: it is what an operator comes for.
     fieldsets = (
-        (None, {"fields": ("account", "name", "public_access", "etag", "modified", "created", "metadata")}),
+        (None, {"fields": ("account", "name")}),
         LeaseResourceAdmin.lease_fieldset,
         LeaseResourceAdmin.holder_fieldset,
+        ("Container", {"fields": ("public_access", "etag", "modified", "created", "metadata")}),
     )
 
     def get_queryset(self, request):
@@ -180,16 +207,17 @@ class ContainerAdmin(LeaseResourceAdmin):
 
 @admin.register(Blob)
 class BlobAdmin(LeaseResourceAdmin):
-    list_display = ("blob_name", "container_path", "lease_state_badge", "lease_status", "lease_duration_type",
-                    "time_left", "short_lease_id", "generation", "holder", "modified")
+    list_display = ("blob_name", "container_path", "state_and_status", "time_left", "lease_and_generation",
+                    "holder", "modified")
     list_filter = (EffectiveStateFilter, DurationTypeFilter, BlobAccountFilter, ContainerFilter)
     sortable_by = ("blob_name", "time_left")
     ordering = ("container_id", "name", "snapshot")  # the unique (container, name, snapshot) index
+    # The lease first: it is what an operator comes for; file metadata after.
     fieldsets = (
-        (None, {"fields": ("container_path", "name", "snapshot", "size", "content_type", "etag", "modified",
-                           "created", "metadata")}),
+        (None, {"fields": ("container_path", "name", "snapshot")}),
         LeaseResourceAdmin.lease_fieldset,
         LeaseResourceAdmin.holder_fieldset,
+        ("File", {"fields": ("size", "content_type", "etag", "modified", "created", "metadata")}),
     )
 
     def get_queryset(self, request):

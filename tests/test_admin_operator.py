@@ -109,3 +109,75 @@ def test_unknown_filter_values_are_answered_clearly(superuser_client, estate, ur
     assert response.status_code == 200
     assert any(m.startswith(says) for m in messages_of(response)), messages_of(response)
     assert list(response.context["cl"].result_list) == []  # not silently everything
+
+
+# ------------------------------------------------------------------ search, holder filter, container counts
+
+def test_container_list_counts_its_blobs_one_click_from_them(superuser_client, estate):
+    page = superuser_client.get(CONTAINERS).content.decode()
+    link = f'href="{BLOBS}?container={estate.container.pk}"'
+    assert link + ' title="The blobs of opsstore/orders">6</a>' in page
+    assert len(listed(superuser_client.get(BLOBS, {"container": estate.container.pk}))) == 6
+    detail = superuser_client.get(f"{CONTAINERS}{estate.container.pk}/change/").content.decode()
+    assert f'<a href="{BLOBS}?container={estate.container.pk}">Its 6 blobs</a>' in detail
+
+
+def test_holder_filter_lists_what_a_holder_holds_now(superuser_client, estate):
+    other = Actor(name="account:node-7", via="azure", remote_addr="10.9.9.9")
+    lease_acquire(ref=estate.ref("available"), actor=other, duration=60)
+    assert listed(superuser_client.get(BLOBS, {"holder": "account:node-7"})) == ["available.txt"]
+    # Held now: leased or breaking; not the expired or broken leases it took.
+    assert sorted(listed(superuser_client.get(BLOBS, {"holder": "account:opsstore"}))) == [
+        "breaking.txt", "infinite.txt", "leased.txt"]
+    assert listed(superuser_client.get(CONTAINERS, {"holder": "account:opsstore"})) == [CONTAINER]
+
+
+# ------------------------------------------------------------------ holders
+
+def test_holders_page_counts_leases_per_holder_since_when(superuser_client, estate):
+    other = Actor(name="account:node-7", via="azure")
+    lease_acquire(ref=estate.ref("available"), actor=other, duration=60)
+    response = superuser_client.get(f"{BLOBS}holders/")
+    assert response.status_code == 200
+    rows = response.context["rows"]
+    assert [(r["holder"], r["blob"]["leases"], (r["container"] or {}).get("leases")) for r in rows] == [
+        ("account:opsstore", 3, 1), ("account:node-7", 1, None)]
+    assert rows[0]["blob"]["breaking"] == 1
+    opsstore = rows[0]["blob"]
+    assert opsstore["since"] == min(estate.blobs[n].lease_acquired_at for n in ("leased", "infinite", "breaking"))
+    page = response.content.decode()
+    assert f'href="{BLOBS}?holder=account%3Anode-7"' in page
+    assert f'href="{BLOBS}holders/break/?holder=account%3Aopsstore" class="lease-holder-break">Break all 3…' in page
+    assert (f'href="{CONTAINERS}holders/break/?holder=account%3Aopsstore" class="lease-holder-break">Break all 1…'
+            in page)
+
+
+def test_break_every_lease_of_one_holder_with_confirmation_and_reason(client, breaker, estate):
+    client.force_login(breaker)
+    other = Actor(name="account:node-7", via="azure")
+    lease_acquire(ref=estate.ref("available"), actor=other, duration=60)
+    url = f"{BLOBS}holders/break/?holder=account:opsstore"
+    page = client.get(url)
+    html = page.content.decode()
+    assert page.templates[0].name == "admin/leases/lease_confirmation.html"
+    assert "Break every blob lease that account:opsstore holds" in html
+    assert "These 3 leases will be broken" in html and "available.txt" not in html
+    seen = re.findall(r'name="seen" value="([^"]+)"', html)
+    assert len(seen) == 3 and not LeaseEvent.objects.filter(via="admin").exists()  # nothing yet
+
+    response = client.post(url, {"post": "yes", "seen": seen, "when": "now", "reason": "node-3 crashed"})
+    assert response.status_code == 302 and response.url == f"{BLOBS}holders/"
+    assert messages_of(client.get(response.url)) == ["Broke the lease of 3 blobs."]
+    events = LeaseEvent.objects.filter(via="admin", action="break")
+    assert sorted(e.blob for e in events) == ["breaking.txt", "infinite.txt", "leased.txt"]
+    assert {(e.actor, e.reason, e.outcome) for e in events} == {("user:alice", "node-3 crashed", "success")}
+    assert Blob.objects.get(name="available.txt").lease_state == machine.LEASED  # another holder's: untouched
+    assert estate.container.__class__.objects.get(pk=estate.container.pk).lease_state == machine.LEASED
+
+
+def test_holder_break_needs_the_models_break_permission(client, viewer, estate):
+    client.force_login(viewer)
+    response = client.get(f"{BLOBS}holders/break/?holder=account:opsstore", follow=True)
+    assert messages_of(response) == ["You may not break blob leases: that needs the “Can break blob lease” "
+                                     "permission."]
+    assert "Break all" not in client.get(f"{BLOBS}holders/").content.decode()

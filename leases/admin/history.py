@@ -32,6 +32,8 @@ from .forms import HolderAtForm
 from .lookup import holder_lookup
 from .paging import CappedCountPaginator
 
+SUBSTRING_WINDOW = 100_000  # events a substring search reads at most (see get_search_results)
+
 CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "container", "blob", "lease_id",
                "proposed_lease_id", "duration", "break_period", "lease_time", "expires_at", "state_before",
                "state_after", "generation", "status_code", "error_code", "actor", "via", "reason", "request_id",
@@ -49,9 +51,12 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     # change list template replaces Django's drill-down links, which would
     # run MIN+MAX and a DISTINCT date per level over the table.
     date_hierarchy = "occurred_at"
-    search_fields = ("lease_id", "request_id", "client_request_id", "blob", "container")
-    search_help_text = ("A lease id (all of it or its first 4+ digits), a request id, a client request id, "
-                        "or a resource: container or blob name, or account/container/blob as listed.")
+    search_fields = ("lease_id", "request_id", "client_request_id", "blob", "container", "actor", "reason")
+    search_help_text = (
+        "A lease id (all of it or its first 4+ digits), a request id, a client request id, or "
+        "account/container/blob as listed: in all history. Or part of a resource, actor or reason (any case): "
+        f"in the newest {SUBSTRING_WINDOW:,} events of the chosen date and filters (choose a day to search "
+        "older ones).")
     sortable_by = ("when",)  # newest first by default; the other columns have no index to sort by
     paginator = CappedCountPaginator
     show_full_result_count = False
@@ -68,8 +73,11 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     # ------------------------------------------------------------ search
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact matches only (ids are prefixes too), each answered by an
-        index: a substring or short prefix would sort most of the table."""
+        """Exact terms (ids, a resource path) by their indexes over all
+        history; a substring by a bounded scan: the newest
+        ``SUBSTRING_WINDOW`` event ids of the filtered list, a rowid range
+        (one seek to find its top, then at most that many rows read), so a
+        rare word costs the same as a common one at a million events."""
         term = search_term.strip()
         if not term:
             return queryset, False
@@ -79,6 +87,13 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         parts = term.split("/", 2)
         if len(parts) > 1:  # "account/container[/blob]", as the resource column shows it
             query |= Q(account=parts[0], container=parts[1], blob=parts[2] if len(parts) == 3 else "")
+        top = queryset.order_by("-id").values_list("id", flat=True).first()
+        if top is not None:
+            words = Q()
+            for word in term.split():
+                words &= (Q(blob__icontains=word) | Q(container__icontains=word) | Q(account__icontains=word)
+                          | Q(actor__icontains=word) | Q(reason__icontains=word))
+            query |= Q(id__gt=top - SUBSTRING_WINDOW, id__lte=top) & words
         return queryset.filter(query), False
 
     # ------------------------------------------------------------ columns

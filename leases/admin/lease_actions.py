@@ -139,7 +139,8 @@ class LeaseActionsMixin:
 
     # ------------------------------------------------------------ shared
 
-    def confirmation(self, request, operation: str, objects, form, *, action_post: bool = False):
+    def confirmation(self, request, operation: str, objects, form, *, action_post: bool = False,
+                     cancel_url: str | None = None, heading: str | None = None):
         """What will be broken or released, and the form that does it. A
         break skips what holds no lease, and remembers which lease (by
         generation) each target held when the operator saw it."""
@@ -153,7 +154,7 @@ class LeaseActionsMixin:
             form.initial["seen"] = [f"{row['obj'].pk}:{row['obj'].lease_generation}" for row in targets]
         context = {
             **self.admin_site.each_context(request),
-            "title": f"{operation.capitalize()} lease{'s' if len(targets) != 1 else ''}",
+            "title": heading or f"{operation.capitalize()} lease{'s' if len(targets) != 1 else ''}",
             "operation": operation,
             "opts": self.opts,
             "targets": targets,
@@ -161,8 +162,8 @@ class LeaseActionsMixin:
             "form": form,
             "action_post": action_post,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "subject": None if action_post else objects[0],
-            "cancel_url": request.get_full_path() if action_post else self.object_url(objects[0]),
+            "subject": None if action_post or cancel_url else objects[0],
+            "cancel_url": cancel_url or (request.get_full_path() if action_post else self.object_url(objects[0])),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/leases/lease_confirmation.html", context)

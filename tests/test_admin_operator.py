@@ -181,3 +181,18 @@ def test_holder_break_needs_the_models_break_permission(client, viewer, estate):
     assert messages_of(response) == ["You may not break blob leases: that needs the “Can break blob lease” "
                                      "permission."]
     assert "Break all" not in client.get(f"{BLOBS}holders/").content.decode()
+
+
+# ------------------------------------------------------------------ one time zone
+
+def test_the_operators_zone_cuts_days_and_renders_times(superuser_client, estate):
+    superuser_client.cookies["leasehold_tz"] = "Asia/Tokyo"
+    response = superuser_client.get(HISTORY)
+    assert response.context["date_drilldown"]["zone"] == "Asia/Tokyo"
+    page = response.content.decode()
+    assert "days in Asia/Tokyo" in page and '<meta name="leasehold-zone" content="Asia/Tokyo">' in page
+    assert re.search(r"<time datetime=\"[^\"]+\" data-local>[^<]+ JST</time>", page)
+
+    superuser_client.cookies["leasehold_tz"] = "Mars/Olympus_Mons"  # unknown: the server's zone
+    response = superuser_client.get(HISTORY)
+    assert response.context["date_drilldown"]["zone"] == "UTC"

@@ -85,6 +85,10 @@ def messages(page) -> list[str]:
     return [m.strip() for m in page.locator(".messagelist li").all_inner_texts()]
 
 
+def chip_text(page) -> str:
+    return " ".join(page.locator(".lease-chips").inner_text().split())
+
+
 def no_horizontal_scroll(page) -> dict:
     """Widths of the document and of the results table's scroller."""
     return page.evaluate("""() => {
@@ -237,3 +241,91 @@ def test_the_dashboard_refreshes_without_being_announced(open_page, users, estat
     page.wait_for_selector("#lease-dashboard .lease-counts")
     assert panel.get_attribute("aria-live") is None
     assert page.locator("[aria-live]").count() == 0
+
+
+# ------------------------------------------------------------------ search, filters, one zone
+
+@pytest.mark.browser
+def test_history_search_chips_links_and_one_zone(open_page, users, estate):
+    from leases.services import blob_delete
+
+    from .admin_fixtures import app
+
+    blob_delete(ref=estate.ref("broken"), actor=app())
+    page = open_page("alice")
+    go(page, "/admin/leases/leaseevent/")
+    # Days are cut in the browser's zone, the zone the rows are shown in.
+    assert "days in Asia/Tokyo" in page.locator(".lease-drilldown").inner_text()
+    assert page.locator("#result_list .field-when time").first.inner_text().endswith("GMT+9")
+
+    page.fill("#searchbar", "BROKEN")  # part of a name, any case
+    page.press("#searchbar", "Enter")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 2 and all("broken.txt" in t for t in rows.all_inner_texts())
+    page.locator("#changelist-filter").get_by_role("link", name="break", exact=True).click()
+    chips = page.locator(".lease-chips")
+    assert "action: break" in chip_text(page) and "search: BROKEN" in chip_text(page)
+    page.screenshot(path=SCREENS / "history-search-1366.png", full_page=True)
+    chips.get_by_role("link", name="Remove search filter").click()
+    assert "search:" not in chip_text(page)
+
+    # The deleted blob's row leads to its history-only page, where "who held it" still works.
+    page.locator("#result_list tr", has_text="broken.txt").get_by_role("link", name="broken.txt").click()
+    assert "no longer exists" in messages(page)[0]
+    assert page.locator("h1").inner_text() == "Lease history of opsstore/orders/broken.txt"
+    page.screenshot(path=SCREENS / "deleted-blob-history-1366.png", full_page=True)
+
+
+@pytest.mark.browser
+def test_blob_search_and_container_counts(open_page, users, estate):
+    page = open_page("alice")
+    go(page, "/admin/leases/container/")
+    page.locator("#result_list .field-blobs a").click()
+    assert page.locator("#result_list tbody tr").count() == 6
+    assert "container: opsstore/orders" in chip_text(page)
+    page.fill("#searchbar", "INFIN")
+    page.press("#searchbar", "Enter")
+    assert page.locator("#result_list tbody tr").all_inner_texts()[0].split()[0] == "infinite.txt"
+    assert page.locator("#result_list tbody tr").count() == 1
+    go(page, "/admin/leases/blob/?state=bogus")
+    assert messages(page)[0].startswith("Unknown lease state “bogus”: nothing is listed.")
+
+
+# ------------------------------------------------------------------ holders
+
+@pytest.mark.browser
+def test_holders_view_and_breaking_all_of_one_holders_leases(open_page, users, estate):
+    from leases.services import Actor, lease_acquire
+
+    lease_acquire(ref=estate.ref("available"), actor=Actor(name="account:node-7", via="azure"), duration=60)
+    page = open_page("alice")
+    go(page, "/admin/leases/blob/")
+    page.get_by_role("link", name="Holders").click()
+    assert page.locator("h1").inner_text() == "Lease holders"
+    rows = page.locator("tr.lease-holder-row")
+    assert rows.count() == 2
+    first = rows.first
+    assert first.locator(".field-holder").inner_text() == "account:opsstore"
+    assert "3 blob leases" in first.locator(".field-blobs").inner_text()
+    assert "1 breaking" in first.locator(".field-blobs").inner_text()
+    assert "1 container lease" in first.locator(".field-containers").inner_text()
+    page.screenshot(path=SCREENS / "holders-1366.png", full_page=True)
+
+    first.locator(".field-blobs").get_by_role("link", name="Break all 3…").click()
+    assert page.locator("h1").inner_text() == "Break every blob lease that account:opsstore holds"
+    assert page.locator("#content table tbody tr").count() == 3
+    page.get_by_label("Break period in seconds").fill("5")
+    page.fill("textarea[name=reason]", "node-3 crashed")
+    page.screenshot(path=SCREENS / "holder-break-confirmation-1366.png", full_page=True)
+    page.get_by_role("button", name="Yes, break 3 leases").click()
+    assert messages(page) == ["Broke the lease of 3 blobs."]
+    # What it held is breaking now; node-7's lease and the container's are untouched.
+    rows = page.locator("tr.lease-holder-row")
+    assert "3 breaking" in rows.filter(has_text="account:opsstore").locator(".field-blobs").inner_text()
+    assert "1 blob lease" in rows.filter(has_text="account:node-7").locator(".field-blobs").inner_text()
+
+    narrow = open_page("alice", width=390, height=844)
+    go(narrow, "/admin/leases/blob/holders/")
+    widths = no_horizontal_scroll(narrow)
+    narrow.screenshot(path=SCREENS / "holders-390.png", full_page=True)
+    assert widths["doc"][0] <= widths["doc"][1], widths

@@ -46,7 +46,7 @@ class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMix
     search_help_text = ("Part of a name (any case), or a lease id: all of it or its first 4+ digits. "
                         "Several words: rows matching all of them.")
     lease_fieldset = ("Lease", {"fields": (
-        "lease_state_badge", "lease_status", "lease_duration_type", "time_left", "full_lease_id",
+        "lease_state_badge", "lease_status", "lease_duration_type", "time_left_alone", "full_lease_id",
         "generation", "expires_at", "break_at")})
     holder_fieldset = ("Holder (from the last acquire)", {"fields": (
         "holder_actor", "holder_address", "holder_client_request_id", "acquired_at")})
@@ -121,6 +121,11 @@ class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMix
         if state in (machine.LEASED, machine.EXPIRED) and obj.lease_duration is not None:
             return format_html('{}<br><span class="lease-quiet">{}</span>', left, display.duration_type(obj))
         return left
+
+    @admin.display(description="time left")
+    def time_left_alone(self, obj):
+        """The detail page's: its duration has a line of its own there."""
+        return display.time_left(obj, display.row_state(obj), obj.lease_as_of)
 
     @admin.display(description="generation")
     def generation(self, obj):

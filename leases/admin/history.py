@@ -32,7 +32,7 @@ from .forms import HolderAtForm
 from .lookup import holder_lookup
 from .paging import CappedCountPaginator
 
-SUBSTRING_WINDOW = 100_000  # events a substring search reads at most (see get_search_results)
+SUBSTRING_WINDOW = 50_000  # events a substring search reads at most (see get_search_results)
 
 CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "container", "blob", "lease_id",
                "proposed_lease_id", "duration", "break_period", "lease_time", "expires_at", "state_before",
@@ -54,9 +54,9 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     search_fields = ("lease_id", "request_id", "client_request_id", "blob", "container", "actor", "reason")
     search_help_text = (
         "A lease id (all of it or its first 4+ digits), a request id, a client request id, or "
-        "account/container/blob as listed: in all history. Or part of a resource, actor or reason (any case): "
-        f"in the newest {SUBSTRING_WINDOW:,} events of the chosen date and filters (choose a day to search "
-        "older ones).")
+        "account/container/blob as listed: in all history. Otherwise part of a resource, actor or reason (any "
+        f"case, every word): in the newest {SUBSTRING_WINDOW:,} events of the chosen day and filters (choose a "
+        "day to search older ones).")
     sortable_by = ("when",)  # newest first by default; the other columns have no index to sort by
     paginator = CappedCountPaginator
     show_full_result_count = False
@@ -73,28 +73,31 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     # ------------------------------------------------------------ search
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact terms (ids, a resource path) by their indexes over all
-        history; a substring by a bounded scan: the newest
+        """Exact terms first: ids and a resource path, by their indexes over
+        all history. Only if nothing matches exactly, every word as part of
+        a resource, actor or reason, by a bounded scan: the newest
         ``SUBSTRING_WINDOW`` event ids of the filtered list, a rowid range
-        (one seek to find its top, then at most that many rows read), so a
-        rare word costs the same as a common one at a million events."""
+        (one seek finds its top), so a rare word costs what a common one
+        does at a million events."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        query = Q(request_id=term) | Q(client_request_id=term) | Q(blob=term) | Q(container=term)
+        exact = Q(request_id=term) | Q(client_request_id=term) | Q(blob=term) | Q(container=term)
         if (by_id := lease_id_q("lease_id", term)) is not None:
-            query |= by_id
+            exact |= by_id
         parts = term.split("/", 2)
         if len(parts) > 1:  # "account/container[/blob]", as the resource column shows it
-            query |= Q(account=parts[0], container=parts[1], blob=parts[2] if len(parts) == 3 else "")
+            exact |= Q(account=parts[0], container=parts[1], blob=parts[2] if len(parts) == 3 else "")
+        if queryset.filter(exact).exists():
+            return queryset.filter(exact), False
         top = queryset.order_by("-id").values_list("id", flat=True).first()
-        if top is not None:
-            words = Q()
-            for word in term.split():
-                words &= (Q(blob__icontains=word) | Q(container__icontains=word) | Q(account__icontains=word)
-                          | Q(actor__icontains=word) | Q(reason__icontains=word))
-            query |= Q(id__gt=top - SUBSTRING_WINDOW, id__lte=top) & words
-        return queryset.filter(query), False
+        if top is None:
+            return queryset.none(), False
+        words = Q()
+        for word in term.split():
+            words &= (Q(blob__icontains=word) | Q(container__icontains=word) | Q(account__icontains=word)
+                      | Q(actor__icontains=word) | Q(reason__icontains=word))
+        return queryset.filter(words, id__gt=top - SUBSTRING_WINDOW, id__lte=top), False
 
     # ------------------------------------------------------------ columns
 

@@ -309,7 +309,7 @@ def scale_pages() -> list[tuple[str, str]]:
         ("blobs, by expiry", f"/admin/leases/blob/?o={by_expiry}"),
         ("blobs, leased by expiry", f"/admin/leases/blob/?state=leased&o={by_expiry}"),
         ("blobs, search name", "/admin/leases/blob/?q=orders/2025/02/"),
-        ("blobs, substring", "/admin/leases/blob/?q=2025/02/1"),
+        ("blobs, substring", "/admin/leases/blob/?q=02/OBJ-0001"),  # any case, mid-name
         ("blobs, substring, no match", "/admin/leases/blob/?q=zz-no-such-name"),
         ("blobs, holder", f"/admin/leases/blob/?holder={ACTORS[3]}"),
         ("blobs, leased + holder", f"/admin/leases/blob/?state=leased&holder={ACTORS[3]}"),

@@ -47,7 +47,8 @@ def test_history_cannot_be_added_changed_or_deleted_even_by_a_superuser(superuse
     assert superuser_client.get(f"{HISTORY}{event.pk}/delete/").status_code == 403
     assert superuser_client.post(f"{HISTORY}{event.pk}/delete/", {"post": "yes"}).status_code == 403
     listing = superuser_client.get(HISTORY).content.decode()
-    assert 'class="action-select"' not in listing and "delete_selected" not in listing and "Add lease event" not in listing
+    assert 'class="action-select"' not in listing and "delete_selected" not in listing
+    assert "Add lease event" not in listing
     superuser_client.post(HISTORY, {"action": "delete_selected", "_selected_action": [str(event.pk)], "post": "yes"})
     page = superuser_client.get(f"{HISTORY}{event.pk}/change/").content.decode()
     assert 'name="_save"' not in page and "Delete" not in page

@@ -13,7 +13,7 @@ import pytest
 
 from leases import machine
 from leases.models import Blob, LeaseEvent
-from leases.services import Actor, ResourceRef, blob_delete, lease_acquire, lease_break, lease_release
+from leases.services import Actor, blob_delete, lease_acquire, lease_release
 
 from .admin_fixtures import ACCOUNT, CONTAINER, app
 

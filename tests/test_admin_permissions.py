@@ -6,6 +6,8 @@ actions"."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Group, Permission
@@ -130,7 +132,8 @@ def test_migration_moves_old_grants_to_the_model_they_were_for(django_user_model
     assert not Permission.objects.filter(codename="break_lease").exists()
 
 
-PARENT = __import__("leases.migrations.0002_break_lease_permissions", fromlist=["Migration"]).Migration.dependencies[0][1]
+# The migration this one follows (re-chained at merge time): migrate back to it, then forward.
+PARENT = importlib.import_module("leases.migrations.0002_break_lease_permissions").Migration.dependencies[0][1]
 
 
 def _ct(model):

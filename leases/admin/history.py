@@ -126,9 +126,9 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         """The resource's page (through ``resource/``, which finds it or says
         it was deleted) and a link narrowing this list to it."""
         query = urlencode({"account": obj.account, "container": obj.container, "blob": obj.blob})
-        return format_html('<a href="{}?{}">{}</a> <a href="?{}" class="lease-quiet" title="Only this {}">only this</a>',
-                           self.tool_url("resource"), query, display.path(obj.resource_path), query,
-                           obj.resource_type)
+        return format_html('<a href="{}?{}">{}</a> <a href="?{}" class="lease-quiet" title="Only this {}">'
+                           'only this</a>', self.tool_url("resource"), query, display.path(obj.resource_path),
+                           query, obj.resource_type)
 
     @admin.display(description="actor")
     def who(self, obj):

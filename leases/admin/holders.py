@@ -28,6 +28,7 @@ from .common import lease_now
 from .forms import BreakForm
 
 MAX_HOLDERS = 200  # rows on the page, most leases first
+REFRESH_SECONDS = 30  # as the lists
 
 
 def held_now_q(now) -> Q:
@@ -84,12 +85,10 @@ class HolderViewsMixin:
             raise PermissionDenied
         now = lease_now(request)
         holders: dict[str, dict] = {}
-        kinds = []
         for model in (Blob, Container):
             name = model._meta.model_name
             if not request.user.has_perm(f"leases.view_{name}"):
                 continue
-            kinds.append(model._meta.verbose_name_plural)
             model_admin = self.admin_site._registry[model]
             for row in holder_rows(model, now):
                 entry = holders.setdefault(row["lease_holder"], {"holder": row["lease_holder"], "kinds": {}})
@@ -105,9 +104,8 @@ class HolderViewsMixin:
         rows = sorted(holders.values(), key=lambda e: (-sum(k["leases"] for k in e["kinds"].values()), e["holder"]))
         for entry in rows:
             entry["blob"], entry["container"] = entry["kinds"].get("blob"), entry["kinds"].get("container")
-            entry["since_html"] = display.timestamp(min(k["since"] for k in entry["kinds"].values()
-                                                        if k["since"] is not None) if any(
-                k["since"] for k in entry["kinds"].values()) else None)
+            starts = [kind["since"] for kind in entry["kinds"].values() if kind["since"] is not None]
+            entry["since_html"] = display.timestamp(min(starts) if starts else None)
         context = {
             **self.admin_site.each_context(request),
             "title": "Lease holders",
@@ -117,7 +115,7 @@ class HolderViewsMixin:
             "show_blobs": request.user.has_perm("leases.view_blob"),
             "show_containers": request.user.has_perm("leases.view_container"),
             "lease_as_of": display.timestamp(now),
-            "refresh_seconds": 30,
+            "refresh_seconds": REFRESH_SECONDS,
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/leases/holders.html", context)

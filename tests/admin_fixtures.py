@@ -336,7 +336,7 @@ def scale_pages() -> list[tuple[str, str]]:
         ("history, substring", "/admin/leases/leaseevent/?q=BUCKET-0042"),
         ("history, substring, no match", "/admin/leases/leaseevent/?q=zz-no-such-thing"),
         ("history, substring + breaks", "/admin/leases/leaseevent/?action=break&q=operator3"),
-        ("history, substring, one day", (f"/admin/leases/leaseevent/?q=bucket-0042&occurred_at__year={day.year}"
+        ("history, substring, one day", (f"/admin/leases/leaseevent/?q=ucket-0042&occurred_at__year={day.year}"
                                         f"&occurred_at__month={day.month}&occurred_at__day={day.day}")),
         ("history CSV, one day's breaks", (f"/admin/leases/leaseevent/export.csv?action=break&occurred_at__year="
                                           f"{day.year}&occurred_at__month={day.month}&occurred_at__day={day.day}")),

@@ -137,7 +137,8 @@ def test_typing_seconds_selects_a_break_period(open_page, users, estate):
     assert page.get_by_label("After a break period of").is_checked()
     assert not page.get_by_label("Immediately", exact=True).is_checked()
     page.screenshot(path=SCREENS / "break-confirmation-1366.png", full_page=True)
-    page.get_by_role("button", name="Yes, break the lease").click()
+    with page.expect_navigation():  # the next page, not this one, is read below
+        page.get_by_role("button", name="Yes, break the lease").click()
     assert messages(page) == ["Broke the lease of 1 blob."]
     assert page.locator(".field-lease_state_badge .lease-badge").inner_text() == "breaking"
     assert page.locator(".field-time_left_alone").inner_text().endswith("breaks in 30 s")
@@ -260,18 +261,22 @@ def test_history_search_chips_links_and_one_zone(open_page, users, estate):
     assert page.locator("#result_list .field-when time").first.inner_text().endswith("GMT+9")
 
     page.fill("#searchbar", "BROKEN")  # part of a name, any case
-    page.press("#searchbar", "Enter")
+    with page.expect_navigation():
+        page.press("#searchbar", "Enter")
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 2 and all("broken.txt" in t for t in rows.all_inner_texts())
-    page.locator("#changelist-filter").get_by_role("link", name="break", exact=True).click()
+    with page.expect_navigation():
+        page.locator("#changelist-filter").get_by_role("link", name="break", exact=True).click()
     chips = page.locator(".lease-chips")
     assert "action: break" in chip_text(page) and "search: BROKEN" in chip_text(page)
     page.screenshot(path=SCREENS / "history-search-1366.png", full_page=True)
-    chips.get_by_role("link", name="Remove search filter").click()
+    with page.expect_navigation():
+        chips.get_by_role("link", name="Remove search filter").click()
     assert "search:" not in chip_text(page)
 
     # The deleted blob's row leads to its history-only page, where "who held it" still works.
-    page.locator("#result_list tr", has_text="broken.txt").get_by_role("link", name="broken.txt").click()
+    with page.expect_navigation():
+        page.locator("#result_list tr", has_text="broken.txt").get_by_role("link", name="broken.txt").click()
     assert "no longer exists" in messages(page)[0]
     assert page.locator("h1").inner_text() == "Lease history of opsstore/orders/broken.txt"
     page.screenshot(path=SCREENS / "deleted-blob-history-1366.png", full_page=True)
@@ -281,11 +286,13 @@ def test_history_search_chips_links_and_one_zone(open_page, users, estate):
 def test_blob_search_and_container_counts(open_page, users, estate):
     page = open_page("alice")
     go(page, "/admin/leases/container/")
-    page.locator("#result_list .field-blobs a").click()
+    with page.expect_navigation():
+        page.locator("#result_list .field-blobs a").click()
     assert page.locator("#result_list tbody tr").count() == 6
     assert "container: opsstore/orders" in chip_text(page)
     page.fill("#searchbar", "INFIN")
-    page.press("#searchbar", "Enter")
+    with page.expect_navigation():
+        page.press("#searchbar", "Enter")
     assert page.locator("#result_list tbody tr").all_inner_texts()[0].split()[0] == "infinite.txt"
     assert page.locator("#result_list tbody tr").count() == 1
     go(page, "/admin/leases/blob/?state=bogus")
@@ -301,7 +308,8 @@ def test_holders_view_and_breaking_all_of_one_holders_leases(open_page, users, e
     lease_acquire(ref=estate.ref("available"), actor=Actor(name="account:node-7", via="azure"), duration=60)
     page = open_page("alice")
     go(page, "/admin/leases/blob/")
-    page.get_by_role("link", name="Holders").click()
+    with page.expect_navigation():
+        page.get_by_role("link", name="Holders").click()
     assert page.locator("h1").inner_text() == "Lease holders"
     rows = page.locator("tr.lease-holder-row")
     assert rows.count() == 2
@@ -312,13 +320,15 @@ def test_holders_view_and_breaking_all_of_one_holders_leases(open_page, users, e
     assert "1 container lease" in first.locator(".field-containers").inner_text()
     page.screenshot(path=SCREENS / "holders-1366.png", full_page=True)
 
-    first.locator(".field-blobs").get_by_role("link", name="Break all 3…").click()
+    with page.expect_navigation():
+        first.locator(".field-blobs").get_by_role("link", name="Break all 3…").click()
     assert page.locator("h1").inner_text() == "Break every blob lease that account:opsstore holds"
     assert page.locator("#content table tbody tr").count() == 3
     page.get_by_label("Break period in seconds").fill("5")
     page.fill("textarea[name=reason]", "node-3 crashed")
     page.screenshot(path=SCREENS / "holder-break-confirmation-1366.png", full_page=True)
-    page.get_by_role("button", name="Yes, break 3 leases").click()
+    with page.expect_navigation():
+        page.get_by_role("button", name="Yes, break 3 leases").click()
     assert messages(page) == ["Broke the lease of 3 blobs."]
     # What it held is breaking now; node-7's lease and the container's are untouched.
     rows = page.locator("tr.lease-holder-row")

@@ -62,6 +62,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "leases.admin.zone.OperatorTimezoneMiddleware",  # the admin in the operator's browser's time zone
 ]
 # Azure paths never carry a trailing slash of their own; redirecting would
 # break signed requests.

@@ -117,7 +117,7 @@ class Container(LeaseFields):
             models.Index(fields=["lease_id"], name="container_lease_id_idx"),
         ]
         ordering = ["account__name", "name"]
-        permissions = [("break_lease", "Can break lease")]
+        permissions = [("break_container_lease", "Can break container lease")]
 
     def __str__(self) -> str:
         return f"{self.account.name}/{self.name}"
@@ -151,7 +151,7 @@ class Blob(LeaseFields):
             models.Index(fields=["name"], name="blob_name_idx"),
         ]
         ordering = ["container__name", "name", "snapshot"]
-        permissions = [("break_lease", "Can break lease")]
+        permissions = [("break_blob_lease", "Can break blob lease")]
 
     def __str__(self) -> str:
         suffix = f"?snapshot={self.snapshot}" if self.snapshot else ""

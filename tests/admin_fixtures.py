@@ -56,7 +56,7 @@ def superuser(django_user_model):
 @pytest.fixture
 def breaker(django_user_model):
     """Staff who may view everything and break leases (not release them)."""
-    return _staff(django_user_model, "alice", *VIEW_ALL, "container.break_lease", "blob.break_lease")
+    return _staff(django_user_model, "alice", *VIEW_ALL, "container.break_container_lease", "blob.break_blob_lease")
 
 
 @pytest.fixture
@@ -309,6 +309,13 @@ def scale_pages() -> list[tuple[str, str]]:
         ("blobs, by expiry", f"/admin/leases/blob/?o={by_expiry}"),
         ("blobs, leased by expiry", f"/admin/leases/blob/?state=leased&o={by_expiry}"),
         ("blobs, search name", "/admin/leases/blob/?q=orders/2025/02/"),
+        ("blobs, substring", "/admin/leases/blob/?q=02/OBJ-0001"),  # any case, mid-name
+        ("blobs, substring, no match", "/admin/leases/blob/?q=zz-no-such-name"),
+        ("blobs, holder", f"/admin/leases/blob/?holder={ACTORS[3]}"),
+        ("blobs, leased + holder", f"/admin/leases/blob/?state=leased&holder={ACTORS[3]}"),
+        ("blobs, unknown state", "/admin/leases/blob/?state=bogus"),
+        ("holders", "/admin/leases/blob/holders/"),
+        ("holder break confirmation", f"/admin/leases/blob/holders/break/?holder={ACTORS[3]}"),
         ("blobs, search lease id", f"/admin/leases/blob/?q={str(blob.lease_id)[:8]}"),
         ("blob page", f"/admin/leases/blob/{blob.pk}/change/"),
         ("blob break confirmation", f"/admin/leases/blob/{blob.pk}/break/"),
@@ -326,6 +333,11 @@ def scale_pages() -> list[tuple[str, str]]:
         ("history, search request id", f"/admin/leases/leaseevent/?q={event.request_id}"),
         ("history, search blob", f"/admin/leases/leaseevent/?q={event.blob}"),
         ("history, search lease id", f"/admin/leases/leaseevent/?q={str(event.lease_id)[:8]}"),
+        ("history, substring", "/admin/leases/leaseevent/?q=BUCKET-0042"),
+        ("history, substring, no match", "/admin/leases/leaseevent/?q=zz-no-such-thing"),
+        ("history, substring + breaks", "/admin/leases/leaseevent/?action=break&q=operator3"),
+        ("history, substring, one day", (f"/admin/leases/leaseevent/?q=ucket-0042&occurred_at__year={day.year}"
+                                        f"&occurred_at__month={day.month}&occurred_at__day={day.day}")),
         ("history CSV, one day's breaks", (f"/admin/leases/leaseevent/export.csv?action=break&occurred_at__year="
                                           f"{day.year}&occurred_at__month={day.month}&occurred_at__day={day.day}")),
         ("dashboard", "/admin/leases/leaseevent/dashboard/?embed=1"),

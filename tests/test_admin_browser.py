@@ -106,7 +106,9 @@ def test_operator_breaks_a_lease_in_the_browser(azure_server, estate, operator, 
     # (No ORM here: Playwright's event loop runs in this thread, so Django
     # refuses synchronous queries; the event's own page shows what was stored.)
     newest.locator("th a").click()
+    page.wait_for_url("**/leaseevent/*/change/?*")  # .all() below does not wait for the new page
     fields = {row.locator("label").inner_text().rstrip(":"): row.locator(".readonly").inner_text()
               for row in page.locator("fieldset .form-row").all()}
+    assert "Actor" in fields, (page.url, fields)
     assert (fields["Actor"], fields["Via"], fields["Break period"], fields["Reason"]) == (
         "user:alice", "admin", "10", "deploy stuck on it")

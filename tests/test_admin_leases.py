@@ -128,10 +128,12 @@ def test_filter_by_account_and_container(superuser_client, estate):
     assert "other/archive" in filters and f"{ACCOUNT}/{CONTAINER}" not in filters
 
 
-def test_search_by_name_prefix_and_lease_id(superuser_client, estate):
+def test_search_by_name_substring_and_lease_id(superuser_client, estate):
     lease_id = estate.blobs["leased"].lease_id
     assert listed(superuser_client.get(BLOBS, {"q": "lea"})) == ["leased.txt"]
-    assert listed(superuser_client.get(BLOBS, {"q": "LEA"})) == []  # names are case-sensitive, as on Azure
+    assert listed(superuser_client.get(BLOBS, {"q": "LEA"})) == ["leased.txt"]  # an operator's search ignores case
+    assert listed(superuser_client.get(BLOBS, {"q": "ased.t"})) == ["leased.txt"]  # any part of the name
+    assert sorted(listed(superuser_client.get(BLOBS, {"q": "ke .txt"}))) == ["broken.txt"]  # every word
     assert listed(superuser_client.get(BLOBS, {"q": str(lease_id)})) == ["leased.txt"]
     assert listed(superuser_client.get(BLOBS, {"q": str(lease_id)[:8]})) == ["leased.txt"]
     assert listed(superuser_client.get(BLOBS, {"q": "{" + str(lease_id).upper() + "}"})) == ["leased.txt"]
@@ -139,12 +141,34 @@ def test_search_by_name_prefix_and_lease_id(superuser_client, estate):
     assert listed(superuser_client.get(CONTAINERS, {"q": str(estate.container.lease_id)[:6]})) == [CONTAINER]
 
 
-def test_sort_by_expiry_puts_leases_without_one_last(superuser_client, estate):
+def test_sort_by_time_left_puts_leases_without_any_last(superuser_client, estate, clock):
     from leases.admin.resources import BlobAdmin
 
     column = BlobAdmin.list_display.index("time_left") + 1  # after the action checkbox
-    assert listed(superuser_client.get(BLOBS, {"o": column}))[:2] == ["expired.txt", "leased.txt"]
-    assert listed(superuser_client.get(BLOBS, {"o": f"-{column}"}))[:2] == ["leased.txt", "expired.txt"]
+    # A breaking lease sorts by its break end (30 s), before the 60 s lease; infinite has the most.
+    assert listed(superuser_client.get(BLOBS, {"o": column}))[:3] == ["breaking.txt", "leased.txt", "infinite.txt"]
+    assert listed(superuser_client.get(BLOBS, {"o": f"-{column}"}))[:3] == [
+        "infinite.txt", "leased.txt", "breaking.txt"]
+    # Expired, broken and available: no time left, last either way.
+    rest = {"expired.txt", "broken.txt", "available.txt"}
+    assert set(listed(superuser_client.get(BLOBS, {"o": column}))[3:]) == rest
+    assert set(listed(superuser_client.get(BLOBS, {"o": f"-{column}"}))[3:]) == rest
+    clock.advance(45)  # the break has ended: broken, so last
+    assert listed(superuser_client.get(BLOBS, {"o": column}))[:2] == ["leased.txt", "infinite.txt"]
+
+
+def test_holder_is_blank_when_nobody_holds_the_lease(superuser_client, estate):
+    lease = estate.blobs["available"]
+    lease_acquire(ref=estate.ref("available"), actor=app(), duration=15)
+    lease_release(ref=estate.ref("available"), actor=app(), lease_id=Blob.objects.get(pk=lease.pk).lease_id)
+    response = superuser_client.get(BLOBS)
+    assert "account:opsstore" not in row(response, "available.txt").split("field-holder")[1]
+    assert "account:opsstore" in row(response, "leased.txt").split("field-holder")[1]
+
+
+def test_lists_say_when_their_state_was_read_and_refresh(superuser_client, estate):
+    page = superuser_client.get(BLOBS).content.decode()
+    assert 'data-lease-refresh="30"' in page and "Lease state as of" in page and "Refresh now" in page
 
 
 def test_lists_do_not_count_past_the_cap(superuser_client, estate, monkeypatch):
@@ -329,8 +353,12 @@ def test_staff_without_the_permission_see_leases_but_cannot_break(client, viewer
     listing = client.get(BLOBS)
     assert listed(listing) and "break_leases" not in listing.content.decode()
     assert "Break lease" not in client.get(f"{BLOBS}{obj.pk}/change/").content.decode()
-    assert client.get(f"{BLOBS}{obj.pk}/break/").status_code == 403
-    assert client.post(f"{BLOBS}{obj.pk}/break/", {"when": "now"}).status_code == 403
+    for method, data in (("get", None), ("post", {"when": "now"})):
+        response = getattr(client, method)(f"{BLOBS}{obj.pk}/break/", data)
+        # An admin message on the blob's page, not a bare 403.
+        assert response.status_code == 302 and response.url == f"{BLOBS}{obj.pk}/change/"
+        assert messages_of(client.get(response.url)) == [
+            "You may not break blob leases: that needs the “Can break blob lease” permission."]
     action_post(client, [obj.pk], post="yes", seen=[f"{obj.pk}:{obj.lease_generation}"], when="now")
     obj.refresh_from_db()
     assert obj.lease_state == machine.LEASED
@@ -342,8 +370,13 @@ def test_staff_without_the_permission_see_leases_but_cannot_break(client, viewer
 def test_release_is_for_superusers(client, breaker, estate):
     client.force_login(breaker)
     obj = estate.blobs["leased"]
-    assert client.get(f"{BLOBS}{obj.pk}/release/").status_code == 403
-    assert client.post(f"{BLOBS}{obj.pk}/release/", {"lease_id": str(obj.lease_id)}).status_code == 403
+    for method, data in (("get", None), ("post", {"lease_id": str(obj.lease_id)})):
+        response = getattr(client, method)(f"{BLOBS}{obj.pk}/release/", data)
+        assert response.status_code == 302 and response.url == f"{BLOBS}{obj.pk}/change/"
+        assert messages_of(client.get(response.url)) == [
+            "Only a superuser may release a lease; you may break it instead if you have the permission."]
+    obj.refresh_from_db()
+    assert obj.lease_state == machine.LEASED
 
 
 def test_superuser_releases_a_lease_and_it_is_recorded(superuser_client, estate):

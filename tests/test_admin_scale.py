@@ -42,9 +42,10 @@ def test_admin_pages_at_scale(client, superuser, clock):
         sql = [q["sql"] for q in queries]
         assert len(sql) <= MAX_QUERIES.get(label, LIST_QUERIES), (label, sql)
         for statement in sql:
-            if "COUNT(" in statement:
-                assert f"LIMIT {CappedCountPaginator.CAP + 1}" in statement, (label, statement)
+            if "COUNT(" in statement:  # capped, or grouped (holders, a page's blob counts): never a full count
+                assert f"LIMIT {CappedCountPaginator.CAP + 1}" in statement or "GROUP BY" in statement, (
+                    label, statement)
             assert "DISTINCT" not in statement and "django_datetime_trunc" not in statement, (label, statement)
-        if response.context and "cl" in response.context:  # rows shown, yet a constant number of queries
-            assert len(response.context["cl"].result_list) > 0, label
+        if response.context and "cl" in response.context and not label.endswith(("no match", "unknown state")):
+            assert len(response.context["cl"].result_list) > 0, label  # rows shown, yet few queries
         assert elapsed < PAGE_SECONDS, (label, elapsed)

@@ -119,10 +119,12 @@ def test_an_admin_session_acts_as_its_user(accounts):
     (("leases.change_blob",), "post", f"leases/acquire/{BOX}", {"duration": 15}, False),
     (("leases.change_blob",), "post", f"leases/acquire/{BOX}/b", {"duration": 15}, True),
     (("leases.view_blob",), "post", f"leases/acquire/{BOX}/b", {"duration": 15}, False),
-    (("leases.break_lease",), "post", f"leases/break/{BOX}/b", {}, True),
-    (("leases.break_lease",), "post", f"leases/break/{BOX}", {}, True),
+    (("leases.break_blob_lease",), "post", f"leases/break/{BOX}/b", {}, True),
+    (("leases.break_blob_lease",), "post", f"leases/break/{BOX}", {}, False),
+    (("leases.break_container_lease",), "post", f"leases/break/{BOX}", {}, True),
+    (("leases.break_container_lease",), "post", f"leases/break/{BOX}/b", {}, False),
     (("leases.change_blob", "leases.change_container"), "post", f"leases/break/{BOX}/b", {}, False),
-    (("leases.break_lease",), "post", f"leases/release/{BOX}/b", {"lease_id": "1" * 32}, False),
+    (("leases.break_blob_lease",), "post", f"leases/release/{BOX}/b", {"lease_id": "1" * 32}, False),
 ])
 def test_model_permissions_mirror_the_admin(client_with, perms, method, url, body, allowed):
     make_container("box")

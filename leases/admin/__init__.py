@@ -9,3 +9,5 @@ from . import history, resources  # noqa: F401
 admin.site.site_header = "Leasehold"
 admin.site.site_title = "Leasehold admin"
 admin.site.index_title = "Leases, blobs and their history"
+# The service has no public site of its own: no "View site" link to a 404.
+admin.site.site_url = None

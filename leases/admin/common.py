@@ -4,10 +4,10 @@ staff user as a service ``Actor``, and the indexed search terms."""
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.contrib import admin
-from django.db.models import F, Q
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.urls import reverse
 from django.utils.http import urlencode
 
@@ -48,9 +48,25 @@ def resource_ref(obj: Container | Blob) -> ResourceRef:
     return ResourceRef(obj.account.name, obj.name)
 
 
-class NullsLast(F):
-    """A column to sort by with its NULLs last whichever way the admin sorts
-    (the admin asks an expression for ``asc()`` or ``desc()``)."""
+# Sorts after every real deadline: an infinite lease has the most time left.
+NEVER = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+class DeadlineOrder(Case):
+    """"Time left" as a sort key: a live lease's expiry, a breaking lease's
+    break end, far in the future for an infinite lease, and NULL (last,
+    either way) for leases with no time left: expired, broken, available.
+    Judged at the request's instant (the ``lease_as_of`` annotation), as the
+    badges are. A sort of the matching rows rather than an index walk: a top-N
+    sort of one page, which stays cheap (bench/admin_pages.py)."""
+
+    def __init__(self):
+        as_of = F("lease_as_of")
+        super().__init__(
+            When(lease_state=machine.LEASED, lease_duration=machine.INFINITE, then=Value(NEVER)),
+            When(lease_state=machine.LEASED, lease_expires_at__gt=as_of, then=F("lease_expires_at")),
+            When(lease_state=machine.BREAKING, lease_break_at__gt=as_of, then=F("lease_break_at")),
+            default=None, output_field=DateTimeField())
 
     def asc(self, **kwargs):
         return super().asc(nulls_last=True, **kwargs)

@@ -11,7 +11,7 @@ import math
 from datetime import datetime
 
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
 from leases import machine
@@ -90,3 +90,9 @@ def holder(actor: str, address: str, client_request_id: str) -> str:
         lines.append(format_html('<span class="lease-quiet" title="client request id">{}</span>',
                                  client_request_id))
     return mark_safe("<br>".join(lines))  # each line is escaped above
+
+
+def path(resource_path: str) -> str:
+    """account/container/blob with a line-break chance after each slash, so
+    a long path wraps at its parts instead of widening a list."""
+    return mark_safe("/<wbr>".join(conditional_escape(part) for part in resource_path.split("/")))

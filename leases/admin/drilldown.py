@@ -19,7 +19,7 @@ from django.utils.text import capfirst
 
 def date_drilldown(cl) -> dict | None:
     """Context for ``admin/date_hierarchy.html``, as Django's tag builds it,
-    and the zone its days are in (the server's: the admin cuts days there);
+    and the zone its days are in (the active one: the operator's, leases/admin/zone.py);
     None while searching (a search hits few rows and needs no calendar)."""
     drilldown = _levels(cl)
     return drilldown and {**drilldown, "zone": timezone.get_current_timezone_name()}

@@ -8,7 +8,7 @@ Container tables, or from a loose index scan of the event indexes.
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db import connections
 from django.db.models import Q
 
@@ -20,7 +20,30 @@ from .common import lease_now
 MAX_CHOICES = 100  # a longer sidebar is unusable; search or the URL reach the rest
 
 
-class EffectiveStateFilter(admin.SimpleListFilter):
+class CheckedFilter(admin.SimpleListFilter):
+    """A filter that says so when its value is none it knows (a typo, an
+    old link, a deleted container) and then lists nothing, instead of
+    silently listing everything as Django's filters do."""
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        narrowed = self.narrow(request, queryset, value)
+        if narrowed is None:
+            messages.error(request, f"Unknown {self.title} “{value}”: nothing is listed. {self.expected(request)}")
+            return queryset.none()
+        return narrowed
+
+    def narrow(self, request, queryset, value: str):
+        """The queryset narrowed to ``value``, or None if it is unknown."""
+        raise NotImplementedError
+
+    def expected(self, request) -> str:
+        return "Choose one in the filter sidebar."
+
+
+class EffectiveStateFilter(CheckedFilter):
     """The state a client would see now, decided in SQL from the stored
     state, deadlines and the request's instant (index: lease_state, expiry)."""
 
@@ -30,13 +53,16 @@ class EffectiveStateFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         return [(state, state) for state in machine.STATES]
 
-    def queryset(self, request, queryset):
-        if self.value() in machine.STATES:
-            return queryset.filter(effective_state_q(self.value(), lease_now(request)))
-        return queryset
+    def narrow(self, request, queryset, value):
+        if value in machine.STATES:
+            return queryset.filter(effective_state_q(value, lease_now(request)))
+        return None
+
+    def expected(self, request):
+        return "A lease state is one of: " + ", ".join(machine.STATES) + "."
 
 
-class DurationTypeFilter(admin.SimpleListFilter):
+class DurationTypeFilter(CheckedFilter):
     """Fixed or infinite, from the stored duration. A duration is stored only
     with a leased record, so the lease_state index narrows first."""
 
@@ -46,15 +72,18 @@ class DurationTypeFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         return [("fixed", "fixed"), ("infinite", "infinite")]
 
-    def queryset(self, request, queryset):
-        if self.value() == "infinite":
+    def narrow(self, request, queryset, value):
+        if value == "infinite":
             return queryset.filter(lease_state=machine.LEASED, lease_duration=machine.INFINITE)
-        if self.value() == "fixed":
+        if value == "fixed":
             return queryset.filter(lease_state=machine.LEASED, lease_duration__gt=0)
-        return queryset
+        return None
+
+    def expected(self, request):
+        return "A duration type is fixed or infinite."
 
 
-class AccountFilter(admin.SimpleListFilter):
+class AccountFilter(CheckedFilter):
     """Storage account of a container, by id."""
 
     title = "account"
@@ -63,10 +92,10 @@ class AccountFilter(admin.SimpleListFilter):
     def lookups(self, request, model_admin):
         return list(Account.objects.values_list("pk", "name")[:MAX_CHOICES])
 
-    def queryset(self, request, queryset):
-        if self.value() and self.value().isdigit():
-            return queryset.filter(self.in_account(int(self.value())))
-        return queryset
+    def narrow(self, request, queryset, value):
+        if value.isdigit() and Account.objects.filter(pk=int(value)).exists():
+            return queryset.filter(self.in_account(int(value)))
+        return None
 
     def in_account(self, account_id: int) -> Q:
         return Q(account_id=account_id)
@@ -81,7 +110,7 @@ class BlobAccountFilter(AccountFilter):
         return Q(container__in=Container.objects.filter(account_id=account_id).values("pk"))
 
 
-class ContainerFilter(admin.SimpleListFilter):
+class ContainerFilter(CheckedFilter):
     """A blob's container, listed within the chosen account if there is one."""
 
     title = "container"
@@ -92,12 +121,19 @@ class ContainerFilter(admin.SimpleListFilter):
         account = request.GET.get(AccountFilter.parameter_name, "")
         if account.isdigit():
             containers = containers.filter(account_id=account)
-        return [(c.pk, f"{c.account.name}/{c.name}") for c in containers[:MAX_CHOICES]]
+        choices = [(c.pk, f"{c.account.name}/{c.name}") for c in containers[:MAX_CHOICES]]
+        chosen = self.value()
+        if chosen and chosen.isdigit() and all(str(pk) != chosen for pk, _ in choices):
+            # Chosen through a link (a container's blob count): show it selected.
+            chosen_container = Container.objects.select_related("account").filter(pk=chosen).first()
+            if chosen_container:
+                choices.append((chosen_container.pk, str(chosen_container)))
+        return choices
 
-    def queryset(self, request, queryset):
-        if self.value() and self.value().isdigit():
-            return queryset.filter(container_id=self.value())
-        return queryset
+    def narrow(self, request, queryset, value):
+        if value.isdigit() and Container.objects.filter(pk=int(value)).exists():
+            return queryset.filter(container_id=int(value))
+        return None
 
 
 # ------------------------------------------------------------------ history
@@ -123,6 +159,20 @@ def distinct_values(model, column: str, *, where: dict[str, str] | None = None,
     with connections[db].cursor() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
+
+
+class OutcomeFilter(CheckedFilter):
+    title = "outcome"
+    parameter_name = "outcome"  # index (outcome, occurred_at)
+
+    def lookups(self, request, model_admin):
+        return LeaseEvent.Outcome.choices
+
+    def narrow(self, request, queryset, value):
+        return queryset.filter(outcome=value) if value in LeaseEvent.Outcome.values else None
+
+    def expected(self, request):
+        return "An outcome is success or refused."
 
 
 class EventValueFilter(admin.SimpleListFilter):

@@ -32,7 +32,8 @@ class BreakForm(forms.Form):
         label="Break", initial=NOW, widget=forms.RadioSelect,
         choices=[(NOW, "Immediately"), (AFTER, "After a break period of"),
                  (AT_END, "When the lease ends (an infinite lease breaks immediately)")])
-    seconds = forms.IntegerField(label="seconds", required=False, min_value=1, max_value=machine.MAX_BREAK_PERIOD,
+    seconds = forms.IntegerField(label="Break period in seconds", required=False, min_value=1,
+                                 max_value=machine.MAX_BREAK_PERIOD,
                                  widget=forms.NumberInput(attrs={"class": "vIntegerField", "placeholder": "1–60"}))
     reason = forms.CharField(required=False, max_length=500, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
                              help_text="Recorded in the lease history with your user name.")
@@ -40,9 +41,21 @@ class BreakForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if data.get("when") == self.AFTER and data.get("seconds") is None:
+        when, seconds = data.get("when"), data.get("seconds")
+        if when == self.AFTER and seconds is None and "seconds" not in self.errors:
             self.add_error("seconds", "Give a break period of 1 to 60 seconds.")
+        elif when in (self.NOW, self.AT_END) and seconds is not None:
+            # Typed seconds with another choice still selected: the page's
+            # script selects "after" on typing; without it, ask, never guess.
+            chosen = dict(self.fields["when"].choices)[when]
+            self.add_error("seconds", f"You gave a break period of {seconds} s but chose “{chosen}”. "
+                           "Choose “After a break period of” to use it, or clear the seconds.")
         return data
+
+    @property
+    def when_text(self) -> str:
+        period = self.break_period
+        return {0: "immediately", None: "when the lease ends"}.get(period, f"after {period} s")
 
     @property
     def break_period(self) -> int | None:

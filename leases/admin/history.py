@@ -9,14 +9,16 @@ from __future__ import annotations
 import csv
 from datetime import UTC, datetime
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
 from django.http import HttpResponseRedirect, StreamingHttpResponse
 from django.urls import path, reverse
+from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.http import urlencode
 
 from leases.models import Blob, Container, LeaseEvent
 
@@ -24,8 +26,13 @@ from . import display
 from .common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_id_q
 from .dashboard import dashboard
 from .drilldown import date_drilldown
-from .filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter
+from .chips import filter_chips
+from .filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter, OutcomeFilter
+from .forms import HolderAtForm
+from .lookup import holder_lookup
 from .paging import CappedCountPaginator
+
+SUBSTRING_WINDOW = 50_000  # events a substring search reads at most (see get_search_results)
 
 CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "container", "blob", "lease_id",
                "proposed_lease_id", "duration", "break_period", "lease_time", "expires_at", "state_before",
@@ -35,16 +42,21 @@ CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "
 
 @admin.register(LeaseEvent)
 class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
-    list_display = ("when", "action", "outcome_badge", "resource", "who", "short_lease_id", "generation",
-                    "transition", "status", "reason")
-    list_filter = (ActionFilter, "outcome", ActorFilter, EventAccountFilter, EventContainerFilter)
+    # Two facts in some columns (action and outcome, lease id and
+    # generation), so that the list fits 1366 px with both sidebars open.
+    list_display = ("when", "action_and_outcome", "resource", "who", "lease_and_generation", "transition",
+                    "status", "reason")
+    list_filter = (ActionFilter, OutcomeFilter, ActorFilter, EventAccountFilter, EventContainerFilter)
     # The admin turns a year/month/day into an indexed occurred_at range; the
     # change list template replaces Django's drill-down links, which would
     # run MIN+MAX and a DISTINCT date per level over the table.
     date_hierarchy = "occurred_at"
-    search_fields = ("lease_id", "request_id", "client_request_id", "blob", "container")
-    search_help_text = ("A lease id (all of it or its first 4+ digits), a request id, a client request id, "
-                        "or a resource: container or blob name, or account/container/blob as listed.")
+    search_fields = ("lease_id", "request_id", "client_request_id", "blob", "container", "actor", "reason")
+    search_help_text = (
+        "A lease id (all of it or its first 4+ digits), a request id, a client request id, or "
+        "account/container/blob as listed: in all history. Otherwise part of a resource, actor or reason (any "
+        f"case, every word): in the newest {SUBSTRING_WINDOW:,} events of the chosen day and filters (choose a "
+        "day to search older ones).")
     sortable_by = ("when",)  # newest first by default; the other columns have no index to sort by
     paginator = CappedCountPaginator
     show_full_result_count = False
@@ -61,18 +73,31 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     # ------------------------------------------------------------ search
 
     def get_search_results(self, request, queryset, search_term):
-        """Exact matches only (ids are prefixes too), each answered by an
-        index: a substring or short prefix would sort most of the table."""
+        """Exact terms first: ids and a resource path, by their indexes over
+        all history. Only if nothing matches exactly, every word as part of
+        a resource, actor or reason, by a bounded scan: the newest
+        ``SUBSTRING_WINDOW`` event ids of the filtered list, a rowid range
+        (one seek finds its top), so a rare word costs what a common one
+        does at a million events."""
         term = search_term.strip()
         if not term:
             return queryset, False
-        query = Q(request_id=term) | Q(client_request_id=term) | Q(blob=term) | Q(container=term)
+        exact = Q(request_id=term) | Q(client_request_id=term) | Q(blob=term) | Q(container=term)
         if (by_id := lease_id_q("lease_id", term)) is not None:
-            query |= by_id
+            exact |= by_id
         parts = term.split("/", 2)
         if len(parts) > 1:  # "account/container[/blob]", as the resource column shows it
-            query |= Q(account=parts[0], container=parts[1], blob=parts[2] if len(parts) == 3 else "")
-        return queryset.filter(query), False
+            exact |= Q(account=parts[0], container=parts[1], blob=parts[2] if len(parts) == 3 else "")
+        if queryset.filter(exact).exists():
+            return queryset.filter(exact), False
+        top = queryset.order_by("-id").values_list("id", flat=True).first()
+        if top is None:
+            return queryset.none(), False
+        words = Q()
+        for word in term.split():
+            words &= (Q(blob__icontains=word) | Q(container__icontains=word) | Q(account__icontains=word)
+                      | Q(actor__icontains=word) | Q(reason__icontains=word))
+        return queryset.filter(words, id__gt=top - SUBSTRING_WINDOW, id__lte=top), False
 
     # ------------------------------------------------------------ columns
 
@@ -84,9 +109,26 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     def outcome_badge(self, obj):
         return format_html('<span class="lease-badge lease-{}">{}</span>', obj.outcome, obj.outcome)
 
+    @admin.display(description="action")
+    def action_and_outcome(self, obj):
+        return format_html('{}<br><span class="lease-badge lease-{}">{}</span>', obj.action, obj.outcome,
+                           obj.outcome)
+
+    @admin.display(description="lease")
+    def lease_and_generation(self, obj):
+        if obj.lease_id is None:
+            return display.EMPTY
+        generation = "" if obj.generation is None else f"gen. {obj.generation}"
+        return format_html('{}<br><span class="lease-quiet">{}</span>', display.short_id(obj.lease_id), generation)
+
     @admin.display(description="resource")
     def resource(self, obj):
-        return obj.resource_path
+        """The resource's page (through ``resource/``, which finds it or says
+        it was deleted) and a link narrowing this list to it."""
+        query = urlencode({"account": obj.account, "container": obj.container, "blob": obj.blob})
+        return format_html('<a href="{}?{}">{}</a> <a href="?{}" class="lease-quiet" title="Only this {}">'
+                           'only this</a>', self.tool_url("resource"), query, display.path(obj.resource_path),
+                           query, obj.resource_type)
 
     @admin.display(description="actor")
     def who(self, obj):
@@ -133,12 +175,16 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         return [
             path("export.csv", self.admin_site.admin_view(self.export_view), name="{}_{}_export".format(*info)),
             path("dashboard/", self.admin_site.admin_view(self.dashboard_view), name="leases_dashboard"),
+            path("resource/", self.admin_site.admin_view(self.resource_view), name="{}_{}_resource".format(*info)),
+            path("holder/", self.admin_site.admin_view(self.holder_view), name="{}_{}_holder".format(*info)),
             *super().get_urls(),
         ]
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
             context["resource_url"] = self.resource_url(obj)
+            context["holder_url"] = self.tool_url("holder") + "?" + urlencode(
+                {"account": obj.account, "container": obj.container, "blob": obj.blob})
             context["history_url"] = history_url(obj.account, obj.container, obj.blob,
                                                  current_app=self.admin_site.name)
         return super().render_change_form(request, context, add, change, form_url, obj)
@@ -155,6 +201,55 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
             return None
         return reverse(f"admin:leases_{model._meta.model_name}_change", args=[pk], current_app=self.admin_site.name)
 
+    def tool_url(self, name: str) -> str:
+        return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", current_app=self.admin_site.name)
+
+    def resource_view(self, request):
+        """An event's resource: its page if it still exists, else its
+        history's "who held it" page, which needs no resource row."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        account, container, blob = (request.GET.get(k, "") for k in ("account", "container", "blob"))
+        if not (account and container):
+            self.message_user(request, "Say which resource: account and container (and blob).", messages.ERROR)
+            return HttpResponseRedirect(self.tool_url("changelist"))
+        kind = "blob" if blob else "container"
+        fake = LeaseEvent(resource_type=kind, account=account, container=container, blob=blob)
+        url = self.resource_url(fake)
+        if url and request.user.has_perm(f"leases.view_{kind}"):
+            return HttpResponseRedirect(url)
+        if url is None:
+            self.message_user(request, f"The {kind} {fake.resource_path} no longer exists; its lease history "
+                              "remains.", messages.WARNING)
+        return HttpResponseRedirect(self.tool_url("holder") + "?" + urlencode(
+            {"account": account, "container": container, "blob": blob}))
+
+    def holder_view(self, request):
+        """A resource's lease history summary and "who held it at T", from
+        the events alone: for a blob or container deleted since."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        account, container, blob = (request.GET.get(k, "") for k in ("account", "container", "blob"))
+        form = HolderAtForm(request.GET if "held_at" in request.GET else None)
+        events = LeaseEvent.objects.filter(account=account, container=container, blob=blob)
+        fake = LeaseEvent(resource_type="blob" if blob else "container", account=account, container=container,
+                          blob=blob)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Lease history of {fake.resource_path}",
+            "opts": self.opts,
+            "resource": fake,
+            "resource_url": self.resource_url(fake) if account and container else None,
+            "history": events[:20],
+            "history_url": history_url(account, container, blob, current_app=self.admin_site.name),
+            "holder_form": form,
+            "holder_keep": [("account", account), ("container", container), ("blob", blob)],
+            "lookup": holder_lookup(account=account, container=container, blob=blob,
+                                    when=form.cleaned_data["held_at"]) if form.is_valid() else None,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/leases/leaseevent/holder.html", context)
+
     def dashboard_view(self, request):
         return dashboard(request, self.admin_site)
 
@@ -165,6 +260,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         if context and "cl" in context:
             cl = context["cl"]
             context["date_drilldown"] = date_drilldown(cl)
+            context["filter_chips"] = filter_chips(cl)
             context["export_url"] = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_export",
                                             current_app=self.admin_site.name) + cl.get_query_string()
         return response

@@ -9,7 +9,6 @@ recorded by the service with the staff user and the reason.
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -30,7 +29,9 @@ class LeaseActionsMixin:
     actions = ("break_leases",)
 
     def has_break_permission(self, request, obj=None):
-        return request.user.has_perm("leases.break_lease")
+        # Per model ("Can break blob lease" does not break containers), as
+        # Django's own view/change/delete permissions are.
+        return request.user.has_perm(f"{self.opts.app_label}.break_{self.opts.model_name}_lease")
 
     def has_release_permission(self, request, obj=None):
         return request.user.is_superuser
@@ -66,7 +67,8 @@ class LeaseActionsMixin:
         if obj is None:
             raise Http404
         if not self.has_break_permission(request, obj):
-            raise PermissionDenied
+            return self.refuse(request, obj, f"You may not break {self.opts.verbose_name} leases: that needs the "
+                               f"“Can break {self.opts.verbose_name} lease” permission.")
         form = BreakForm(request.POST if request.method == "POST" else None)
         if form.is_valid():
             self.perform_break(request, form)
@@ -95,6 +97,9 @@ class LeaseActionsMixin:
                     refused.append(f"{obj} ({err.code})")
                 else:
                     broken += 1
+                    # "Recent actions" on the admin index, as Django's own changes are.
+                    self.log_change(request, obj, f"Broke the lease ({form.when_text}). "
+                                    f"Reason: {form.cleaned_data['reason'] or '–'}")
         if broken:
             self.message_user(request, f"Broke the lease of {self._count(broken)}.", messages.SUCCESS)
         if renewed:
@@ -115,7 +120,8 @@ class LeaseActionsMixin:
         if obj is None:
             raise Http404
         if not self.has_release_permission(request, obj):
-            raise PermissionDenied
+            return self.refuse(request, obj, "Only a superuser may release a lease; you may break it instead "
+                               "if you have the permission.")
         form = ReleaseForm(request.POST if request.method == "POST" else None,
                            initial={"lease_id": obj.lease_id})
         if form.is_valid():
@@ -127,12 +133,14 @@ class LeaseActionsMixin:
                                   "changed after you looked.", messages.ERROR)
             else:
                 self.message_user(request, f"Released the lease of {obj}.", messages.SUCCESS)
+                self.log_change(request, obj, f"Released the lease. Reason: {form.cleaned_data['reason'] or '–'}")
             return HttpResponseRedirect(self.object_url(obj))
         return self.confirmation(request, "release", [obj], form)
 
     # ------------------------------------------------------------ shared
 
-    def confirmation(self, request, operation: str, objects, form, *, action_post: bool = False):
+    def confirmation(self, request, operation: str, objects, form, *, action_post: bool = False,
+                     cancel_url: str | None = None, heading: str | None = None):
         """What will be broken or released, and the form that does it. A
         break skips what holds no lease, and remembers which lease (by
         generation) each target held when the operator saw it."""
@@ -146,7 +154,7 @@ class LeaseActionsMixin:
             form.initial["seen"] = [f"{row['obj'].pk}:{row['obj'].lease_generation}" for row in targets]
         context = {
             **self.admin_site.each_context(request),
-            "title": f"{operation.capitalize()} lease{'s' if len(targets) != 1 else ''}",
+            "title": heading or f"{operation.capitalize()} lease{'s' if len(targets) != 1 else ''}",
             "operation": operation,
             "opts": self.opts,
             "targets": targets,
@@ -154,11 +162,19 @@ class LeaseActionsMixin:
             "form": form,
             "action_post": action_post,
             "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
-            "subject": None if action_post else objects[0],
-            "cancel_url": request.get_full_path() if action_post else self.object_url(objects[0]),
+            "subject": None if action_post or cancel_url else objects[0],
+            "cancel_url": cancel_url or (request.get_full_path() if action_post else self.object_url(objects[0])),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/leases/lease_confirmation.html", context)
+
+    def refuse(self, request, obj, message: str):
+        """Not allowed: say why on the page the operator came from (the
+        object's, or the list's if they may not view it), not a bare 403."""
+        self.message_user(request, message, messages.ERROR)
+        if self.has_view_permission(request, obj):
+            return HttpResponseRedirect(self.object_url(obj))
+        return HttpResponseRedirect(reverse("admin:index", current_app=self.admin_site.name))
 
     def object_url(self, obj) -> str:
         return reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk],

@@ -10,25 +10,29 @@ for everyone, superusers included; breaking and releasing are the views of
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import DateTimeField, Prefetch, Value
+from django.db.models import Count, DateTimeField, OuterRef, Prefetch, Q, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html
 
 from leases import machine
 from leases.models import Blob, Container, LeaseEvent
-from leases.selectors import holder_at
 
 from . import display
-from .common import BREAKABLE, NullsLast, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, prefix_q, resource_ref
+from .common import BREAKABLE, DeadlineOrder, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, resource_ref
+from .chips import filter_chips
 from .filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
 from .forms import HolderAtForm
+from .holders import HolderFilter, HolderViewsMixin
 from .lease_actions import LeaseActionsMixin
+from .lookup import holder_lookup
 from .paging import CappedCountPaginator
 
 HISTORY_ROWS = 20
+REFRESH_SECONDS = 30  # lists and detail pages reload themselves this often (and when a deadline passes)
 
 
-class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdmin):
+class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdmin):
     """What the container and blob admins share: lease columns, filters that
     judge state in SQL, indexed search, the lease panels of a detail page,
     and (from the mixin) the break and release flows."""
@@ -39,17 +43,26 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
     list_per_page = 50
     change_form_template = "admin/leases/lease_resource_change_form.html"
     search_fields = ("name", "lease_id")  # what get_search_results searches, by index
-    search_help_text = "A name prefix (case-sensitive), or a lease id: all of it or its first 4+ digits."
+    search_help_text = ("Part of a name (any case), or a lease id: all of it or its first 4+ digits. "
+                        "Several words: rows matching all of them.")
     lease_fieldset = ("Lease", {"fields": (
-        "lease_state_badge", "lease_status", "lease_duration_type", "time_left", "full_lease_id",
+        "lease_state_badge", "lease_status", "lease_duration_type", "time_left_alone", "full_lease_id",
         "generation", "expires_at", "break_at")})
     holder_fieldset = ("Holder (from the last acquire)", {"fields": (
         "holder_actor", "holder_address", "holder_client_request_id", "acquired_at")})
 
     def changelist_view(self, request, extra_context=None):
         # Read-only for everyone, so Django's "Select blob to view" says less than the name.
-        extra_context = {"title": self.opts.verbose_name_plural.capitalize(), **(extra_context or {})}
-        return super().changelist_view(request, extra_context)
+        extra_context = {"title": self.opts.verbose_name_plural.capitalize(), **self.as_of_context(request),
+                         **(extra_context or {})}
+        response = super().changelist_view(request, extra_context)
+        context = getattr(response, "context_data", None)
+        if context and "cl" in context:
+            context["filter_chips"] = filter_chips(context["cl"])
+        return response
+
+    def as_of_context(self, request) -> dict:
+        return {"lease_as_of": display.timestamp(lease_now(request)), "refresh_seconds": REFRESH_SECONDS}
 
     # ------------------------------------------------------------ queries
 
@@ -60,19 +73,37 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
             lease_as_of=Value(lease_now(request), output_field=DateTimeField()))
 
     def get_search_results(self, request, queryset, search_term):
-        term = search_term.strip()
-        if not term:
-            return queryset, False
-        query = prefix_q("name", term)
-        if (by_id := lease_id_q("lease_id", term)) is not None:
-            query |= by_id
-        return queryset.filter(query), False
+        """Each word is part of the name (case-insensitive, as an operator
+        types it; a scan of the name column, which at 100,000 blobs stays
+        well inside a page's time: bench/admin_pages.py) or a lease id."""
+        for word in search_term.split():
+            query = Q(name__icontains=word)
+            if (by_id := lease_id_q("lease_id", word)) is not None:
+                query |= by_id
+            queryset = queryset.filter(query)
+        return queryset, False
 
     # ------------------------------------------------------------ columns
 
     @admin.display(description="state")
     def lease_state_badge(self, obj):
         return display.badge(display.row_state(obj))
+
+    # The list packs two facts per column (state and status, time left and
+    # duration, lease id and generation) so that it fits 1366 px with both
+    # sidebars open; the detail page keeps them apart.
+    @admin.display(description="state")
+    def state_and_status(self, obj):
+        state = display.row_state(obj)
+        return format_html('{}<br><span class="lease-quiet">{}</span>', display.badge(state),
+                           machine.lease_status(state))
+
+    @admin.display(description="lease")
+    def lease_and_generation(self, obj):
+        if obj.lease_id is None:
+            return display.EMPTY
+        return format_html('{}<br><span class="lease-quiet">gen. {}</span>', display.short_id(obj.lease_id),
+                           obj.lease_generation)
 
     @admin.display(description="status")
     def lease_status(self, obj):
@@ -82,17 +113,28 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
     def lease_duration_type(self, obj):
         return display.duration_type(obj)
 
-    # Soonest first, leases without an expiry last (the expiry index answers).
-    @admin.display(description="time left", ordering=NullsLast("lease_expires_at"))
+    # Soonest deadline first (expiry, or a breaking lease's break end); no time left last.
+    @admin.display(description="time left", ordering=DeadlineOrder())
     def time_left(self, obj):
+        state = display.row_state(obj)
+        left = display.time_left(obj, state, obj.lease_as_of)
+        if state in (machine.LEASED, machine.EXPIRED) and obj.lease_duration is not None:
+            return format_html('{}<br><span class="lease-quiet">{}</span>', left, display.duration_type(obj))
+        return left
+
+    @admin.display(description="time left")
+    def time_left_alone(self, obj):
+        """The detail page's: its duration has a line of its own there."""
         return display.time_left(obj, display.row_state(obj), obj.lease_as_of)
 
     @admin.display(description="generation")
     def generation(self, obj):
         return obj.lease_generation
 
-    @admin.display(description="holder (last acquire)")
+    @admin.display(description="holder")
     def holder(self, obj):
+        if display.row_state(obj) == machine.AVAILABLE:
+            return display.EMPTY  # released or never leased: nobody holds it
         return display.holder(obj.lease_holder, obj.lease_holder_address, obj.lease_holder_request_id)
 
     @admin.display(description="actor")
@@ -141,47 +183,70 @@ class LeaseResourceAdmin(LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdm
         events = LeaseEvent.objects.filter(account=ref.account, container=ref.container, blob=ref.blob or "")
         holder_form = HolderAtForm(request.GET if "held_at" in request.GET else None)
         return {
+            **self.as_of_context(request),
             "can_break": state in BREAKABLE and self.has_break_permission(request, obj),
             "can_release": (obj.lease_id is not None and state != machine.AVAILABLE
                             and self.has_release_permission(request, obj)),
             "history": events[:HISTORY_ROWS],
             "history_url": history_url(ref.account, ref.container, ref.blob or "", current_app=self.admin_site.name),
             "holder_form": holder_form,
-            "held": holder_at(account=ref.account, container=ref.container, blob=ref.blob or "",
-                              when=holder_form.cleaned_data["held_at"]) if holder_form.is_valid() else None,
+            "lookup": holder_lookup(account=ref.account, container=ref.container, blob=ref.blob or "",
+                                    when=holder_form.cleaned_data["held_at"]) if holder_form.is_valid() else None,
         }
 
 
 @admin.register(Container)
 class ContainerAdmin(LeaseResourceAdmin):
-    list_display = ("name", "account", "lease_state_badge", "lease_status", "lease_duration_type", "time_left",
-                    "short_lease_id", "generation", "holder", "modified")
-    list_filter = (EffectiveStateFilter, DurationTypeFilter, AccountFilter)
+    list_display = ("name", "account", "blobs", "state_and_status", "time_left", "lease_and_generation", "holder",
+                    "modified")
+    list_filter = (EffectiveStateFilter, DurationTypeFilter, HolderFilter, AccountFilter)
     list_select_related = ("account",)
     sortable_by = ("name", "time_left")  # others would sort the whole table; time left has the expiry index
     ordering = ("account_id", "name")  # the unique (account, name) index; "account" would sort by its name
+    # The lease first: it is what an operator comes for.
     fieldsets = (
-        (None, {"fields": ("account", "name", "public_access", "etag", "modified", "created", "metadata")}),
+        (None, {"fields": ("account", "name")}),
         LeaseResourceAdmin.lease_fieldset,
         LeaseResourceAdmin.holder_fieldset,
+        ("Container", {"fields": ("public_access", "etag", "modified", "created", "metadata")}),
     )
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("account")
+        # Each container's blob count, from the (container, name, snapshot)
+        # index: a correlated count, computed for the page's rows only.
+        blob_count = Subquery(Blob.objects.filter(container=OuterRef("pk")).order_by()
+                              .values("container").annotate(n=Count("pk")).values("n"))
+        return super().get_queryset(request).select_related("account").annotate(
+            blob_count=Coalesce(blob_count, 0))
+
+    @admin.display(description="blobs")
+    def blobs(self, obj):
+        """How many blobs, one click from the list of them."""
+        url = reverse("admin:leases_blob_changelist", current_app=self.admin_site.name)
+        return format_html('<a href="{}?container={}" title="The blobs of {}">{}</a>', url, obj.pk, obj,
+                           f"{obj.blob_count:,}")
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            url = reverse("admin:leases_blob_changelist", current_app=self.admin_site.name)
+            context["blobs_url"] = f"{url}?container={obj.pk}"
+            context["blobs_count"] = obj.blob_count
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
 
 @admin.register(Blob)
 class BlobAdmin(LeaseResourceAdmin):
-    list_display = ("blob_name", "container_path", "lease_state_badge", "lease_status", "lease_duration_type",
-                    "time_left", "short_lease_id", "generation", "holder", "modified")
-    list_filter = (EffectiveStateFilter, DurationTypeFilter, BlobAccountFilter, ContainerFilter)
+    list_display = ("blob_name", "container_path", "state_and_status", "time_left", "lease_and_generation",
+                    "holder", "modified")
+    list_filter = (EffectiveStateFilter, DurationTypeFilter, HolderFilter, BlobAccountFilter, ContainerFilter)
     sortable_by = ("blob_name", "time_left")
     ordering = ("container_id", "name", "snapshot")  # the unique (container, name, snapshot) index
+    # The lease first: it is what an operator comes for; file metadata after.
     fieldsets = (
-        (None, {"fields": ("container_path", "name", "snapshot", "size", "content_type", "etag", "modified",
-                           "created", "metadata")}),
+        (None, {"fields": ("container_path", "name", "snapshot")}),
         LeaseResourceAdmin.lease_fieldset,
         LeaseResourceAdmin.holder_fieldset,
+        ("File", {"fields": ("size", "content_type", "etag", "modified", "created", "metadata")}),
     )
 
     def get_queryset(self, request):

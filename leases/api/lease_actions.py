@@ -41,8 +41,8 @@ class LeaseActionView(ApiView):
     schema = LeaseActionSchema()
 
     def permissions_for(self, request) -> tuple[str, ...]:
-        if self.action_name == "break":
-            return ("leases.break_lease",)
+        if self.action_name == "break":  # per model: a blob breaker may not break containers
+            return ("leases.break_blob_lease",) if "blob" in self.kwargs else ("leases.break_container_lease",)
         return ("leases.change_blob",) if "blob" in self.kwargs else ("leases.change_container",)
 
     def post(self, request, account, container, blob=None):
@@ -104,7 +104,8 @@ class ReleaseView(LeaseActionView):
 
 
 @documented("Break a lease", (
-    "202 with `lease_time`, the seconds until the lease is broken. Needs the leases.break_lease permission "
+    "202 with `lease_time`, the seconds until the lease is broken. Needs the leases.break_blob_lease "
+    "(a container: leases.break_container_lease) permission "
     "(or the account's SharedKey)."))
 class BreakView(LeaseActionView):
     action_name = "break"

@@ -1,6 +1,7 @@
 """Who may do what, mirroring the admin: users and their tokens need the
 model permission for the operation (``leases.view_blob``, ...; breaking a
-lease needs ``leases.break_lease``); a SharedKey account may do anything to
+blob's lease needs ``leases.break_blob_lease``, a container's
+``leases.break_container_lease``, never one for the other); a SharedKey account may do anything to
 its own account's resources and nothing to another's."""
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ def test_migration_moves_old_grants_to_the_model_they_were_for(django_user_model
 
 
 # The migration this one follows (re-chained at merge time): migrate back to it, then forward.
-PARENT = importlib.import_module("leases.migrations.0002_break_lease_permissions").Migration.dependencies[0][1]
+PARENT = importlib.import_module("leases.migrations.0006_break_lease_permissions").Migration.dependencies[0][1]
 
 
 def _ct(model):

@@ -52,7 +52,7 @@ class Migration(migrations.Migration):
     # After this branch's latest leases migration (a single leaf); the lead
     # re-chains it when merging the branches' migrations.
     dependencies = [
-        ("leases", "0004_event_account_idx"),
+        ("leases", "0005_history_append_only"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
     ]

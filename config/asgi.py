@@ -31,6 +31,11 @@ gives the thread back between pieces: each piece (at most about 64 KiB, one
 short database read) is one task, so other requests of the lane run between
 an export's pieces, and a slow reader of an export holds no thread at all.
 
+A writer's wait for the database (LEASEHOLD_WRITE_WAIT) counts from when the
+request was received whole, so time queued in a lane behind writers that
+wait is part of it: every writer is answered (503 ServerBusy at worst)
+within the wait of its arrival.
+
 Durability is unchanged: the WSGI handler returns only after the request's
 commit (and its fsync), and the answer is sent only after it returns.
 """
@@ -42,6 +47,7 @@ import io
 import os
 import sys
 import tempfile
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
@@ -49,6 +55,7 @@ from django.http.response import HttpResponseBase
 
 from config.wsgi import application as wsgi_application
 from leases.azure.handler import AZURE_PATH
+from leases.sqlite_backend.busy import received_at
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
@@ -146,6 +153,7 @@ class LeaseholdASGI:
         except ConnectionError:  # the client went away mid-body
             return
         environ = _environ(scope, body, length)
+        environ["leasehold.received_at"] = time.monotonic()
         lane = self.lanes[self.lane_name(scope)]
         index = lane.take()
         executor = lane.executors[index]
@@ -226,7 +234,8 @@ class LeaseholdASGI:
         def start_response(status, headers, exc_info=None):
             started[:] = [status, headers]
 
-        result = self.app(environ, start_response)
+        with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
+            result = self.app(environ, start_response)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         content = None
         if not streamed:

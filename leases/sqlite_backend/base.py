@@ -55,7 +55,9 @@ one whose ``BEGIN IMMEDIATE`` finds SQLite's own lock held by another program
 past what is left of that wait. flock() cannot time out, so a contended lock
 is waited for by a helper thread of the connection, blocked in the kernel as
 before (hand-over stays prompt and fair); the writer waits for the helper at
-most the rest of its time. Reads take no lock and never wait for a writer
+most the rest of its time. The wait counts from when the server had the
+whole request (``busy.received_at``, set by config/asgi.py), so time spent
+queued behind other waiting writers is part of it. Reads take no lock and never wait for a writer
 (WAL); their busy timeout is bounded by the same wait.
 """
 
@@ -74,7 +76,7 @@ from django.db.transaction import TransactionManagementError
 from django.db.utils import OperationalError
 from django.db.backends.sqlite3 import base
 
-from .busy import WriterBusy, is_writer_busy
+from .busy import WriterBusy, is_writer_busy, time_left
 
 DEFAULT_WRITE_WAIT = 5.0
 
@@ -396,10 +398,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if self._waiter is None:
             self._waiter = FlockWaiter(self._writer_fd)
         started = time.monotonic()
-        if not self._waiter.acquire(self.write_wait):
+        left = time_left(self.write_wait)
+        if not self._waiter.acquire(max(0.0, left)):
             raise WriterBusy(f"the database writer was busy for more than {self.write_wait:g} s")
         self._writer_held = True
-        return time.monotonic() - started
+        return time.monotonic() - started + (self.write_wait - left)
 
     def _drop_writer_lock(self) -> None:
         if self._writer_held:

@@ -3,9 +3,34 @@ recognise it (they answer 503 ServerBusy with Retry-After: SDKs retry it)."""
 
 from __future__ import annotations
 
+import threading
+import time
+from contextlib import contextmanager
+
 from django.db.utils import OperationalError
 
 RETRY_AFTER_SECONDS = 1
+
+_request = threading.local()
+
+
+@contextmanager
+def received_at(moment: float):
+    """Count this thread's write waits from ``moment`` (time.monotonic(),
+    when the server had the whole request), so the time a request queued
+    for a thread is part of its wait: the answer comes within the wait of
+    its arrival, not of its turn (config/asgi.py)."""
+    _request.received_at = moment
+    try:
+        yield
+    finally:
+        _request.received_at = None
+
+
+def time_left(wait: float) -> float:
+    """Seconds this thread may still wait for the writer."""
+    start = getattr(_request, "received_at", None)
+    return wait if start is None else wait - (time.monotonic() - start)
 
 
 class WriterBusy(OperationalError):

@@ -228,7 +228,9 @@ def api_token(env: dict, repo) -> str:
                           "from leases.tokens import ApiToken\n"
                           "u = get_user_model().objects.filter(is_superuser=True).first()\n"
                           "print(ApiToken.issue(user=u, name='bench-export')[1])"],
-                         cwd=repo, env=env, check=True, capture_output=True, text=True, timeout=120)
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    if out.returncode:
+        raise SystemExit(f"could not issue an API token for the exports: {out.stderr[-2000:]}")
     return out.stdout.strip().splitlines()[-1]
 
 
@@ -274,7 +276,9 @@ def hostile(server, seconds: float, *, slow: int, uploads: int, upload_mib: int,
     upload_threads = slow_uploads(server.port, host, uploads, upload_mib, seconds * 0.8, stop)
     done: list = []
     if is_leasehold and export_n:
-        exports(server.port, host, api_token(server.env, repo), export_n, stop, done)
+        if getattr(server, "bench_token", None) is None:
+            server.bench_token = api_token(server.env, repo)
+        exports(server.port, host, server.bench_token, export_n, stop, done)
     time.sleep(1.0)  # the hostile clients connect first
     holders = Holders(server.port, host)
     holders.run(seconds)

@@ -35,7 +35,6 @@ import threading
 import time
 import uuid
 
-import loadgen
 from loadgen import Connection, LeaseRequests, Signer
 
 ACCOUNT = "devstoreaccount1"
@@ -286,7 +285,8 @@ def hostile(server, seconds: float, *, slow: int, uploads: int, upload_mib: int,
             "renew p50 ms": pct(holders.renew_lat, 0.5) * 1e3, "renew p99 ms": pct(holders.renew_lat, 0.99) * 1e3,
             "renew max ms": max(holders.renew_lat, default=float("nan")) * 1e3,
             "slow reconnects": refused[0], "exports done": len(done),
-            "export MB/s": (sum(b for b, _ in done) / max(1e-9, sum(s for _, s in done)) / 1e6) if done else float("nan")}
+            "export MB/s": (sum(b for b, _ in done) / max(1e-9, sum(s for _, s in done)) / 1e6
+                            if done else float("nan"))}
 
 
 def setup_blobs(server, names: list[str]) -> None:

@@ -16,6 +16,8 @@ import json
 import os
 import socket
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from email.utils import formatdate
@@ -164,8 +166,6 @@ def _dechunk(data: bytes) -> bytes:
 
 
 def _token(s) -> str:
-    import subprocess
-    import sys
     out = subprocess.run([sys.executable, "manage.py", "shell", "-c",
                           "from django.contrib.auth import get_user_model\n"
                           "from leases.tokens import ApiToken\n"

@@ -165,7 +165,7 @@ def slow_clients(port: int, host: str, n: int, stop: float) -> tuple[list[thread
 
 
 def _send_slowly(port: int, head: bytes, size: int, rate: float, stop: float, refused: list[int],
-                 piece: int = 1) -> None:
+                 piece: int = 1, answers: list | None = None) -> None:
     """Send ``head`` at once, then ``size`` body bytes at ``rate`` pieces a
     second (``piece`` bytes each); start over if the server closes."""
     while time.monotonic() < stop:
@@ -180,15 +180,19 @@ def _send_slowly(port: int, head: bytes, size: int, rate: float, stop: float, re
                     sock.sendall(b"u" * n)
                     sent += n
                     time.sleep(1.0 / rate)
-                sock.recv(4096)
+                answer = sock.recv(4096)
+                if answers is not None:
+                    answers.append(answer[9:12].decode(errors="replace"))
                 return
         except OSError:
             refused[0] += 1
             time.sleep(0.5)
 
 
-def slow_uploads(port: int, host: str, n: int, mib: int, seconds: float, stop: float) -> list[threading.Thread]:
-    """``n`` signed Put Blobs of ``mib`` MiB, each body spread over ``seconds``."""
+def slow_uploads(port: int, host: str, n: int, mib: int, seconds: float, stop: float,
+                 answers: list) -> list[threading.Thread]:
+    """``n`` signed Put Blobs of ``mib`` MiB, each body spread over
+    ``seconds``; ``answers`` gets each one's status."""
     signer = Signer(ACCOUNT, KEY)
     size = mib << 20
     piece = 64 << 10
@@ -199,7 +203,7 @@ def slow_uploads(port: int, host: str, n: int, mib: int, seconds: float, stop: f
         head = signer.build("PUT", host, f"/{ACCOUNT}/{CONTAINER}/upload-{i}",
                             headers={"x-ms-blob-type": "BlockBlob"}, body=body)[:-size]
         del body
-        threads.append(threading.Thread(target=_send_slowly, args=(port, head, size, rate, stop, [0], piece),
+        threads.append(threading.Thread(target=_send_slowly, args=(port, head, size, rate, stop, [0], piece, answers),
                                         daemon=True))
     for t in threads:
         t.start()
@@ -271,8 +275,9 @@ def hostile(server, seconds: float, *, slow: int, uploads: int, upload_mib: int,
         conn.close()
         grow_history(str(server.db), events)
     stop = time.monotonic() + seconds + 2
-    slow_threads, refused = slow_clients(server.port, host, slow, stop)
-    upload_threads = slow_uploads(server.port, host, uploads, upload_mib, seconds * 0.8, stop)
+    _, refused = slow_clients(server.port, host, slow, stop)
+    uploaded: list[str] = []
+    slow_uploads(server.port, host, uploads, upload_mib, seconds * 0.8, stop, uploaded)
     done: list = []
     if is_leasehold and export_n:
         if getattr(server, "bench_token", None) is None:
@@ -281,10 +286,12 @@ def hostile(server, seconds: float, *, slow: int, uploads: int, upload_mib: int,
     time.sleep(1.0)  # the hostile clients connect first
     holders = Holders(server.port, host)
     holders.run(seconds)
+    time.sleep(max(0.0, stop - time.monotonic()))  # the uploads' answers
     return {"renewals": holders.renewals, "lost": holders.lost, "5xx": holders.err5xx,
             "renew p50 ms": pct(holders.renew_lat, 0.5) * 1e3, "renew p99 ms": pct(holders.renew_lat, 0.99) * 1e3,
             "renew max ms": max(holders.renew_lat, default=float("nan")) * 1e3,
-            "slow reconnects": refused[0], "exports done": len(done),
+            "slow reconnects": refused[0], "uploads 201": sum(1 for a in uploaded if a == "201"),
+            "exports done": len(done),
             "export MB/s": (sum(b for b, _ in done) / max(1e-9, sum(s for _, s in done)) / 1e6
                             if done else float("nan"))}
 

@@ -310,7 +310,7 @@ def main() -> int:
     ap.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     ap.add_argument("--contention-backoff-ms", type=float, default=0.0,
                     help="pause after a refused contended acquire (default 0: retry at once)")
-    ap.add_argument("--max-minutes", type=float, default=20.0, help="hard bound on the whole run")
+    ap.add_argument("--max-minutes", type=float, default=40.0, help="hard bound on the whole run")
     ap.add_argument("--soak", action="store_true", help="memory soak mode instead of the scenarios")
     ap.add_argument("--soak-seconds", type=float, default=300.0)
     ap.add_argument("--soak-blobs", type=int, default=10_000)
@@ -402,7 +402,8 @@ def main() -> int:
         order = all_servers if rnd % 2 == 0 else list(reversed(all_servers))
         for sc in scenarios:
             for s in order:
-                if time.monotonic() + per_run > deadline:
+                needs = {"hostile": args.hostile_seconds + 10, "stuck": args.stuck_seconds + 10}.get(sc.kind, per_run)
+                if time.monotonic() + needs > deadline:
                     servers.log("time bound reached; reporting what was measured")
                     break
                 if sc.kind in ROBUSTNESS:

@@ -172,6 +172,8 @@ class LeaseholdASGI:
                 await loop.run_in_executor(executor, _close, result)
         finally:
             lane.give_back(index)
+            if not isinstance(body, bytes):
+                body.close()  # the spooled file, deleted on close
 
     async def read_body(self, scope, receive):
         """The whole body (bytes or a file at 0), within the time limits."""

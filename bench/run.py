@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import hostile  # noqa: E402
 import loadgen  # noqa: E402
 import servers  # noqa: E402
 from loadgen import ACQUIRE, ACTION_NAMES, BREAK, RELEASE, RENEW  # noqa: E402
@@ -42,11 +43,21 @@ CONTAINER = "bench"
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str  # cycle | contention
+    kind: str  # cycle | contention | hostile | stuck
     clients: int
+    burners: int = 0  # CPU-burning processes running through each measured run
 
     @property
     def title(self) -> str:
+        if self.kind == "hostile":
+            return (f"{self.name}: 16 holders renew 15-s leases every 5 s under slow clients, slow uploads "
+                    f"and (Leasehold) full history exports")
+        if self.kind == "stuck":
+            return (f"{self.name}: another process holds SQLite's write lock; 4 readers, 4 writers "
+                    f"(Leasehold only: Azurite has no database to lock)")
+        if self.burners:
+            return (f"{self.name}: {self.clients} client(s) cycling acquire -> renew -> release, "
+                    f"with {self.burners} CPU-burning processes running")
         if self.kind == "cycle":
             return (f"{self.name}: {self.clients} client(s), each cycling acquire -> renew -> release "
                     f"on its own blob")
@@ -58,7 +69,11 @@ SCENARIOS = {s.name: s for s in (
     Scenario("cycle-16", "cycle", 16),
     Scenario("cycle-64", "cycle", 64),
     Scenario("contention-16", "contention", 16),
+    Scenario("busy-cycle-16", "cycle", 16, burners=2),
+    Scenario("hostile", "hostile", 16),
+    Scenario("stuck", "stuck", 8),
 )}
+ROBUSTNESS = ("hostile", "stuck")
 EXPECTED = {ACQUIRE: (201,), RENEW: (200,), RELEASE: (200,), BREAK: (202,)}
 CONTENDED_ACQUIRE = (201, 409)
 
@@ -295,13 +310,21 @@ def main() -> int:
     ap.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     ap.add_argument("--contention-backoff-ms", type=float, default=0.0,
                     help="pause after a refused contended acquire (default 0: retry at once)")
-    ap.add_argument("--max-minutes", type=float, default=20.0, help="hard bound on the whole run")
+    ap.add_argument("--max-minutes", type=float, default=40.0, help="hard bound on the whole run")
     ap.add_argument("--soak", action="store_true", help="memory soak mode instead of the scenarios")
     ap.add_argument("--soak-seconds", type=float, default=300.0)
     ap.add_argument("--soak-blobs", type=int, default=10_000)
     ap.add_argument("--soak-clients", type=int, default=16)
     ap.add_argument("--soak-interval", type=float, default=15.0, help="seconds between RSS samples")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, database)")
+    ap.add_argument("--hostile-seconds", type=float, default=30.0, help="holders' run under hostile load")
+    ap.add_argument("--hostile-slow", type=int, default=50, help="slow connections (admin, API, Azure paths)")
+    ap.add_argument("--hostile-uploads", type=int, default=4, help="slow Put Blobs")
+    ap.add_argument("--hostile-upload-mb", type=int, default=64, help="MiB per slow Put Blob")
+    ap.add_argument("--hostile-exports", type=int, default=2, help="full CSV exports at once (Leasehold)")
+    ap.add_argument("--hostile-events", type=int, default=1_000_000, help="history events to export")
+    ap.add_argument("--stuck-seconds", type=float, default=40.0, help="how long the write lock is held")
+    ap.add_argument("--write-wait", type=float, default=5.0, help="LEASEHOLD_WRITE_WAIT for the run")
     args = ap.parse_args()
 
     for p in (args.port_base, args.port_base + 1):
@@ -313,7 +336,8 @@ def main() -> int:
     if not set(wanted) <= {"azurite", "leasehold"} or not wanted:
         ap.error("--servers takes azurite and/or leasehold")
     deadline = time.monotonic() + args.max_minutes * 60
-    extra_env = dict(item.split("=", 1) for item in args.leasehold_env)
+    extra_env = {"LEASEHOLD_WRITE_WAIT": str(args.write_wait)}
+    extra_env.update(item.split("=", 1) for item in args.leasehold_env)
 
     servers.BENCH.joinpath("var").mkdir(exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="run-", dir=servers.BENCH / "var"))
@@ -370,6 +394,7 @@ def main() -> int:
     results: dict[tuple[str, str], list[Result]] = {}
     rounds_done = 0
     per_run = args.warmup + args.seconds + 1
+    robust: dict[tuple[str, str], list[dict]] = {}
     print(f"# {args.rounds} rounds x {len(scenarios)} scenarios x {len(all_servers)} servers, "
           f"{args.warmup:g}s warm-up + {args.seconds:g}s measured each, servers alternating")
     sys.stdout.flush()
@@ -377,10 +402,24 @@ def main() -> int:
         order = all_servers if rnd % 2 == 0 else list(reversed(all_servers))
         for sc in scenarios:
             for s in order:
-                if time.monotonic() + per_run > deadline:
+                needs = {"hostile": args.hostile_seconds + 10, "stuck": args.stuck_seconds + 10}.get(sc.kind, per_run)
+                if time.monotonic() + needs > deadline:
                     servers.log("time bound reached; reporting what was measured")
                     break
-                r = run_one(s, sc, args.warmup, args.seconds, args.contention_backoff_ms / 1000)
+                if sc.kind in ROBUSTNESS:
+                    if sc.kind == "stuck" and not isinstance(s, servers.Leasehold):
+                        continue
+                    out = (hostile.hostile(s, args.hostile_seconds, slow=args.hostile_slow,
+                                           uploads=args.hostile_uploads, upload_mib=args.hostile_upload_mb,
+                                           export_n=args.hostile_exports, events=args.hostile_events,
+                                           repo=servers.REPO)
+                           if sc.kind == "hostile" else hostile.stuck(s, args.stuck_seconds, args.write_wait))
+                    robust.setdefault((s.name, sc.name), []).append(out)
+                    servers.log(f"round {rnd + 1} {sc.name:14} {s.name:9} "
+                                + "  ".join(f"{k} {fmt_num(v)}" for k, v in out.items()))
+                    continue
+                with hostile.cpu_burners(sc.burners):
+                    r = run_one(s, sc, args.warmup, args.seconds, args.contention_backoff_ms / 1000)
                 results.setdefault((s.name, sc.name), []).append(r)
                 extra = f" hand-overs/s {r.handovers:.0f}" if sc.kind == "contention" else ""
                 servers.log(f"round {rnd + 1} {sc.name:14} {s.name:9} {r.rps:8.0f} req/s  "
@@ -388,11 +427,34 @@ def main() -> int:
                             f"{extra}  client CPU {r.client_cpu:.0f}%  server CPU {r.server_cpu:.0f}%")
         rounds_done += 1
     # pair rounds only where both servers have a result
-    print(report(scenarios, results, names, rounds_done))
+    print(report([sc for sc in scenarios if sc.kind not in ROBUSTNESS], results, names, rounds_done))
+    print(robust_report([sc for sc in scenarios if sc.kind in ROBUSTNESS], robust, names))
     print("\n# medians over rounds; L/A = median over rounds of (Leasehold / Azurite) in the same round;"
           "\n# for latencies L/A < 1 means Leasehold is faster")
     print(targets(results))
     return 0
+
+
+def robust_report(scenarios: list[Scenario], robust: dict, names: list[str]) -> str:
+    """Medians over rounds of what the holders, readers and writers saw."""
+    out = []
+    for sc in scenarios:
+        out.append(f"\n{sc.title}")
+        keys = next((runs[0].keys() for (n, s), runs in robust.items() if s == sc.name and runs), [])
+        out.append(f"  {'':36}" + "".join(f"{n:>12}" for n in names))
+        for key in keys:
+            cells = []
+            for n in names:
+                runs = robust.get((n, sc.name), [])
+                values = [r[key] for r in runs if r.get(key) == r.get(key)]
+                cells.append(f"{fmt_num(statistics.median(values)) if values else '-':>12}")
+            out.append(f"  {key:36}" + "".join(cells))
+        for n in names:
+            runs = robust.get((n, sc.name), [])
+            if runs and sc.kind == "hostile":
+                out.append(f"  {n}: lost leases by round {[r['lost'] for r in runs]}, renew p99 ms by round "
+                           f"{[round(r['renew p99 ms'], 1) for r in runs]}")
+    return "\n".join(out)
 
 
 def targets(results: dict) -> str:

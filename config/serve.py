@@ -1,4 +1,4 @@
-"""The production server (`make run`): granian serving config.wsgi.
+"""The production server (`make run`): granian serving config.asgi.
 
     python -m config.serve        # settings from LEASEHOLD_* variables
 
@@ -7,15 +7,17 @@ keeps connections alive in Rust, so Python spends its time on requests, not
 on sockets; on a 2-core machine it answered 1.4x (one client) to 1.6x (16
 clients) the lease requests of gunicorn's gthread workers with the same code.
 
-Workers and threads were measured too (bench/run.py, paired rounds): two
-worker processes of one Python thread each beat every threaded setting, by
-about 15% at 16 clients (2x1: 783 req/s, 2x2: 682, 2x4: 664, 2x8: ~620),
-because threads of one process contend for the GIL while granian already
-holds the idle connections. The cost: a worker runs one request at a time,
-so a slow request (a 64 MiB upload) delays the others sent to that worker;
-raise LEASEHOLD_THREADS for such workloads (a worker's threads then share
-commits: group commit, leases/sqlite_backend). All workers share one
-database safely (the writer lock).
+The interface is ASGI, not WSGI: granian's WSGI interface hands a request to
+a Python thread once its headers are in, and that thread then blocks reading
+the body, so two clients trickling bodies held both workers and stalled
+every lease holder. Through ASGI the event loop of each worker receives the
+body whole (with time limits, a minimum rate and a size bound, config/asgi.py)
+and only then runs the request in a thread of its lane (lease actions,
+reads, everything else), so slow clients cost memory and lanes keep lease
+actions apart from exports and uploads. Headers are read by granian with
+LEASEHOLD_HEADER_TIMEOUT. Two worker processes use both cores of a small
+machine; more only add writer-lock hand-overs between processes. All workers
+share one database safely (the writer lock).
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ def _bind() -> tuple[str, int]:
     if not host or not port.isdigit():
         raise SystemExit("LEASEHOLD_BIND must be HOST:PORT, e.g. 127.0.0.1:10000")
     return host.strip("[]"), int(port)
+
+
+def _header_timeout_ms() -> int:
+    try:
+        seconds = float(os.environ.get("LEASEHOLD_HEADER_TIMEOUT", "10"))
+    except ValueError:
+        seconds = 0
+    if seconds <= 0:
+        raise SystemExit("LEASEHOLD_HEADER_TIMEOUT must be a number of seconds greater than 0")
+    return int(seconds * 1000)
 
 
 def main() -> None:
@@ -53,18 +65,20 @@ def main() -> None:
     if level not in ("critical", "error", "warning", "info", "debug"):
         raise SystemExit("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
     Granian(
-        "config.wsgi:application",
+        "config.asgi:application",
         address=host,
         port=port,
-        interface=Interfaces.WSGI,
+        interface=Interfaces.ASGI,
         # Two processes use both cores of a small machine; more only add
         # writer-lock hand-overs and page-cache refreshes between processes.
         workers=int(os.environ.get("LEASEHOLD_WORKERS", "2")),
-        blocking_threads=int(os.environ.get("LEASEHOLD_THREADS", "1")),
+        blocking_threads=1,  # the event loop's; requests run in the lanes' threads (config/asgi.py)
         runtime_threads=1,
         http=HTTPModes.http1,
         websockets=False,
-        http1_settings=HTTP1Settings(keep_alive=True),
+        # A client has this long to send all its headers (granian reads
+        # them in Rust: a slow one costs no Python thread meanwhile).
+        http1_settings=HTTP1Settings(keep_alive=True, header_read_timeout=_header_timeout_ms()),
         log_level=LogLevels(level),
         log_access=bool(os.environ.get("LEASEHOLD_ACCESS_LOG")),
         respawn_failed_workers=True,

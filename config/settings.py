@@ -135,6 +135,9 @@ def _database(spec: str) -> dict:
             # With FULL: fsync the WAL after releasing the writer lock, before
             # the commit returns, instead of inside COMMIT (leases.sqlite_backend).
             "sync_outside_lock": os.environ.get("LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK", "1") != "0",
+            # Seconds a writer waits for the writer lock before it is refused
+            # with 503 ServerBusy (leases.sqlite_backend); bounds every busy wait.
+            "write_wait": float(os.environ.get("LEASEHOLD_WRITE_WAIT", "5")),
         },
         # One file per test run, so parallel runs on one machine never collide.
         "TEST": {"NAME": os.environ.get("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},

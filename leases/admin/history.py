@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from leases.keyset import keyset_rows
 from leases.models import Blob, Container, LeaseEvent
 
 from . import display
@@ -276,7 +277,9 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
             changelist = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
                                  current_app=self.admin_site.name)
             return HttpResponseRedirect(changelist + "?e=1")
-        rows = cl.queryset.values_list(*CSV_COLUMNS).iterator(chunk_size=2000)
+        # In short keyset-paged reads, not one cursor held for the whole
+        # download (leases/keyset.py).
+        rows = keyset_rows(cl.queryset, CSV_COLUMNS)
         writer = csv.writer(_Echo())
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
         return StreamingHttpResponse(

@@ -11,6 +11,7 @@ from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
 from .. import clock, selectors, services
+from ..keyset import keyset_rows
 from . import schema
 from .base import ApiGenericView, ApiListView, ApiView, validated_query
 from .filters import EventFilter, QueryFilterBackend
@@ -73,8 +74,9 @@ class EventExportView(EventQueryMixin, ApiGenericView):
                    (200, "application/x-ndjson"): OpenApiTypes.STR,
                    **schema.errors(404, 406)})
     def get(self, request):
-        rows = (self.filter_queryset(self.get_queryset()).order_by("id")
-                .values_list(*EVENT_FIELDS).iterator(chunk_size=2000))
+        # In short keyset-paged reads, not one cursor held for the whole
+        # download (leases/keyset.py).
+        rows = keyset_rows(self.filter_queryset(self.get_queryset()).order_by("id"), EVENT_FIELDS)
         renderer = request.accepted_renderer
         response = StreamingHttpResponse(renderer.stream(EVENT_FIELDS, rows),
                                          content_type=f"{renderer.media_type}; charset=utf-8")

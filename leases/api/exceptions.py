@@ -20,6 +20,7 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 
 from ..errors import MESSAGES, LeaseholdError
+from ..sqlite_backend.busy import server_busy
 
 log = logging.getLogger("leasehold.api")
 
@@ -50,6 +51,8 @@ def api_exception_handler(exc, context) -> JsonResponse:
         exc = drf.NotFound()
     elif isinstance(exc, RequestDataTooBig):  # DRF >= 3.16 reads JSON bodies through request.body
         exc = LeaseholdError("RequestBodyTooLarge")
+    elif (busy := server_busy(exc)) is not None:  # the writer was busy past the wait: retry
+        exc = busy
     if isinstance(exc, LeaseholdError):
         response = _domain_error(exc, request_id)
     elif isinstance(exc, drf.APIException):

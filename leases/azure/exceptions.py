@@ -10,6 +10,7 @@ from rest_framework import exceptions as drf
 
 from .. import clock
 from ..errors import LeaseholdError
+from ..sqlite_backend.busy import server_busy
 from . import wire
 
 log = logging.getLogger("leasehold.azure")
@@ -25,6 +26,13 @@ DRF_CODES = {
 def azure_exception_handler(exc, context):
     view = context.get("view")
     request = context.get("request")
+    busy = server_busy(exc)
+    if busy is not None:
+        response = wire.error_response(
+            busy, request_id=getattr(view, "request_id", None) or str(uuid.uuid4()), now=clock.now(),
+            head=getattr(request, "method", "") == "HEAD")
+        response["Retry-After"] = str(busy.detail["retry_after"])
+        return response
     if not isinstance(exc, LeaseholdError):
         code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), None)
         if code is None:

@@ -18,7 +18,7 @@ from django.core.handlers.wsgi import WSGIHandler
 
 # The first path segment of an Azure request is an account name (see
 # config/urls.py); these prefixes belong to the other doors.
-_AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static|health|metrics)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
+AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static|health|metrics)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
 
 
 class AzureDoorHandler(WSGIHandler):
@@ -41,6 +41,6 @@ class LeaseholdWSGI:
         self.azure = AzureDoorHandler()
 
     def __call__(self, environ, start_response):
-        if _AZURE_PATH.match(environ.get("PATH_INFO", "")):
+        if AZURE_PATH.match(environ.get("PATH_INFO", "")):
             return self.azure(environ, start_response)
         return self.site(environ, start_response)

@@ -47,6 +47,18 @@ what it read durable first; only a pure read can report a state that a power
 cut within that fraction of a millisecond takes back, never a lease granted
 to the client who acquired it. ``sync_outside_lock: False`` keeps SQLite's
 own fsync under the lock.
+
+Bounded waits: a writer that cannot take the writer lock within
+``write_wait`` seconds (OPTIONS, LEASEHOLD_WRITE_WAIT) gets ``WriterBusy``
+(leases.sqlite_backend.busy; the doors answer 503 ServerBusy), and so does
+one whose ``BEGIN IMMEDIATE`` finds SQLite's own lock held by another program
+past what is left of that wait. flock() cannot time out, so a contended lock
+is waited for by a helper thread of the connection, blocked in the kernel as
+before (hand-over stays prompt and fair); the writer waits for the helper at
+most the rest of its time. The wait counts from when the server had the
+whole request (``busy.received_at``, set by config/asgi.py), so time spent
+queued behind other waiting writers is part of it. Reads take no lock and never wait for a writer
+(WAL); their busy timeout is bounded by the same wait.
 """
 
 from __future__ import annotations
@@ -65,6 +77,10 @@ from django.db.utils import OperationalError
 from django.db.backends.sqlite3 import base
 
 from leases.metrics import observe_fsync, observe_writer_lock_wait  # /metrics: two histograms, one call each
+
+from .busy import WriterBusy, is_writer_busy, time_left
+
+DEFAULT_WRITE_WAIT = 5.0
 
 
 class _Pending:
@@ -223,6 +239,83 @@ def _writer_lock(path: str):
         os.close(fd)  # releases the lock
 
 
+class FlockWaiter:
+    """Takes the writer lock on descriptor ``fd`` for its connection within
+    a time bound. A helper thread blocks in flock() (woken by the kernel as
+    soon as the holder lets go); the connection's thread waits for it at most
+    its timeout. If it gave up, the helper lets go of the lock as soon as it
+    gets it. The descriptor is closed by whoever is last: ``close()`` while
+    the helper is still blocked leaves that to the helper (closing it under
+    a blocked flock would let the number be reused by another file)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.cond = threading.Condition(threading.Lock())
+        self.waiting = 0  # threads in acquire()
+        self.wanted = False  # the helper is, or is about to be, blocked in flock
+        self.granted = False  # the helper got the lock for a waiter
+        self.closing = False
+        self.thread: threading.Thread | None = None
+
+    def acquire(self, timeout: float) -> bool:
+        with self.cond:
+            # Free and nobody's request pending on this descriptor: take it
+            # now. (With the helper blocked, a second flock on the same open
+            # file would succeed as a conversion and the helper's LOCK_UN
+            # would then drop it under us, hence only here, under cond.)
+            if not self.wanted:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    pass
+            self.waiting += 1
+            try:
+                if not self.wanted:
+                    self.wanted = True
+                    if self.thread is None:
+                        self.thread = threading.Thread(target=self._run, name="writer-lock-wait", daemon=True)
+                        self.thread.start()
+                    self.cond.notify_all()
+                if self.cond.wait_for(lambda: self.granted, timeout):
+                    self.granted = False
+                    return True
+                return False
+            finally:
+                self.waiting -= 1
+
+    def close(self) -> None:
+        """Close the descriptor now, or when the blocked helper returns."""
+        with self.cond:
+            self.closing = True
+            if self.wanted:
+                return
+            self.cond.notify_all()
+        os.close(self.fd)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.wanted or self.closing)
+                if self.closing and not self.wanted:
+                    return
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                failed = False
+            except OSError:
+                failed = True
+            with self.cond:
+                self.wanted = False
+                if self.closing:
+                    os.close(self.fd)  # releases the lock too
+                    return
+                if self.waiting and not failed:
+                    self.granted = True
+                    self.cond.notify_all()
+                elif not failed:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)  # its waiter gave up
+
+
 _checkpointers: dict[tuple[int, str], Checkpointer] = {}  # (pid, path): one thread per process and file
 _checkpointers_lock = threading.Lock()
 
@@ -243,12 +336,19 @@ class DatabaseWrapper(base.DatabaseWrapper):
     _wal_path: str | None = None  # set: fsync the WAL after the writer lock (module docstring)
     _wal_fd: int | None = None
     _relaxed = False  # this transaction runs at synchronous=NORMAL and owes an fsync
+    _waiter: FlockWaiter | None = None
+    _busy_ms = 0  # the connection's busy timeout outside BEGIN
 
     def get_connection_params(self):
         params = super().get_connection_params()
         params.pop("checkpoint_interval", None)  # ours, not sqlite3.connect's
         params.pop("sync_outside_lock", None)
+        params.pop("write_wait", None)
         return params
+
+    @property
+    def write_wait(self) -> float:
+        return float(self.settings_dict["OPTIONS"].get("write_wait") or DEFAULT_WRITE_WAIT)
 
     def get_new_connection(self, conn_params):
         conn = super().get_new_connection(conn_params)
@@ -256,6 +356,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
         options = self.settings_dict["OPTIONS"]
         if self._writer_lock_path() is None:
             return conn
+        # No statement waits longer than a writer may (module docstring).
+        self._busy_ms = int(min(float(conn_params.get("timeout", 5)), self.write_wait) * 1000)
+        conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
         synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
         interval = float(options.get("checkpoint_interval") or 0)
         if interval > 0:
@@ -285,18 +388,25 @@ class DatabaseWrapper(base.DatabaseWrapper):
     def _writer_lock_path(self) -> str | None:
         return writer_lock_path(str(self.settings_dict["NAME"]))
 
-    def _take_writer_lock(self) -> None:
+    def _take_writer_lock(self) -> float:
+        """Take the writer lock within the write wait; the seconds waited."""
         if self._writer_held:
-            return
+            return 0.0
         if self._writer_fd is None:
             path = self._writer_lock_path()
             if path is None:
-                return
+                return 0.0
             self._writer_fd = _open_lock_file(path)
-        started = time.perf_counter()
-        fcntl.flock(self._writer_fd, fcntl.LOCK_EX)
+        if self._waiter is None:
+            self._waiter = FlockWaiter(self._writer_fd)
+        started = time.monotonic()
+        left = time_left(self.write_wait)
+        if not self._waiter.acquire(max(0.0, left)):
+            raise WriterBusy(f"the database writer was busy for more than {self.write_wait:g} s")
         self._writer_held = True
-        observe_writer_lock_wait(time.perf_counter() - started)  # /metrics
+        waited = time.monotonic() - started
+        observe_writer_lock_wait(waited)  # /metrics
+        return waited + (self.write_wait - left)
 
     def _drop_writer_lock(self) -> None:
         if self._writer_held:
@@ -309,11 +419,24 @@ class DatabaseWrapper(base.DatabaseWrapper):
                 self.connection.execute("PRAGMA synchronous=NORMAL")
             self._relaxed = True
         try:
-            self._take_writer_lock()
-            # As Django's, on the driver's connection rather than through a
-            # cursor wrapper: this runs under the writer lock, on every write.
-            with self.wrap_database_errors:
-                self.connection.execute(f"BEGIN {self.transaction_mode or ''}")
+            waited = self._take_writer_lock()
+            try:
+                # As Django's, on the driver's connection rather than through a
+                # cursor wrapper: this runs under the writer lock, on every write.
+                with self.wrap_database_errors:
+                    contended = waited > 0.05 and self._busy_ms  # a short wait is within the 1 s of slack
+                    if contended:  # SQLite's lock gets only what is left of the wait
+                        left = max(1, int((self.write_wait - waited) * 1000))
+                        self.connection.execute(f"PRAGMA busy_timeout={min(left, self._busy_ms)}")
+                    try:
+                        self.connection.execute(f"BEGIN {self.transaction_mode or ''}")
+                    finally:
+                        if contended:
+                            self.connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+            except OperationalError as exc:
+                if is_writer_busy(exc):  # SQLite's own lock, held by another program
+                    raise WriterBusy(f"the database writer was busy for more than {self.write_wait:g} s") from exc
+                raise
         except BaseException:
             self._drop_writer_lock()
             self._restore_full()
@@ -344,6 +467,10 @@ class DatabaseWrapper(base.DatabaseWrapper):
         finally:
             self._drop_writer_lock()
             self._relaxed = False
+            if self._waiter is not None:  # it closes the lock's descriptor
+                self._waiter.close()
+                self._waiter = None
+                self._writer_fd = None
             for name in ("_writer_fd", "_wal_fd"):
                 fd = getattr(self, name)
                 if fd is not None:

@@ -1,0 +1,330 @@
+"""The served application (python -m config.serve): an ASGI front that
+receives every request whole before it takes a Python thread, then runs
+Django's WSGI handler (config.wsgi) in a bounded lane of threads chosen by
+the request's class.
+
+Why: under a WSGI server a worker thread is given a request as soon as its
+headers are in, and then blocks reading the body; two clients trickling a
+body (one byte every few seconds) held both workers of the server and every
+lease holder waited. Here the event loop reads the body (headers are read by
+granian, in Rust, with its header timeout) without holding any thread:
+
+* a body must keep coming: no silence longer than ``LEASEHOLD_BODY_IDLE_TIMEOUT``
+  seconds, and after that many seconds at least ``LEASEHOLD_BODY_MIN_RATE``
+  bytes/s on average; otherwise 408 and the connection is closed;
+* it may not exceed the largest accepted blob (``LEASEHOLD_MAX_BLOB_BYTES``)
+  plus 1 MiB; else 413 before any of it is read (when Content-Length says
+  so) or as soon as it passes the bound;
+* it is kept in memory up to 1 MiB, then in a temporary file: a slow upload
+  costs a file, not RAM or a thread.
+
+Lanes: a lease action (Azure ``comp=lease``, JSON ``/api/v1/leases/``) runs
+in the ``lease`` lane; other GET/HEAD requests in the ``read`` lane; all
+else (uploads, creates, deletes, admin forms) in the ``other`` lane. Each
+lane has its own threads per worker process (``LEASEHOLD_THREADS``,
+``LEASEHOLD_READ_THREADS``, ``LEASEHOLD_OTHER_THREADS``, one each by
+default), so an export, a listing or an upload never queues ahead of a
+renewal: at worst they share the cores and the writer lock. A request sticks
+to one thread of its lane for its whole life (Django keeps the database
+connection and transaction per thread), but a streamed response (an export)
+gives the thread back between pieces: each piece (at most about 64 KiB, one
+short database read) is one task, so other requests of the lane run between
+an export's pieces, and a slow reader of an export holds no thread at all.
+
+A writer's wait for the database (LEASEHOLD_WRITE_WAIT) counts from when the
+request was received whole, so time queued in a lane behind writers that
+wait is part of it: every writer is answered (503 ServerBusy at worst)
+within the wait of its arrival.
+
+Durability is unchanged: the WSGI handler returns only after the request's
+commit (and its fsync), and the answer is sent only after it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from django.conf import settings
+from django.http.response import HttpResponseBase
+
+from config.wsgi import application as wsgi_application
+from leases.azure.handler import AZURE_PATH
+from leases.sqlite_backend.busy import received_at
+
+SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
+PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
+API_LEASES = "/api/v1/leases/"
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        value = float(os.environ.get(name, default))
+    except ValueError:
+        raise SystemExit(f"{name} must be a number") from None
+    if value <= 0:
+        raise SystemExit(f"{name} must be greater than 0")
+    return value
+
+
+def _env_threads(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    if not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"{name} must be a whole number >= 1")
+    return int(value)
+
+
+class Lane:
+    """A fixed set of single-thread executors; a request takes the least
+    loaded one and keeps it until its response is sent."""
+
+    def __init__(self, name: str, threads: int):
+        self.name = name
+        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(threads)]
+        self.load = [0] * threads
+
+    def take(self) -> int:
+        index = min(range(len(self.load)), key=self.load.__getitem__)
+        self.load[index] += 1
+        return index
+
+    def give_back(self, index: int) -> None:
+        self.load[index] -= 1
+
+    def shutdown(self) -> None:
+        for executor in self.executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+class BodyRefused(Exception):
+    def __init__(self, status: int, reason: bytes):
+        self.status, self.reason = status, reason
+
+
+class LeaseholdASGI:
+    def __init__(self, app=wsgi_application):
+        self.app = app
+        self.lanes = {
+            "lease": Lane("lease", _env_threads("LEASEHOLD_THREADS", 1)),
+            "read": Lane("read", _env_threads("LEASEHOLD_READ_THREADS", 1)),
+            "other": Lane("other", _env_threads("LEASEHOLD_OTHER_THREADS", 1)),
+        }
+        self.idle_timeout = _env_float("LEASEHOLD_BODY_IDLE_TIMEOUT", 10)
+        self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
+        self.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + (1 << 20)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            await self.http(scope, receive, send)
+        elif scope["type"] == "lifespan":
+            await self.lifespan(receive, send)
+
+    async def lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                for lane in self.lanes.values():
+                    lane.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    @staticmethod
+    def lane_name(scope) -> str:
+        path = scope["path"]
+        if path.startswith(API_LEASES):
+            return "lease"
+        if b"comp=lease" in scope["query_string"] and AZURE_PATH.match(path):
+            return "lease"
+        return "read" if scope["method"] in ("GET", "HEAD", "OPTIONS") else "other"
+
+    async def http(self, scope, receive, send):
+        try:
+            body, length = await self.read_body(scope, receive)
+        except BodyRefused as refused:
+            await _plain(send, refused.status, refused.reason)
+            return
+        except ConnectionError:  # the client went away mid-body
+            return
+        environ = _environ(scope, body, length)
+        environ["leasehold.received_at"] = time.monotonic()
+        lane = self.lanes[self.lane_name(scope)]
+        index = lane.take()
+        executor = lane.executors[index]
+        loop = asyncio.get_running_loop()
+        try:
+            status, headers, content, result = await loop.run_in_executor(executor, self.call, environ)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            if result is None:
+                await send({"type": "http.response.body", "body": content})
+                return
+            try:  # streamed: one task per piece, the thread free between pieces
+                while piece := await loop.run_in_executor(executor, _next_piece, result):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+            finally:
+                await loop.run_in_executor(executor, _close, result)
+        finally:
+            lane.give_back(index)
+            if not isinstance(body, bytes):
+                body.close()  # the spooled file, deleted on close
+
+    async def read_body(self, scope, receive):
+        """The whole body (bytes or a file at 0), within the time limits."""
+        length = None
+        chunked = False
+        for name, value in scope["headers"]:
+            if name.lower() == b"content-length":
+                if not value.strip().isdigit():
+                    raise BodyRefused(400, b"Invalid Content-Length")
+                length = int(value)
+            elif name.lower() == b"transfer-encoding":
+                chunked = True
+        if not chunked and not length:
+            return b"", 0
+        if length is not None and length > self.max_body:
+            raise BodyRefused(413, b"Request body too large")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        grace_end = start + self.idle_timeout
+        pieces: list[bytes] = []
+        spool = None
+        got = 0
+        more = True
+        while more:
+            now = loop.time()
+            # the next piece is due before the silence is too long and
+            # before the average rate (after the grace period) falls below
+            # the minimum
+            deadline = min(now + self.idle_timeout, grace_end + got / self.min_rate)
+            try:
+                async with asyncio.timeout_at(max(deadline, now)):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyRefused(408, b"Request body too slow") from None
+            if message["type"] == "http.disconnect":
+                raise ConnectionError
+            data = message.get("body", b"")
+            got += len(data)
+            if got > self.max_body:
+                raise BodyRefused(413, b"Request body too large")
+            if spool is None and got > SPOOL_BYTES:
+                spool = tempfile.TemporaryFile()
+                spool.writelines(pieces)
+                pieces = []
+            if spool is not None:
+                spool.write(data)
+            elif data:
+                pieces.append(data)
+            more = message.get("more_body", False)
+        if spool is not None:
+            spool.seek(0)
+            return spool, got
+        return b"".join(pieces), got
+
+    def call(self, environ):
+        """Runs in a lane thread: the WSGI application, and the whole
+        response unless it is streamed."""
+        started = []
+
+        def start_response(status, headers, exc_info=None):
+            started[:] = [status, headers]
+
+        with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
+            result = self.app(environ, start_response)
+        streamed = not isinstance(result, HttpResponseBase) or result.streaming
+        content = None
+        if not streamed:
+            try:
+                content = b"".join(result)
+            finally:
+                result.close()
+            result = None
+        status, headers = started
+        return (int(status[:3]), [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+                content, result)
+
+
+def _next_piece(result) -> bytes:
+    """The next ~PIECE_BYTES of a streamed response (b"" at its end)."""
+    iterator = result._leasehold_iter = getattr(result, "_leasehold_iter", None) or iter(result)
+    pieces, size = [], 0
+    for piece in iterator:
+        if piece:
+            pieces.append(piece)
+            size += len(piece)
+            if size >= PIECE_BYTES:
+                break
+    return b"".join(pieces)
+
+
+def _close(result) -> None:
+    close = getattr(result, "close", None)
+    if close is not None:
+        close()
+
+
+async def _plain(send, status: int, text: bytes) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(text)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": text})
+
+
+def _environ(scope, body, length: int) -> dict:
+    """A WSGI environ as PEP 3333 has it (strings are latin-1 decoded bytes)."""
+    query = scope["query_string"].decode("latin-1")
+    raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    server = scope.get("server") or ("127.0.0.1", 80)
+    client = scope.get("client") or ("", 0)
+    environ = {
+        "REQUEST_METHOD": scope["method"],
+        "SCRIPT_NAME": "",
+        "PATH_INFO": scope["path"].encode("utf-8").decode("latin-1"),
+        "QUERY_STRING": query,
+        "RAW_URI": raw_path + ("?" + query if query else ""),
+        "SERVER_NAME": str(server[0]),
+        "SERVER_PORT": str(server[1]),
+        "SERVER_PROTOCOL": "HTTP/" + scope.get("http_version", "1.1"),
+        "REMOTE_ADDR": str(client[0]),
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": scope.get("scheme", "http"),
+        "wsgi.input": body if not isinstance(body, bytes) else io.BytesIO(body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+        # The header names as the client sent them, in order (a WSGI environ
+        # keeps neither case nor order).
+        "leasehold.raw_headers": scope["headers"],
+    }
+    for name, value in scope["headers"]:
+        key = name.decode("latin-1").upper().replace("-", "_")
+        if key == "CONTENT_LENGTH":
+            # The length actually received (the body is whole by now). A
+            # request that announced none keeps none, and a chunked one keeps
+            # its Transfer-Encoding: Put Blob refuses both with 411, as Azure.
+            environ["CONTENT_LENGTH"] = str(length)
+            continue
+        if key == "TRANSFER_ENCODING":
+            # Kept, without inventing a Content-Length: SharedKey signs the
+            # length the client sent (none), and Django then reads no body,
+            # as it did behind granian's WSGI interface.
+            environ["HTTP_TRANSFER_ENCODING"] = value.decode("latin-1")
+            continue
+        if key == "CONTENT_TYPE":
+            environ["CONTENT_TYPE"] = value.decode("latin-1")
+            continue
+        key = "HTTP_" + key
+        value = value.decode("latin-1")
+        environ[key] = environ[key] + "," + value if key in environ else value
+    return environ
+
+
+application = LeaseholdASGI()

@@ -1,0 +1,65 @@
+"""The one "the writer was not free in time" error, and how the doors
+recognise it (they answer 503 ServerBusy with Retry-After: SDKs retry it)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+
+from django.db.utils import OperationalError
+
+RETRY_AFTER_SECONDS = 1
+
+_request = threading.local()
+
+
+@contextmanager
+def received_at(moment: float):
+    """Count this thread's write waits from ``moment`` (time.monotonic(),
+    when the server had the whole request), so the time a request queued
+    for a thread is part of its wait: the answer comes within the wait of
+    its arrival, not of its turn (config/asgi.py)."""
+    _request.received_at = moment
+    try:
+        yield
+    finally:
+        _request.received_at = None
+
+
+def time_left(wait: float) -> float:
+    """Seconds this thread may still wait for the writer."""
+    start = getattr(_request, "received_at", None)
+    return wait if start is None else wait - (time.monotonic() - start)
+
+
+class WriterBusy(OperationalError):
+    """The writer lock (our flock, or SQLite's own lock held by another
+    program) was not free within LEASEHOLD_WRITE_WAIT seconds. Nothing was
+    written."""
+
+
+def is_writer_busy(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database's writer was busy past the wait:
+    ours, or SQLite's own "database is locked" when its busy timeout ran
+    out (a write outside our lock, e.g. an autocommit UPDATE)."""
+    if isinstance(exc, WriterBusy):
+        return True
+    if isinstance(exc, OperationalError):
+        text = str(exc)
+        return text.startswith("database is locked") or text.startswith("database is busy")
+    return False
+
+
+def server_busy(exc: BaseException):
+    """The LeaseholdError a door answers for ``exc`` if the writer was busy
+    past the wait (503 ServerBusy: nothing was written, retry), else None."""
+    from ..errors import LeaseholdError
+
+    if not is_writer_busy(exc):
+        return None
+    err = LeaseholdError("ServerBusy", message="The server is currently unable to receive requests. "
+                                               "Please retry your request.",
+                         detail={"retry_after": RETRY_AFTER_SECONDS})
+    err.status = 503
+    return err

@@ -1,0 +1,107 @@
+"""The ASGI front (config/asgi.py): which lane a request runs in, and how a
+body is received (bounded in size and in how slowly it may come)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from config.asgi import SPOOL_BYTES, BodyRefused, LeaseholdASGI
+
+
+def scope(method: str, path: str, query: bytes = b"", headers=()):
+    return {"type": "http", "method": method, "path": path, "query_string": query, "headers": list(headers)}
+
+
+@pytest.mark.parametrize("method, path, query, lane", [
+    ("PUT", "/devstoreaccount1/c/b", b"comp=lease", "lease"),
+    ("PUT", "/devstoreaccount1/c", b"restype=container&comp=lease", "lease"),
+    ("POST", "/api/v1/leases/renew/devstoreaccount1/c/b", b"", "lease"),
+    ("PUT", "/devstoreaccount1/c/b", b"", "other"),  # an upload
+    ("GET", "/devstoreaccount1/c", b"restype=container&comp=list", "read"),
+    ("HEAD", "/devstoreaccount1/c/b", b"", "read"),
+    ("GET", "/api/v1/events/export/", b"format=csv", "read"),
+    ("POST", "/admin/login/", b"comp=lease", "other"),  # not a lease action, whatever its query says
+    ("GET", "/admin/", b"comp=lease", "read"),
+])
+def test_lanes(method, path, query, lane):
+    assert LeaseholdASGI.lane_name(scope(method, path, query)) == lane
+
+
+@pytest.fixture
+def front(monkeypatch):
+    monkeypatch.setenv("LEASEHOLD_BODY_IDLE_TIMEOUT", "0.2")
+    monkeypatch.setenv("LEASEHOLD_BODY_MIN_RATE", "1000000")
+    return LeaseholdASGI(app=None)
+
+
+def read(front, headers, messages):
+    async def receive():
+        if not messages:
+            await asyncio.Event().wait()  # the client sends nothing more
+        return messages.pop(0)
+    return asyncio.run(front.read_body(scope("PUT", "/a/b/c", headers=headers), receive))
+
+
+def test_a_stalled_body_is_refused_with_408(front):
+    with pytest.raises(BodyRefused) as refused:
+        read(front, [(b"content-length", b"10")], [{"type": "http.request", "body": b"abc", "more_body": True}])
+    assert refused.value.status == 408
+
+
+def test_a_body_over_the_bound_is_refused_unread(front):
+    messages = [{"type": "http.request", "body": b"x", "more_body": False}]
+    with pytest.raises(BodyRefused) as refused:
+        read(front, [(b"Content-Length", str(front.max_body + 1).encode())], messages)
+    assert refused.value.status == 413 and messages  # nothing was received
+
+
+def test_a_chunked_body_over_the_bound_is_refused(front):
+    piece = b"x" * (1 << 20)
+    messages = [{"type": "http.request", "body": piece, "more_body": True}
+                for _ in range(front.max_body // len(piece) + 2)]
+    with pytest.raises(BodyRefused) as refused:
+        read(front, [(b"transfer-encoding", b"chunked")], messages)
+    assert refused.value.status == 413
+
+
+def test_a_bad_content_length_is_a_400(front):
+    with pytest.raises(BodyRefused) as refused:
+        read(front, [(b"content-length", b"12x")], [])
+    assert refused.value.status == 400
+
+
+def test_small_bodies_in_memory_large_ones_in_a_file(front):
+    small, length = read(front, [(b"content-length", b"6")],
+                         [{"type": "http.request", "body": b"abc", "more_body": True},
+                          {"type": "http.request", "body": b"def", "more_body": False}])
+    assert (small, length) == (b"abcdef", 6)
+    data = bytes(range(256)) * (SPOOL_BYTES // 256 + 10)
+    pieces = [data[i:i + 65536] for i in range(0, len(data), 65536)]
+    messages = [{"type": "http.request", "body": p, "more_body": i < len(pieces) - 1} for i, p in enumerate(pieces)]
+    spooled, length = read(front, [(b"content-length", str(len(data)).encode())], messages)
+    assert length == len(data) and not isinstance(spooled, bytes)
+    assert spooled.read() == data
+
+
+def test_no_body_is_not_waited_for(front):
+    assert read(front, [], []) == (b"", 0)
+
+
+def test_a_body_below_the_minimum_rate_is_refused(front):
+    """Pieces come more often than the idle timeout, but too slowly on
+    average once the grace period is over."""
+    async def run():
+        sent = 0
+
+        async def receive():
+            nonlocal sent
+            await asyncio.sleep(0.05)
+            sent += 1
+            return {"type": "http.request", "body": b"u", "more_body": sent < 100}
+        return await front.read_body(scope("PUT", "/a/b/c", headers=[(b"content-length", b"100")]), receive)
+
+    with pytest.raises(BodyRefused) as refused:
+        asyncio.run(run())
+    assert refused.value.status == 408

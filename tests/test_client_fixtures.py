@@ -141,20 +141,20 @@ def backend(request, transactional_db) -> Backend:
     return request.getfixturevalue(request.param)
 
 
-class RenewalBlocker:
-    """A network partition for one client, for renewals only: while
-    ``blocked``, every renew request fails before it leaves (the holder's
-    process lives, its renewals stop reaching the server). Give it to the
-    client as ``raw_request_hook=`` (the storage SDK takes no extra policies)."""
+class Partition:
+    """A network partition for one client: while ``blocked``, every request
+    fails before it leaves (the holder's process lives, its renewals and
+    everything else stop reaching the server). Give it to the client as
+    ``raw_request_hook=`` (the storage SDK takes no extra policies)."""
 
     def __init__(self):
         self.blocked = False
         self.refused = 0
 
     def __call__(self, request):
-        if self.blocked and request.http_request.headers.get("x-ms-lease-action") == "renew":
+        if self.blocked:
             self.refused += 1
-            raise ServiceRequestError("renewals blocked by the test")
+            raise ServiceRequestError("partitioned by the test")
 
 
 def wait_real(cond: Callable[[], bool], timeout: float = 10.0) -> None:

@@ -8,7 +8,7 @@ from azure.storage.blob import BlobLeaseClient
 
 from leasehold_client import AutoRenewLease, LeaseLostError
 from tests.test_client_fixtures import *  # noqa: F403 (the fixtures)
-from tests.test_client_fixtures import RenewalBlocker
+from tests.test_client_fixtures import Partition
 
 
 def test_nonblocking_acquire_says_whether_it_got_the_lease_and_creates_the_blob(backend):
@@ -105,12 +105,12 @@ def test_renewals_that_stop_make_check_raise_before_the_server_lets_go(leasehold
     """A holder whose renewals no longer reach the server (its process lives):
     check() raises at the local deadline, strictly before anyone else can get it."""
     container, name = leasehold.names()
-    blocker = RenewalBlocker()
-    lease = AutoRenewLease(leasehold.blob(container, name, raw_request_hook=blocker), 15,
+    partition = Partition()
+    lease = AutoRenewLease(leasehold.blob(container, name, raw_request_hook=partition), 15,
                            clock=leasehold.clock, safety_margin=2)
     lease.acquire()
     start = leasehold.clock.monotonic()
-    blocker.blocked = True
+    partition.blocked = True
     rival = AutoRenewLease(leasehold.blob(container, name), 15, clock=leasehold.clock)
     while not rival.acquire():
         leasehold.advance(0.5)
@@ -118,7 +118,7 @@ def test_renewals_that_stop_make_check_raise_before_the_server_lets_go(leasehold
             lease.check()  # still safely held
     with pytest.raises(LeaseLostError, match="deadline"):
         lease.check()
-    assert blocker.refused >= 2  # it kept retrying while time remained
+    assert partition.refused >= 2  # it kept retrying while time remained
     assert lease.lost_at < rival.acquired_at
     assert lease.lost_at - start <= 13 + 0.5 and rival.acquired_at - start >= 15
     assert rival.generation == lease.generation + 1

@@ -157,6 +157,7 @@ class AutoRenewLease:
             self.has_lease = True
             self.acquired_at = sent
             self._deadline = self.timing.deadline(sent)
+        log.debug("lease %s acquired (sent at %.3f, local deadline %.3f)", self.lease_id, sent, self._deadline)
         self.generation = generation_of(response) if response is not None else None
         if self.timing.duration != INFINITE:
             for target, name in ((self._keep, "renew"), (self._watch, "watch")):
@@ -198,6 +199,7 @@ class AutoRenewLease:
                 return
             self.lost_reason = reason
             self.lost_at = self.clock.monotonic()
+            log.debug("lease %s lost at %.3f (local deadline %.3f)", self.lease_id, self.lost_at, self._deadline)
             self.lost.set()
             self._done.set()
         log.warning("lease %s on %s lost: %s", self.lease_id, _name(self.client), reason)
@@ -255,6 +257,7 @@ class AutoRenewLease:
                         return
                     self._deadline = max(self._deadline, timing.deadline(sent))
                     self.renewals += 1
+                log.debug("lease %s renewed (sent at %.3f, local deadline %.3f)", self.lease_id, sent, self._deadline)
                 next_at = sent + timing.renew_interval
                 break
 

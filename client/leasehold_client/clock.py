@@ -50,8 +50,8 @@ class SystemClock:
     async def sleep_async(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
-    def enlist(self, thread: threading.Thread) -> threading.Thread:
-        """Declare a (not yet started) thread that will wait on this clock."""
+    def enlist(self, thread):
+        """Declare a (not yet started) thread or asyncio task that will wait on this clock."""
         return thread
 
 
@@ -79,12 +79,13 @@ class ManualClock(SystemClock):
         self._wall_offset = (_time.time() if wall_start is None else wall_start) - start
         self._on_advance = on_advance
         self._cond = threading.Condition()
-        # thread -> (token of its current wait, time it waits until)
-        self._waiting: dict[threading.Thread, tuple[object, float]] = {}
-        # (thread, token) of waits that an advance has ended
-        self._woken: set[tuple[threading.Thread, object]] = set()
-        # every thread that ever waited on this clock
-        self._participants: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+        # Participants are threads or asyncio tasks.
+        # participant -> (token of its current wait, time it waits until)
+        self._waiting: dict[object, tuple[object, float]] = {}
+        # (participant, token) of waits that an advance has ended
+        self._woken: set[tuple[object, object]] = set()
+        # every participant that ever waited on this clock (or was enlisted)
+        self._participants: weakref.WeakSet = weakref.WeakSet()
 
     def monotonic(self) -> float:
         return self._now
@@ -108,24 +109,35 @@ class ManualClock(SystemClock):
         last advances ended (or has ended); whether that happened. Threads
         busy elsewhere (in a request, say) are waited for too: time must not
         run ahead of them."""
-        me = threading.current_thread()
         deadline = _time.monotonic() + timeout
-        while True:
-            with self._cond:
-                self._woken = {(t, token) for t, token in self._woken
-                               if t.is_alive() and self._waiting.get(t, (token,))[0] is token}
-                ended = {t for t, _ in self._woken}
-                busy = [t for t in self._participants
-                        if t is not me and t.is_alive() and (t not in self._waiting or t in ended)]
-            if not busy:
-                return True
+        while self._busy(threading.current_thread()):
             if _time.monotonic() >= deadline:
                 return False
             _time.sleep(self.POLL / 2)
+        return True
 
-    def enlist(self, thread: threading.Thread) -> threading.Thread:
-        """Count ``thread`` among this clock's threads before it starts, so
-        that settle() waits for it from its first instant."""
+    async def settle_async(self, timeout: float = 2.0) -> bool:
+        """settle() for asyncio tasks (and threads), from a coroutine: lets
+        the event loop run the tasks it waits for."""
+        deadline = _time.monotonic() + timeout
+        while self._busy(asyncio.current_task()):
+            if _time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(self.POLL / 2)
+        return True
+
+    def _busy(self, me) -> list:
+        with self._cond:
+            self._woken = {(t, token) for t, token in self._woken
+                           if _alive(t) and self._waiting.get(t, (token,))[0] is token}
+            ended = {t for t, _ in self._woken}
+            return [t for t in self._participants
+                    if t is not me and _alive(t) and (t not in self._waiting or t in ended)]
+
+    def enlist(self, thread):
+        """Count ``thread`` (or an asyncio task) among this clock's
+        participants before it starts, so that settle() waits for it from its
+        first instant."""
         with self._cond:
             self._participants.add(thread)
         return thread
@@ -147,10 +159,25 @@ class ManualClock(SystemClock):
         self.wait(threading.Event(), seconds)
 
     async def wait_async(self, event: asyncio.Event, timeout: float) -> bool:
-        until = self._now + max(0.0, timeout)
-        while not event.is_set() and self._now < until:
-            await asyncio.sleep(self.POLL)
+        me, token = asyncio.current_task(), object()
+        with self._cond:
+            until = self._now + max(0.0, timeout)
+            self._waiting[me] = (token, until)
+            self._participants.add(me)
+        try:
+            while not event.is_set() and self._now < until:
+                await asyncio.sleep(self.POLL)
+        finally:
+            with self._cond:
+                del self._waiting[me]
         return event.is_set()
 
     async def sleep_async(self, seconds: float) -> None:
         await self.wait_async(asyncio.Event(), seconds)
+
+
+def _alive(participant) -> bool:
+    """A thread that has not ended, or an asyncio task that has not finished."""
+    if isinstance(participant, threading.Thread):
+        return participant.is_alive()
+    return not participant.done()

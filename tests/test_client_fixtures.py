@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -95,9 +97,17 @@ def leasehold(azure_server, mclock) -> Backend:
     return Backend("leasehold", CONNECTION.format(a=DEV_ACCOUNT, k=DEV_KEY, url=azure_server), mclock, advance)
 
 
+# One Azurite for the whole session: every test module that star-imports the
+# fixtures gets its own copy of the fixture, so the process is kept here.
+_AZURITE: dict = {}
+
+
 @pytest.fixture(scope="session")
 def azurite_url(tmp_path_factory):
-    """Azurite's blob service from bench/node_modules, for the whole session."""
+    """Azurite's blob service from bench/node_modules, started once per session."""
+    if "url" in _AZURITE:
+        yield _AZURITE["url"]
+        return
     node = shutil.which("node")
     if node is None or not AZURITE_MAIN.exists():
         pytest.fail("Azurite is not installed: run `make azurite` (npm install in bench/)")
@@ -107,10 +117,7 @@ def azurite_url(tmp_path_factory):
         [node, str(AZURITE_MAIN), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(location),
          "--silent", "--loose", "--skipApiVersionCheck", "--disableTelemetry"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
-    import socket
-
     while True:
         if proc.poll() is not None:
             pytest.fail(f"Azurite exited: {proc.stderr.read().decode()[-2000:]}")
@@ -119,14 +126,16 @@ def azurite_url(tmp_path_factory):
             break
         except OSError:
             if time.monotonic() > deadline:
-                proc.kill()
+                os.killpg(proc.pid, signal.SIGKILL)
                 pytest.fail("Azurite did not listen within 60 s")
             time.sleep(0.1)
+    _AZURITE["url"] = f"http://127.0.0.1:{port}"
     try:
-        yield url
+        yield _AZURITE["url"]
     finally:
-        os.killpg(proc.pid, 9)
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        _AZURITE.clear()
 
 
 @pytest.fixture

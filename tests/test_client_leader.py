@@ -132,7 +132,7 @@ def test_leader_terms_iterator_hands_over_on_step_down(backend):
             second.stop()
 
     thread = backend.start(follow)
-    backend.advance(2)
+    backend.advance(2 if backend.fake_time else 0.3)
     assert len(seen) == 1
     first.stop()
     terms.close()  # steps down: the term is released

@@ -46,10 +46,11 @@ def test_released_when_the_block_raises(backend):
 
 def test_renews_in_the_background_past_the_duration(backend):
     container, name = backend.names()
-    interval = 5.0 if backend.fake_time else 1.0
+    interval = 5.0 if backend.fake_time else 0.5
     with AutoRenewLease(backend.blob(container, name), 15, renew_interval=interval, clock=backend.clock) as lease:
-        held_for = 40.0 if backend.fake_time else 2.5
-        backend.run_until(lambda: lease.clock.monotonic() - lease.acquired_at >= held_for, step=1.0)
+        held_for = 40.0 if backend.fake_time else 1.5
+        backend.run_until(lambda: lease.clock.monotonic() - lease.acquired_at >= held_for,
+                          step=1.0 if backend.fake_time else 0.1)
         lease.check()
         assert lease.renewals >= 2 and not lease.lost.is_set()
         assert not AutoRenewLease(backend.blob(container, name), 15, clock=backend.clock).acquire()

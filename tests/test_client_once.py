@@ -11,6 +11,7 @@ from azure.storage.blob import BlobLeaseClient
 
 from leasehold_client import OncePer, do_once
 from tests.test_client_fixtures import *  # noqa: F403 (the fixtures)
+from tests.test_client_fixtures import REPO
 
 
 def test_two_instances_racing_do_once_run_fn_once(backend):
@@ -93,7 +94,7 @@ def _run_instances(backend, job, *, count, until, period, poll_interval, step):
 
 def test_once_per_runs_once_per_period_across_three_instances(backend):
     container, name = backend.names()
-    period = 60.0 if backend.fake_time else 2.0
+    period = 60.0 if backend.fake_time else 1.0
     runs = []  # (slot, instance)
 
     def job(i):
@@ -140,3 +141,20 @@ def test_once_per_survives_a_crashed_runner(leasehold):
     assert runs[0][2] - crashed_at >= 15  # not before the dead runner's lease ran out
 
 
+
+
+def test_the_readme_initialisation_example_runs(leasehold):
+    """README's "Client helpers" example, as written, against the live server."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Client helpers"):text.index("## Configuration")]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = code.replace('"UseDevelopmentStorage=true"', "CONNECTION_STRING")
+    loads = []
+    namespace = {"CONNECTION_STRING": leasehold.connection_string, "deployment_id": "deployment-1",
+                 "load_initial_data": lambda: loads.append(1)}
+    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "README.md", "exec"), namespace)  # a second instance, later: nothing to do
+    assert loads == [1]
+    assert namespace["blob"].get_blob_properties().metadata["progress"] == "done"

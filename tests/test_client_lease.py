@@ -125,3 +125,16 @@ def test_renewals_that_stop_make_check_raise_before_the_server_lets_go(leasehold
     assert rival.generation == lease.generation + 1
     rival.release()
     lease.release()
+
+
+def test_container_leases_and_infinite_leases(backend):
+    container, _ = backend.names()
+    client = backend.service().get_container_client(container)  # does not exist yet
+    with AutoRenewLease(client, -1, clock=backend.clock) as lease:
+        assert lease.has_lease and lease.remaining() == float("inf")
+        backend.advance(1)
+        lease.check()
+        assert client.get_container_properties().lease.duration == "infinite"
+        assert not AutoRenewLease(backend.service().get_container_client(container), 15,
+                                  clock=backend.clock).acquire()
+    assert client.get_container_properties().lease.state == "available"

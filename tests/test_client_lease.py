@@ -138,3 +138,11 @@ def test_container_leases_and_infinite_leases(backend):
         assert not AutoRenewLease(backend.service().get_container_client(container), 15,
                                   clock=backend.clock).acquire()
     assert client.get_container_properties().lease.state == "available"
+
+
+def test_a_released_lease_object_is_not_reused(leasehold):
+    container, name = leasehold.names()
+    with AutoRenewLease(leasehold.blob(container, name), 15, clock=leasehold.clock) as lease:
+        assert lease.has_lease
+    with pytest.raises(RuntimeError, match="released"):
+        lease.acquire()

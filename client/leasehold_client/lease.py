@@ -102,6 +102,8 @@ class AutoRenewLease:
     def acquire(self) -> bool:
         """Try to acquire (waiting up to ``timeout``); whether it was acquired.
         Raises the last error if only transient errors were met and no time is left."""
+        if self._released:
+            raise RuntimeError("this lease was released: use a new AutoRenewLease to acquire again")
         if self.has_lease:
             return True
         clock = self.clock

@@ -71,6 +71,8 @@ class AutoRenewLease:
         self._tasks: list[asyncio.Task] = []
 
     async def acquire(self) -> bool:
+        if self._released:
+            raise RuntimeError("this lease was released: use a new AutoRenewLease to acquire again")
         if self.has_lease:
             return True
         clock = self.clock

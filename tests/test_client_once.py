@@ -99,8 +99,10 @@ def test_once_per_runs_once_per_period_across_three_instances(backend):
 
     def job(i):
         def report():
-            runs.append((math.floor(backend.clock.time() / period), i))
-        return OncePer(backend.blob(container, name), period, report, poll_interval=period / 4, clock=backend.clock)
+            runs.append((instance.running_slot, i))  # the period it runs for (time may pass a boundary meanwhile)
+        instance = OncePer(backend.blob(container, name), period, report, poll_interval=period / 4,
+                           clock=backend.clock)
+        return instance
 
     first = {}
 

@@ -55,6 +55,7 @@ class OncePer:
         self.clock = clock
         self.lease_options = lease_options
         self.runs = 0  # times this instance ran fn
+        self.running_slot: int | None = None
 
     def slot(self) -> int:
         return math.floor(self.clock.time() / self.period)
@@ -83,6 +84,7 @@ class OncePer:
             last = self.last_slot(metadata)
             if last is not None and last >= slot:
                 return False
+            self.running_slot = slot  # the period being run, for fn to read
             self.fn()
             metadata[self.key] = str(slot)
             metadata[self.key + "at"] = datetime.fromtimestamp(self.clock.time(), timezone.utc).isoformat()

@@ -34,6 +34,7 @@ class OncePer:
         self.clock = clock
         self.lease_options = lease_options
         self.runs = 0
+        self.running_slot: int | None = None
 
     def slot(self) -> int:
         return math.floor(self.clock.time() / self.period)
@@ -59,6 +60,7 @@ class OncePer:
             last = self._last(metadata)
             if last is not None and last >= slot:
                 return False
+            self.running_slot = slot  # the period being run, for fn to read
             await call(self.fn)
             metadata[self.key] = str(slot)
             metadata[self.key + "at"] = datetime.fromtimestamp(self.clock.time(), timezone.utc).isoformat()

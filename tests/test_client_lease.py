@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from azure.storage.blob import BlobLeaseClient
+from azure.core.pipeline.transport import RequestsTransport
 
 from leasehold_client import AutoRenewLease, LeaseLostError
 from tests.test_client_fixtures import *  # noqa: F403 (the fixtures)
@@ -146,3 +147,45 @@ def test_a_released_lease_object_is_not_reused(leasehold):
         assert lease.has_lease
     with pytest.raises(RuntimeError, match="released"):
         lease.acquire()
+
+
+class _RetryAfterTransport(RequestsTransport):
+    """Adds ``Retry-After`` to refused acquires, as Leasehold's JSON API sends
+    it (its Azure door does not), and notes when each acquire was sent."""
+
+    def __init__(self, clock, seconds, **kwargs):
+        super().__init__(**kwargs)
+        self.clock, self.seconds, self.sent = clock, seconds, []
+
+    def send(self, request, **kwargs):
+        acquiring = request.headers.get("x-ms-lease-action") == "acquire"
+        if acquiring:
+            self.sent.append(self.clock.monotonic())
+        response = super().send(request, **kwargs)
+        if acquiring and response.status_code == 409 and self.seconds is not None:
+            response.headers["Retry-After"] = str(self.seconds)
+        return response
+
+
+@pytest.mark.parametrize("retry_after", [3, 30, None])
+def test_a_waiter_follows_retry_after_capped_by_its_poll_interval(leasehold, retry_after):
+    container, name = leasehold.names()
+    holder = AutoRenewLease(leasehold.blob(container, name), 15, clock=leasehold.clock)
+    holder.acquire()
+    transport = _RetryAfterTransport(leasehold.clock, retry_after)
+    waiter = AutoRenewLease(leasehold.blob(container, name, transport=transport), 15, timeout=60, poll_interval=5,
+                            clock=leasehold.clock)
+    result = {}
+    leasehold.start(lambda: result.setdefault("got", waiter.acquire()))
+    leasehold.run_until(lambda: len(transport.sent) >= 2, step=0.25)
+    gap = transport.sent[1] - transport.sent[0]
+    if retry_after == 3:
+        assert 3 + 0.5 <= gap <= 3 + 1 + 0.25  # Retry-After, plus 0.5-1 s jitter, within a step
+    elif retry_after == 30:
+        assert 5 + 0.5 <= gap <= 5 + 1 + 0.25  # capped by poll_interval: it may be released early
+    else:
+        assert gap <= 0.5 + 0.25  # no hint: back-off from 0.25-0.5 s
+    holder.release()
+    leasehold.run_until(lambda: "got" in result, step=0.5)
+    assert result["got"] is True
+    waiter.release()

@@ -30,6 +30,7 @@ from .._common import (
     is_conflict,
     is_not_found,
     is_transient,
+    jittered,
     retry_after,
 )
 from ..clock import SYSTEM_CLOCK, SystemClock
@@ -92,8 +93,11 @@ class AutoRenewLease:
                     continue
                 if is_conflict(exc):
                     delay = retry_after(exc)
+                    # Retry-After (when the server says when it ends), never later
+                    # than the next poll, plus a little jitter so waiters do not
+                    # all arrive in the same instant.
                     delay = backoff(attempt, first=0.5, cap=self.poll_interval) if delay is None else \
-                        min(delay, self.poll_interval) + 0.05
+                        min(delay, self.poll_interval) + jittered(min(1.0, self.poll_interval / 4))
                 elif is_transient(exc):
                     delay = backoff(attempt, first=0.2, cap=self.poll_interval)
                 else:

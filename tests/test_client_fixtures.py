@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,7 +75,7 @@ class Backend:
         start = self.clock.monotonic()
         while not done():
             if self.clock.monotonic() - start > limit:
-                import sys, traceback
+                # Where every thread stands: which helper did not get there.
                 stacks = "\n".join("".join(traceback.format_stack(f)[-6:]) for f in sys._current_frames().values())
                 raise AssertionError(f"not done within {limit} s of {self.name} time\n{stacks}")
             self.advance(step)
@@ -164,15 +165,3 @@ class Partition:
         if self.blocked:
             self.refused += 1
             raise ServiceRequestError("partitioned by the test")
-
-
-def wait_real(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Wait (real time, briefly) for another thread or process to get somewhere."""
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in real time")
-        time.sleep(0.01)
-
-
-PYTHON = sys.executable

@@ -81,7 +81,7 @@ def test_a_crashed_runner_is_taken_over_when_its_lease_runs_out(leasehold):
     assert 15 <= ran_at[0] - crashed_at <= 15 + 2 + 0.5  # at the lease's end, within one poll
 
 
-def _run_instances(backend, job, *, count, until, period, poll_interval, step):
+def _run_instances(backend, job, *, count, until, period, step):
     stop = threading.Event()
     threads = [backend.start(job(i).run, stop) for i in range(count)]
     try:
@@ -111,8 +111,7 @@ def test_once_per_runs_once_per_period_across_three_instances(backend):
             first["slot"] = runs[0][0]
         return bool(runs) and math.floor(backend.clock.time() / period) >= first["slot"] + 3
 
-    _run_instances(backend, job, count=3, until=three_periods_done, period=period, poll_interval=period / 4,
-                   step=period / 20)
+    _run_instances(backend, job, count=3, until=three_periods_done, period=period, step=period / 20)
     slots = [slot for slot, _ in runs]
     assert len(slots) == len(set(slots)), f"a period ran twice: {runs}"
     if backend.fake_time:  # on real time a loaded machine may let a 1 s period pass unseen
@@ -135,11 +134,11 @@ def test_once_per_survives_a_crashed_runner(leasehold):
     runs = []
 
     def job(i):
-        return OncePer(leasehold.blob(container, name), period,
-                       lambda: runs.append((math.floor(leasehold.clock.time() / period), i, leasehold.clock.monotonic())),
-                       poll_interval=5, clock=leasehold.clock)
+        def report():
+            runs.append((math.floor(leasehold.clock.time() / period), i, leasehold.clock.monotonic()))
+        return OncePer(leasehold.blob(container, name), period, report, poll_interval=5, clock=leasehold.clock)
 
-    _run_instances(leasehold, job, count=3, until=lambda: bool(runs), period=period, poll_interval=5, step=1)
+    _run_instances(leasehold, job, count=3, until=lambda: bool(runs), period=period, step=1)
     assert [r[0] for r in runs] == [slot]  # in this period, once
     assert runs[0][2] - crashed_at >= 15  # not before the dead runner's lease ran out
 

@@ -136,6 +136,7 @@ def azurite_url(tmp_path_factory):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        proc.stderr.close()
         _AZURITE.clear()
 
 

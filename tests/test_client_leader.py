@@ -33,7 +33,10 @@ def _leader_process(backend, container, name):
     proc = subprocess.Popen([sys.executable, "-c", LEADER_PROCESS, backend.connection_string, container, name],
                             stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
     line = proc.stdout.readline().split()
-    assert line[:1] == ["elected"], line
+    if line[:1] != ["elected"]:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise AssertionError(f"the leader process did not report its election: {line}")
     return proc, (None if line[1] == "None" else int(line[1]))
 
 
@@ -49,6 +52,7 @@ def _kill_and_take_over(backend, poll_interval):
         assert not elected  # the live leader keeps it
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+        proc.stdout.close()
         took = backend.run_until(lambda: bool(elected), step=0.5, limit=60)
         term = elected[0][1]
         term.check()
@@ -56,6 +60,10 @@ def _kill_and_take_over(backend, poll_interval):
     finally:
         follower.stop()
         thread.join(timeout=10)
+        if proc.poll() is None:  # the test failed before the kill
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            proc.stdout.close()
 
 
 def test_a_killed_leader_process_hands_over_within_the_lease_duration(leasehold):

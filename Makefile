@@ -5,12 +5,13 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test bench clean chromium
+.PHONY: run test bench clean chromium azurite
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e './client[aio]'
 	touch $@
 
 run: $(BIN)/.installed
@@ -26,7 +27,13 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-test: $(BIN)/.installed chromium
+# The client tests run against Azurite too: install it from npm into
+# bench/node_modules (as the bench does) when missing.
+azurite:
+	@test -d bench/node_modules/azurite || \
+	  (cd bench && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
+
+test: $(BIN)/.installed chromium azurite
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs

@@ -1,0 +1,101 @@
+"""Leader election on a blob lease.
+
+Whoever holds the blob's lease leads. Followers poll for the lease (jittered,
+every ``poll_interval`` at most); the leader renews it in the background. A
+leader that dies stops renewing, its lease runs out and a follower takes over
+within the lease duration plus one poll interval; a leader whose renewals
+stop while it lives (partition, pause) sees ``term.check()`` raise and
+``term.lost`` set *before* the lease runs out on the server, so it can stop
+acting as leader before the next one starts. Each term carries Leasehold's
+fencing generation (``term.generation``; None on Azurite/Azure): pass it to
+the resources the leader writes, so they can refuse an older leader.
+
+Iterator form (each term is an AutoRenewLease, released when the loop moves on):
+
+    election = LeaderElection(blob_client, duration=15)
+    for term in election.terms():
+        while not term.lost.wait(1.0):
+            lead(fencing_token=term.generation)
+
+Callback form (blocks until ``election.stop()``):
+
+    election.run(on_elected=start_leading, on_deposed=stop_leading)
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterator
+
+from .clock import SYSTEM_CLOCK, SystemClock
+from .lease import AutoRenewLease
+
+
+class LeaderElection:
+    def __init__(self, client, *, duration: int = 15, poll_interval: float | None = None,
+                 clock: SystemClock = SYSTEM_CLOCK, **lease_options):
+        self.client = client
+        self.duration = duration
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.lease_options = lease_options
+        self._stop = threading.Event()
+        self._wake = threading.Event()  # stop, or the current term lost
+        self.term: AutoRenewLease | None = None
+
+    def stop(self) -> None:
+        """End the election: a follower stops waiting, a leader steps down."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def campaign(self) -> AutoRenewLease | None:
+        """Wait until elected (the lease acquired) or stopped (None)."""
+        if self._stop.is_set():
+            return None
+        self._wake.clear()
+        term = AutoRenewLease(self.client, self.duration, timeout=None, cancel=self._stop,
+                              poll_interval=self.poll_interval, clock=self.clock,
+                              on_lost=lambda _: self._wake.set(), **self.lease_options)
+        if not term.acquire():
+            return None
+        if self._stop.is_set():
+            term.release()
+            return None
+        self.term = term
+        return term
+
+    def terms(self) -> Iterator[AutoRenewLease]:
+        """Each time this instance is elected, one term; released (if still
+        held) when the loop body returns, then campaigns again. Ends on stop()."""
+        while True:
+            term = self.campaign()
+            if term is None:
+                return
+            try:
+                yield term
+            finally:
+                term.release()
+                self.term = None
+
+    def run(self, on_elected: Callable[[AutoRenewLease], object],
+            on_deposed: Callable[[AutoRenewLease], object] | None = None) -> None:
+        """Call ``on_elected(term)`` on each election and ``on_deposed(term)``
+        when that term ends (lease lost, or stop()); until stop()."""
+        for term in self.terms():
+            try:
+                on_elected(term)
+                # Until the term is lost or the election stopped.
+                while not self._wake.is_set():
+                    self.clock.wait(self._wake, 3600)
+            finally:
+                if on_deposed is not None:
+                    on_deposed(term)
+
+
+def leader(client, **options) -> Iterator[AutoRenewLease]:
+    """Shorthand for ``LeaderElection(client, **options).terms()``."""
+    return LeaderElection(client, **options).terms()

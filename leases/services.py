@@ -622,7 +622,7 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     container = _container_must_exist(ref)
-    blob = Blob.objects.filter(container=container, name=ref.blob, snapshot="").first()
+    blob = _blob_for_write(container, ref)
     md5 = base64.b64encode(hashlib.md5(content).digest()).decode()
     props = {k: v for k, v in (properties or {}).items() if v is not None}
     fields = {"content": content, "size": len(content), "content_md5": md5,
@@ -637,8 +637,20 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
         conditions.check_write(None, None)
         generation = _last_generation(ref)
         stamp = now.replace(microsecond=0)
-        return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(), last_modified=stamp,
-                                   created_at=stamp, lease_generation=generation, **fields)
+        try:
+            with transaction.atomic():  # a savepoint: a concurrent create of the name may get there first
+                return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(),
+                                           last_modified=stamp, created_at=stamp, lease_generation=generation,
+                                           **fields)
+        except IntegrityError:
+            # Another server instance created the name since the read above
+            # (PostgreSQL; SQLite's write lock excludes that). Its row has
+            # committed, so a new read sees it: as on Azure, the later write
+            # wins, and this one goes on as an overwrite.
+            blob = _blob_for_write(container, ref)
+            if blob is None:  # the container went instead
+                _container_must_exist(ref)
+                raise
     _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="put-blob")
     if conditions.if_none_match == ["*"] and conditions.if_match is None:
         raise LeaseholdError("BlobAlreadyExists")
@@ -648,6 +660,14 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
     blob.save(update_fields=[*fields, *_now_etag(blob, now), *changed])
     return blob
+
+
+def _blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
+    """The base blob, row-locked (PostgreSQL; SQLite's write transaction
+    already excludes other writers) so that lease columns saved from this read
+    cannot overwrite a lease granted meanwhile; its old content is not read."""
+    return (Blob.objects.select_for_update().defer("content")
+            .filter(container=container, name=ref.blob, snapshot="").first())
 
 
 def _last_generation(ref: ResourceRef) -> int:

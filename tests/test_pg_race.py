@@ -1,0 +1,158 @@
+"""Two server instances (python -m config.serve) on one PostgreSQL database,
+racing each other the way a scaled-out deployment does: a Put Blob to one
+instance against an acquire to the other must never lose the acquired lease,
+and two creates of one new name must both succeed (the later write wins),
+never 5xx. Each trial fires both requests at once from two threads; many
+trials run in parallel."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from . import azure_raw
+from .conftest import free_port
+from .test_processes import wait_for_port
+
+pytestmark = [pytest.mark.processes, pytest.mark.postgres]
+
+ROOT = Path(__file__).resolve().parent.parent
+LEASE_TRIALS = 400
+CREATE_TRIALS = 200
+PARALLEL = 16  # trials in flight at once
+
+
+class Instance:
+    """One production server process on ``database``."""
+
+    def __init__(self, database: str, tmp: Path, name: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp / f"{name}.log"
+        self.env = {**os.environ, "LEASEHOLD_DATABASE": database, "LEASEHOLD_VAR_DIR": str(tmp),
+                    "LEASEHOLD_BIND": f"127.0.0.1:{self.port}", "LEASEHOLD_WORKERS": "2",
+                    "DJANGO_SETTINGS_MODULE": "config.settings"}
+        self.proc = None
+
+    def start(self) -> "Instance":
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=self.env,
+                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, self.proc, output=self.output)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_bytes().decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def two_instances(postgres, tmp_path_factory):
+    """Two instances on one freshly migrated PostgreSQL database."""
+    tmp = tmp_path_factory.mktemp("pgrace")
+    database = postgres()
+    env = {**os.environ, "LEASEHOLD_DATABASE": database, "LEASEHOLD_VAR_DIR": str(tmp),
+           "DJANGO_SETTINGS_MODULE": "config.settings"}
+    for args in (["migrate", "--noinput", "-v0"], ["leasehold_setup", "--admin-password", "x" * 12]):
+        subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True)
+    instances = [Instance(database, tmp, "a"), Instance(database, tmp, "b")]
+    try:
+        for instance in instances:
+            instance.start()
+        yield instances
+    finally:
+        for instance in instances:
+            instance.stop()
+    for instance in instances:
+        log = instance.output()
+        assert "Traceback" not in log and "Internal Server Error" not in log, log[-3000:]
+
+
+def _at_once(*calls):
+    """Run the calls in threads released together; their results in order."""
+    barrier = threading.Barrier(len(calls))
+    results: list = [None] * len(calls)
+
+    def run(i, call):
+        barrier.wait()
+        try:
+            results[i] = call()
+        except Exception as exc:  # noqa: BLE001 - reported by the caller
+            results[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def _put(base, path, body=b"x" * 1024, **headers):
+    return azure_raw.signed("PUT", base, path, body=body, headers={"x-ms-blob-type": "BlockBlob", **headers})
+
+
+def test_put_blob_racing_an_acquire_never_loses_the_lease(two_instances):
+    """A broken lease; Put Blob (no lease id) to A while acquire(60, X) goes
+    to B. Either the put ends the broken lease first and X acquires after it,
+    or X acquires first and the put is refused 412: whenever X got 201, X
+    holds the lease afterwards (its renew succeeds)."""
+    a, b = two_instances
+    assert azure_raw.signed("PUT", a.url, "/devstoreaccount1/race?restype=container").status_code == 201
+
+    def trial(n: int):
+        path = f"/devstoreaccount1/race/blob-{n}"
+        assert _put(a.url, path).status_code == 201
+        assert azure_raw.lease(b.url, path, "acquire", duration=15).status_code == 201
+        assert azure_raw.lease(a.url, path, "break", break_period=0).status_code == 202
+        x = str(uuid.uuid4())
+        put, acquire = _at_once(lambda: _put(a.url, path),
+                                lambda: azure_raw.lease(b.url, path, "acquire", duration=60, proposed_lease_id=x))
+        statuses = (getattr(put, "status_code", put), getattr(acquire, "status_code", acquire))
+        if statuses not in ((201, 201), (412, 201)):
+            return "unexpected", statuses
+        renew = azure_raw.lease(a.url, path, "renew", lease_id=x)
+        return ("held" if renew.status_code == 200 else "lost"), statuses
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        outcomes = list(pool.map(trial, range(LEASE_TRIALS)))
+    lost = [o for o in outcomes if o[0] != "held"]
+    assert not lost, (len(lost), lost[:5])
+
+
+def test_concurrent_creates_of_one_name_both_succeed(two_instances):
+    """Two Put Blobs of one new name, one to each instance, at once: both 201
+    (as on Azure, the later write wins), never a 5xx; the blob holds one of
+    the two bodies, whole."""
+    a, b = two_instances
+    assert azure_raw.signed("PUT", a.url, "/devstoreaccount1/creates?restype=container").status_code == 201
+
+    def trial(n: int):
+        path = f"/devstoreaccount1/creates/new-{n}"
+        bodies = (b"a" * 2048, b"b" * 4096)
+        first, second = _at_once(lambda: _put(a.url, path, body=bodies[0]), lambda: _put(b.url, path, body=bodies[1]))
+        statuses = (getattr(first, "status_code", first), getattr(second, "status_code", second))
+        body = azure_raw.signed("GET", b.url, path).content
+        return statuses, body in bodies
+
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        outcomes = list(pool.map(trial, range(CREATE_TRIALS)))
+    failed = [o for o in outcomes if o != ((201, 201), True)]
+    assert not failed, (len(failed), failed[:5])

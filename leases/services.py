@@ -11,6 +11,7 @@ commands all call these functions with keyword-only arguments.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import uuid
 import weakref
@@ -19,14 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
 from . import clock, machine
 from .conditions import Conditions
 from .errors import LeaseholdError
-from .models import Account, Blob, Container, LeaseEvent, new_etag
+from .models import Account, Blob, Container, FencingGeneration, LeaseEvent, new_etag
 
 NO_CONDITIONS = Conditions()
 
@@ -296,6 +296,36 @@ def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reaso
     _event_finish(values, **outcome)
 
 
+def _compile_next_generation(conn):
+    """Upsert a name's fencing generation: the proposed one (the row's + 1),
+    or one more than the name already handed out if that is higher; returns
+    the generation stored. Same SQL on SQLite (3.35+) and PostgreSQL."""
+    q = conn.ops.quote_name
+    table = q(FencingGeneration._meta.db_table)
+    gen = q("generation")
+    sql = (f"INSERT INTO {table} ({q('key')}, {q('account')}, {q('container')}, {q('blob')}, {gen}) "
+           f"VALUES (%s, %s, %s, %s, %s) ON CONFLICT ({q('key')}) DO UPDATE SET {gen} = "
+           f"CASE WHEN excluded.{gen} > {table}.{gen} THEN excluded.{gen} ELSE {table}.{gen} + 1 END "
+           f"RETURNING {gen}")
+    return _native(sql, conn)
+
+
+def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
+    """The fencing token of a new lease on ``ref``, recorded for its name in
+    the lease transaction: one statement, run only when a lease is new (not
+    on renew, change, release or break)."""
+    sql = _compiled(conn, "next_generation", _compile_next_generation)
+    cursor.execute(sql, [FencingGeneration.key_for(ref.account, ref.container, ref.blob), ref.account,
+                         ref.container, ref.blob or "", proposed])
+    return cursor.fetchone()[0]
+
+
+def _with_generation(outcome: machine.Outcome, generation: int) -> machine.Outcome:
+    if generation == outcome.record.generation:
+        return outcome
+    return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, generation=generation))
+
+
 def _deadline(record: machine.LeaseRecord):
     return record.break_at if record.state == machine.BREAKING else record.expires_at
 
@@ -365,6 +395,9 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                     facts["generation"] = obj.lease_generation
                     checked.check_write(obj.etag, obj.last_modified, noun=noun)
                     outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id, **params)
+                    if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
+                        outcome = _with_generation(outcome, _next_generation(
+                            ref, outcome.record.generation, conn=conn, cursor=cursor))
                 except LeaseholdError as err:
                     refusal = err
             if refusal is not None:
@@ -566,7 +599,8 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
         with transaction.atomic():
             return Container.objects.create(account=acct, name=name, metadata=metadata or {},
                                             public_access=public_access, etag=new_etag(),
-                                            last_modified=now, created_at=now)
+                                            last_modified=now, created_at=now,
+                                            lease_generation=FencingGeneration.last(account, name))
     except IntegrityError:
         raise LeaseholdError("ContainerAlreadyExists", noun=machine.CONTAINER) from None
 
@@ -673,8 +707,7 @@ def _blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
 def _last_generation(ref: ResourceRef) -> int:
     """A re-created blob continues its name's fencing-token sequence, so a
     token is never handed out twice for the same name."""
-    return LeaseEvent.objects.filter(account=ref.account, container=ref.container, blob=ref.blob or "").aggregate(
-        g=Max("generation"))["g"] or 0
+    return FencingGeneration.last(ref.account, ref.container, ref.blob)
 
 
 @_reading

@@ -401,8 +401,9 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                 except LeaseholdError as err:
                     refusal = err
             if refusal is not None:
-                _event_finish(event, status=refusal.status, error=refusal,
-                              state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
+                with _recording_refusal(refusal):
+                    _event_finish(event, status=refusal.status, error=refusal,
+                                  state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
                 if refusal.code in REFUSAL_DETAIL_CODES and obj is not None:
                     refusal.detail.update(_refusal_detail(obj, now))
             else:
@@ -503,11 +504,23 @@ def _check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_i
     except LeaseholdError as err:
         # Inside a write service this is a savepoint of its transaction; for a
         # read, the only write transaction the read opens.
-        with transaction.atomic():
+        with _recording_refusal(err), transaction.atomic():
             _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
                     lease_id=lease_id, state_before=obj.effective_lease_state(now),
                     state_after=obj.effective_lease_state(now), generation=obj.lease_generation)
         raise _Recorded(err) from None
+
+
+@contextmanager
+def _recording_refusal(err: LeaseholdError):
+    """A refusal whose event cannot be written (a full disk, ...) fails
+    with the database's error, which the doors answer as a storage fault;
+    the note puts the refusal it hid in that log line."""
+    try:
+        yield
+    except Exception as exc:  # the driver's own error on the hot path, Django's elsewhere
+        exc.add_note(f"while recording the refusal {err.status} {err.code}, which is not in the history")
+        raise
 
 
 class _Recorded(Exception):

@@ -7,60 +7,20 @@ trials run in parallel."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 from . import azure_raw
-from .conftest import free_port
-from .test_processes import wait_for_port
+from .server_process import Instance, prepare
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres]
 
-ROOT = Path(__file__).resolve().parent.parent
 LEASE_TRIALS = 400
 CREATE_TRIALS = 200
 PARALLEL = 16  # trials in flight at once
-
-
-class Instance:
-    """One production server process on ``database``."""
-
-    def __init__(self, database: str, tmp: Path, name: str):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = tmp / f"{name}.log"
-        self.env = {**os.environ, "LEASEHOLD_DATABASE": database, "LEASEHOLD_VAR_DIR": str(tmp),
-                    "LEASEHOLD_BIND": f"127.0.0.1:{self.port}", "LEASEHOLD_WORKERS": "2",
-                    "DJANGO_SETTINGS_MODULE": "config.settings"}
-        self.proc = None
-
-    def start(self) -> "Instance":
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=self.env,
-                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, self.proc, output=self.output)
-        return self
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            self.log.close()
-
-    def output(self) -> str:
-        return self.log_path.read_bytes().decode(errors="replace")
 
 
 @pytest.fixture(scope="module")
@@ -68,10 +28,7 @@ def two_instances(postgres, tmp_path_factory):
     """Two instances on one freshly migrated PostgreSQL database."""
     tmp = tmp_path_factory.mktemp("pgrace")
     database = postgres()
-    env = {**os.environ, "LEASEHOLD_DATABASE": database, "LEASEHOLD_VAR_DIR": str(tmp),
-           "DJANGO_SETTINGS_MODULE": "config.settings"}
-    for args in (["migrate", "--noinput", "-v0"], ["leasehold_setup", "--admin-password", "x" * 12]):
-        subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True)
+    prepare(database, tmp)
     instances = [Instance(database, tmp, "a"), Instance(database, tmp, "b")]
     try:
         for instance in instances:

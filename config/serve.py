@@ -43,6 +43,10 @@ def main() -> None:
     for name in [n for n in os.environ if n.upper().startswith("HTTP_")]:
         del os.environ[name]
     host, port = _bind()
+    # Refuse an unmigrated, older-schema or read-only database, saying what to run.
+    from leases.startup import refuse_unready_database
+
+    refuse_unready_database()
     level = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").lower()
     if level not in ("critical", "error", "warning", "info", "debug"):
         raise SystemExit("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")

@@ -36,7 +36,8 @@ $(BIN)/.postgres: $(BIN)/.installed
 # cluster tests/pg_cluster.py starts (installing Debian's postgresql package
 # if missing) and removes. The rest (the pure state machine, SQLite's own
 # machinery, the browser, the admin's scale data) is not repeated there.
-PG_TESTS ?= tests/test_azure_leases.py tests/test_api_leases.py tests/test_cli.py tests/test_fencing.py \
+PG_TESTS ?= tests/test_api_leases.py tests/test_cli.py tests/test_fencing.py \
+	tests/test_faults.py tests/test_startup.py \
 	tests/test_pg_race.py
 
 test: $(BIN)/.installed $(BIN)/.postgres chromium

@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
+from leases.azure.fallback import invalid_uri
 from leases.azure.views import AzureBlobView
 
 urlpatterns = [
@@ -10,5 +11,8 @@ urlpatterns = [
     # Everything else is the Azure Blob endpoint, path-style:
     # /{account}[/{container}[/{blob}]]. "admin", "api" and "static" are
     # therefore not usable as account names.
-    re_path(r"^(?P<account>[a-z0-9]{3,24})/?(?P<rest>.*)$", AzureBlobView.as_view()),
+    # [\s\S]: a blob name may hold a line break, refused by the view in XML.
+    re_path(r"^(?P<account>[a-z0-9]{3,24})(?:/(?P<rest>[\s\S]*))?$", AzureBlobView.as_view()),
+    # Any other path there (an upper-case or malformed account): Azure's XML error.
+    re_path(r"^(?!(?:admin|api|static)(?:/|$))[\s\S]*$", invalid_uri),
 ]

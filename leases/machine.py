@@ -12,6 +12,15 @@ server is down. Cell by cell this follows azure-lease-semantics.md §3.2
 Blobs and containers share every lease-operation cell. They differ in what a
 *write* does to an expired or broken lease: a blob write forgets the lease
 (so a later renew fails), a container write does not (``after_write``).
+
+``legacy=True`` gives the semantics of x-ms-version before 2012-02-12
+(Lease Blob "Changes ... introduced in version 2012-02-12"): fixed 60 s
+leases, no duration, proposed id or break period, no change, no container
+leases; a released lease can still be renewed or broken; breaking a breaking
+or broken lease is 409 LeaseAlreadyBroken. A legacy release keeps the lease
+id on the now ``available`` record (``released``): current-version actions
+never look at an available record's id, so they see exactly what they
+would have seen without it.
 """
 
 from __future__ import annotations
@@ -31,6 +40,9 @@ ACTIONS = ("acquire", "renew", "change", "release", "break")
 INFINITE = -1
 MIN_DURATION, MAX_DURATION = 15, 60
 MIN_BREAK_PERIOD, MAX_BREAK_PERIOD = 0, 60
+LEGACY_DURATION = 60  # every lease before 2012-02-12 was one minute
+LEGACY_ACTIONS = ("acquire", "renew", "release", "break")  # change came with 2012-02-12
+LEGACY_REASON = "This operation or header requires x-ms-version 2012-02-12 or later."
 
 BLOB, CONTAINER = "blob", "container"
 
@@ -155,9 +167,14 @@ def _leased(lease_id: uuid.UUID, duration: int, now: datetime, generation: int) 
 
 
 def acquire(record: LeaseRecord, now: datetime, *, duration: int | None,
-            proposed_id: uuid.UUID | None, new_id: uuid.UUID, noun: str = BLOB) -> Outcome:
+            proposed_id: uuid.UUID | None, new_id: uuid.UUID, noun: str = BLOB,
+            legacy: bool = False) -> Outcome:
     """``new_id`` is the id to use when none is proposed (the caller draws it,
-    keeping this function deterministic)."""
+    keeping this function deterministic). Legacy: a 60 s lease under an id
+    the service draws, exactly the current acquire(60, no proposed id)."""
+    if legacy:
+        check_legacy("acquire", noun=noun, duration=duration, proposed_id=proposed_id)
+        duration = LEGACY_DURATION
     duration = check_duration(duration, noun=noun)
     state = effective_state(record, now)
     if state == LEASED:
@@ -173,9 +190,18 @@ def acquire(record: LeaseRecord, now: datetime, *, duration: int | None,
     return _outcome(state, new, now, lease_id=new.lease_id)
 
 
-def renew(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, noun: str = BLOB) -> Outcome:
+def renew(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, noun: str = BLOB,
+          legacy: bool = False) -> Outcome:
+    """Legacy: a released lease renews too, as an expired one does, until a
+    write or another lease makes the blob forget its id."""
+    if legacy:
+        check_legacy("renew", noun=noun)
     lease_id = require(lease_id, "lease_id", noun=noun)
     state = effective_state(record, now)
+    if legacy and released(record, now) and lease_id == record.lease_id:
+        duration = LEGACY_DURATION if record.duration is None else record.duration
+        new = _leased(record.lease_id, duration, now, record.generation)
+        return _outcome(state, new, now, lease_id=new.lease_id)
     if state == AVAILABLE or lease_id != record.lease_id:
         raise LeaseholdError("LeaseIdMismatchWithLeaseOperation", noun=noun)
     if state in (BREAKING, BROKEN):
@@ -186,7 +212,9 @@ def renew(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, nou
 
 
 def change(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None,
-           proposed_id: uuid.UUID | None, noun: str = BLOB) -> Outcome:
+           proposed_id: uuid.UUID | None, noun: str = BLOB, legacy: bool = False) -> Outcome:
+    if legacy:
+        check_legacy("change", noun=noun)  # raises: no change before 2012-02-12
     lease_id = require(lease_id, "lease_id", noun=noun)
     proposed_id = require(proposed_id, "proposed_lease_id", noun=noun)
     state = effective_state(record, now)
@@ -202,19 +230,41 @@ def change(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None,
     return _outcome(state, new, now, lease_id=proposed_id)
 
 
-def release(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, noun: str = BLOB) -> Outcome:
+def release(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, noun: str = BLOB,
+            legacy: bool = False) -> Outcome:
+    """Legacy: the blob is available at once, but remembers the id (and its
+    duration) so that the holder may still renew or break it. Releasing a
+    released lease again succeeds and changes nothing, as for an expired
+    lease, whose id old versions kept the same way."""
+    if legacy:
+        check_legacy("release", noun=noun)
     lease_id = require(lease_id, "lease_id", noun=noun)
     state = effective_state(record, now)
+    if legacy and released(record, now) and lease_id == record.lease_id:
+        return _outcome(state, record, now)
     if state == AVAILABLE or lease_id != record.lease_id:
         raise LeaseholdError("LeaseIdMismatchWithLeaseOperation", noun=noun)
+    if legacy:
+        return _outcome(state, LeaseRecord(AVAILABLE, record.lease_id, record.duration, None, None,
+                                           record.generation), now)
     return _outcome(state, _available(record), now)
 
 
-def break_(record: LeaseRecord, now: datetime, *, period: int | None, noun: str = BLOB) -> Outcome:
+def break_(record: LeaseRecord, now: datetime, *, period: int | None, noun: str = BLOB,
+           legacy: bool = False) -> Outcome:
     """``period`` None means "no x-ms-lease-break-period": a fixed lease
-    breaks at its expiry, an infinite one at once. An explicit 0 is not None."""
+    breaks at its expiry, an infinite one at once. An explicit 0 is not None.
+
+    Legacy: no period (the lease runs out its own time); a released lease
+    breaks at once; a breaking or broken one is 409 LeaseAlreadyBroken."""
+    if legacy:
+        check_legacy("break", noun=noun, break_period=period)
     period = check_break_period(period, noun=noun)
     state = effective_state(record, now)
+    if legacy and released(record, now):
+        return _outcome(state, _broken(record), now, lease_time=0)
+    if legacy and state in (BREAKING, BROKEN):
+        raise LeaseholdError("LeaseAlreadyBroken", noun=noun)
     if state == AVAILABLE:
         raise LeaseholdError("LeaseNotPresentWithLeaseOperation", noun=noun)
     if state == LEASED:
@@ -245,18 +295,49 @@ def _broken(record: LeaseRecord) -> LeaseRecord:
     return LeaseRecord(BROKEN, record.lease_id, None, None, None, record.generation)
 
 
-def check_action(action: str | None, *, noun: str = BLOB) -> str:
+def released(record: LeaseRecord, now: datetime) -> bool:
+    """Released by a legacy request: available, but the id is remembered."""
+    return record.lease_id is not None and effective_state(record, now) == AVAILABLE
+
+
+def check_legacy(action: str | None, *, noun: str = BLOB, proposed_id=None, duration=None,
+                 break_period=None) -> None:
+    """The 400s of a request made with a version before 2012-02-12: no Lease
+    Container (its ``comp=lease`` did not exist), no change action, and none
+    of the headers 2012-02-12 introduced. Refusing those headers, rather than
+    ignoring them, keeps a client that asked for an infinite lease or its own
+    lease id from believing it got one."""
+    reason = {"Reason": LEGACY_REASON}
+    if noun == CONTAINER:
+        raise LeaseholdError("InvalidQueryParameterValue", noun=noun, field="comp", value="lease", detail=reason)
+    if action == "change":
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field="action", value=action, detail=reason)
+    for field, value in (("duration", duration), ("proposed_lease_id", proposed_id),
+                         ("break_period", break_period)):
+        if value is not None:
+            raise LeaseholdError("UnsupportedHeader", noun=noun, field=field, value=str(value), detail=reason)
+
+
+def check_action(action: str | None, *, noun: str = BLOB, legacy: bool = False) -> str:
     """A known action, or the 400 an absent or unknown one gets."""
-    if action in ACTIONS:
+    if legacy and noun == CONTAINER:
+        check_legacy(action, noun=noun)  # raises: the operation itself is unknown
+    if action in (LEGACY_ACTIONS if legacy else ACTIONS):
         return action
     if action is None:
         raise LeaseholdError("MissingRequiredHeader", noun=noun, field="action")
+    if legacy and action in ACTIONS:
+        check_legacy(action, noun=noun)  # raises, saying why
     raise LeaseholdError("InvalidHeaderValue", noun=noun, field="action", value=action)
 
 
 def validate(action: str, *, noun: str = BLOB, lease_id=None, proposed_id=None,
-             duration=None, break_period=None) -> None:
+             duration=None, break_period=None, legacy: bool = False) -> None:
     """The 400s of an action, checked before the resource is looked up."""
+    if legacy:
+        check_legacy(action, noun=noun, proposed_id=proposed_id, duration=duration, break_period=break_period)
+        if action == "acquire":
+            duration = LEGACY_DURATION
     if action == "acquire":
         check_duration(duration, noun=noun)
     elif action in ("renew", "release"):
@@ -269,19 +350,23 @@ def validate(action: str, *, noun: str = BLOB, lease_id=None, proposed_id=None,
 
 
 def apply(action: str, record: LeaseRecord, now: datetime, *, duration=None, break_period=None,
-          lease_id=None, proposed_id=None, new_id=None, noun: str = BLOB) -> Outcome:
-    """One entry point for every lease action, as the adapters call it."""
+          lease_id=None, proposed_id=None, new_id=None, noun: str = BLOB, legacy: bool = False) -> Outcome:
+    """One entry point for every lease action, as the adapters call it.
+    ``legacy``: the request's x-ms-version is before 2012-02-12."""
+    if legacy:
+        check_action(action, noun=noun, legacy=True)
+        check_legacy(action, noun=noun, proposed_id=proposed_id, duration=duration, break_period=break_period)
     if action == "acquire":
         return acquire(record, now, duration=duration, proposed_id=proposed_id,
-                       new_id=new_id or uuid.uuid4(), noun=noun)
+                       new_id=new_id or uuid.uuid4(), noun=noun, legacy=legacy)
     if action == "renew":
-        return renew(record, now, lease_id=lease_id, noun=noun)
+        return renew(record, now, lease_id=lease_id, noun=noun, legacy=legacy)
     if action == "change":
-        return change(record, now, lease_id=lease_id, proposed_id=proposed_id, noun=noun)
+        return change(record, now, lease_id=lease_id, proposed_id=proposed_id, noun=noun, legacy=legacy)
     if action == "release":
-        return release(record, now, lease_id=lease_id, noun=noun)
+        return release(record, now, lease_id=lease_id, noun=noun, legacy=legacy)
     if action == "break":
-        return break_(record, now, period=break_period, noun=noun)
+        return break_(record, now, period=break_period, noun=noun, legacy=legacy)
     check_action(action, noun=noun)  # raises: no other action exists
 
 
@@ -313,8 +398,9 @@ def check_access(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | No
 
 def after_write(record: LeaseRecord, now: datetime, *, noun: str = BLOB) -> LeaseRecord:
     """The record after a successful write. A blob write ends an expired or
-    broken lease (the id is forgotten, so renew then fails); container writes
-    leave the lease alone (container renew-after-write succeeds)."""
-    if noun == BLOB and effective_state(record, now) in (EXPIRED, BROKEN):
+    broken lease (the id is forgotten, so renew then fails), and so the id a
+    legacy release left; container writes leave the lease alone (container
+    renew-after-write succeeds)."""
+    if noun == BLOB and (effective_state(record, now) in (EXPIRED, BROKEN) or released(record, now)):
         return _available(record)
     return record

@@ -23,7 +23,8 @@ from django.db import IntegrityError, transaction
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
-from . import clock, machine
+from . import clock, guids, machine, names
+from . import metadata as metadata_rules
 from .conditions import Conditions
 from .errors import LeaseholdError
 from .models import Account, Blob, Container, FencingGeneration, LeaseEvent, new_etag
@@ -343,7 +344,7 @@ def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str,
 
 
 def _guid(value, field_name: str, noun: str) -> uuid.UUID | None:
-    return value if isinstance(value, uuid.UUID) or value is None else machine.parse_guid(value, field_name, noun=noun)
+    return value if isinstance(value, uuid.UUID) or value is None else guids.parse(value, field_name, noun=noun)
 
 
 def _int(value, field_name: str, noun: str) -> int | None:
@@ -356,16 +357,17 @@ SUCCESS_STATUS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "
 
 
 def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
-                  reason: str = "", **raw) -> LeaseResult:
+                  reason: str = "", legacy: bool = False, **raw) -> LeaseResult:
     """One transaction: read the row (locked), decide, write it, append the
     event; a refusal appends its event and commits, then is raised. Checks
-    that need no database run before the write lock is taken."""
+    that need no database run before the write lock is taken. ``legacy``:
+    the semantics of x-ms-version before 2012-02-12 (machine.py)."""
     noun = ref.noun
     now = clock.now()
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
     try:
-        machine.check_action(action, noun=noun)  # before the parameters, as on Azure
+        machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
         params = {
             "lease_id": _guid(raw.get("lease_id"), "lease_id", noun),
             "proposed_id": _guid(raw.get("proposed_id"), "proposed_lease_id", noun),
@@ -374,7 +376,7 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
         }
         facts.update(lease_id=params["lease_id"], proposed_id=params["proposed_id"],
                      duration=params["duration"], break_period=params["break_period"])
-        machine.validate(action, noun=noun, **params)
+        machine.validate(action, noun=noun, legacy=legacy, **params)
         if ref.snapshot:
             raise LeaseholdError("InvalidOperation", noun=noun)
         new_id = uuid.uuid4()
@@ -394,7 +396,8 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                     facts["state_before"] = obj.effective_lease_state(now)
                     facts["generation"] = obj.lease_generation
                     checked.check_write(obj.etag, obj.last_modified, noun=noun)
-                    outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id, **params)
+                    outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id,
+                                            legacy=legacy, **params)
                     if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
                         outcome = _with_generation(outcome, _next_generation(
                             ref, outcome.record.generation, conn=conn, cursor=cursor))
@@ -485,11 +488,13 @@ def lease_break(*, ref: ResourceRef, actor: Actor, break_period=None, conditions
 
 
 def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
-                 lease_id=None, proposed_lease_id=None, duration=None, break_period=None) -> LeaseResult:
-    """Dispatch on an action name taken from the wire (may be unknown)."""
+                 lease_id=None, proposed_lease_id=None, duration=None, break_period=None,
+                 legacy: bool = False) -> LeaseResult:
+    """Dispatch on an action name taken from the wire (may be unknown).
+    ``legacy``: the request's x-ms-version is before 2012-02-12."""
     return _lease_action((action or "").lower() or None, ref=ref, actor=actor, conditions=conditions,
                          lease_id=lease_id, proposed_id=proposed_lease_id, duration=duration,
-                         break_period=break_period)
+                         break_period=break_period, legacy=legacy)
 
 
 # ------------------------------------------------------------------ use under a lease
@@ -597,13 +602,13 @@ def validate_container_name(name: str) -> None:
 
 
 def validate_blob_name(name: str) -> None:
-    if not 1 <= len(name) <= 1024 or name.count("/") >= 254:
-        raise LeaseholdError("OutOfRangeInput", message="The specified resource name length is not within the permissible limits.")
+    names.validate_blob_name(name)
 
 
 def container_create(*, account: str, name: str, metadata: dict | None = None, public_access: str = "",
                      actor: Actor | None = None) -> Container:
     validate_container_name(name)
+    metadata = metadata_rules.validate(metadata)
     now = clock.now().replace(microsecond=0)
     acct = Account.objects.filter(name=account).first()
     if acct is None:
@@ -644,6 +649,7 @@ def container_read(*, ref: ResourceRef, actor: Actor, lease_id=None) -> Containe
 @_committing_refusals
 def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
                            conditions: Conditions = NO_CONDITIONS) -> Container:
+    metadata = metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.CONTAINER)
     obj = _load(ref, for_update=True)
@@ -666,6 +672,7 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     conditions, so an If-None-Match: * upload onto a leased blob is 412
     LeaseIdMissing as on Azure, not 409."""
     validate_blob_name(ref.blob)
+    metadata = metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     container = _container_must_exist(ref)
@@ -737,6 +744,7 @@ def blob_read(*, ref: ResourceRef, actor: Actor, lease_id=None, content: bool = 
 @_committing_refusals
 def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
                       conditions: Conditions = NO_CONDITIONS) -> Blob:
+    metadata = metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     if ref.snapshot:
@@ -774,6 +782,7 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id=None, delete_snapsho
 @_committing_refusals
 def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id=None,
                   conditions: Conditions = NO_CONDITIONS) -> Blob:
+    metadata = None if metadata is None else metadata_rules.validate(metadata)
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     blob = _load(ref, for_update=True)

@@ -30,10 +30,31 @@ class BoundedJSONParser(JSONParser):
             data = json.loads(body, parse_constant=_refuse_constant)
         except ValueError as exc:  # includes UnicodeDecodeError
             raise ParseError(f"JSON parse error - {exc}") from None
+        except RecursionError:  # nesting deeper than the parser's stack
+            raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.") from None
+        if _depth_exceeds(data, MAX_DEPTH):
+            raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels.")
         for text in _strings(data):
             if "\x00" in text or not _encodable(text):
                 raise ParseError("JSON strings must be valid Unicode without NUL characters.")
         return data
+
+
+# No request body of this API nests more than three levels; the bound keeps
+# recursive walks (ours, DRF's, the serializers') far from Python's stack limit.
+MAX_DEPTH = 32
+
+
+def _depth_exceeds(value, limit: int) -> bool:
+    """Iterative, so a deep document cannot exhaust the stack here."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 def _refuse_constant(name: str):

@@ -41,7 +41,8 @@ class SharedKeyScheme(OpenApiAuthenticationExtension):
 
 ERROR_DESCRIPTIONS = {
     400: "Invalid input: InvalidHeaderValue, MissingRequiredHeader (a lease parameter), "
-         "InvalidQueryParameterValue, InvalidMetadata, InvalidResourceName, OutOfRangeInput, InvalidInput.",
+         "InvalidQueryParameterValue, InvalidMetadata, EmptyMetadataKey, MetadataTooLarge, InvalidResourceName, "
+         "OutOfRangeInput, InvalidInput (including JSON nested deeper than 32 levels).",
     401: "No credentials (NoAuthenticationInformation) or credentials not valid (AuthenticationFailed).",
     403: "Not permitted (AuthorizationPermissionMismatch).",
     404: "ContainerNotFound, BlobNotFound or ResourceNotFound.",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 
 from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
@@ -19,15 +18,13 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 
 from .. import machine
+from .. import metadata as metadata_rules
 from ..errors import LeaseholdError
 from ..models import Blob, Container, LeaseEvent
 
 # Values that end up in HTTP headers of the Azure endpoint (metadata,
 # content type) must be printable ASCII there, so they are here too.
 HEADER_SAFE = RegexValidator(r"^[\x20-\x7e]*$", "Only printable ASCII characters are allowed.")
-METADATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-METADATA_MAX_BYTES = 8 * 1024  # Azure's limit for all pairs together
-INVALID_METADATA = "The metadata specified is invalid. It has characters that are not permitted."
 
 
 # ------------------------------------------------------------------ lease parameters
@@ -96,21 +93,14 @@ class BreakInput(serializers.Serializer):
 # ------------------------------------------------------------------ resource inputs
 
 class MetadataField(serializers.DictField):
-    """Name-value pairs; names are C# identifiers, stored lower-case as the
-    Azure endpoint stores them (HTTP headers lose their case)."""
+    """Name-value pairs, checked by the rules both doors share
+    (leases/metadata.py): C# identifiers, case kept, printable ASCII values,
+    8 KiB in all."""
 
     child = serializers.CharField(allow_blank=True, trim_whitespace=False, validators=[HEADER_SAFE])
 
     def to_internal_value(self, data):
-        if isinstance(data, dict) and any(not METADATA_NAME.match(str(name)) for name in data):
-            raise LeaseholdError("InvalidMetadata", message=INVALID_METADATA)
-        try:
-            pairs = {name.lower(): value for name, value in super().to_internal_value(data).items()}
-        except serializers.ValidationError:
-            raise LeaseholdError("InvalidMetadata", message=INVALID_METADATA) from None
-        if sum(len(k) + len(v) for k, v in pairs.items()) > METADATA_MAX_BYTES:
-            raise LeaseholdError("InvalidMetadata", message="The metadata exceeds 8 KiB.")
-        return pairs
+        return metadata_rules.validate(data)
 
 
 @extend_schema_field({"type": "string", "format": "byte"})

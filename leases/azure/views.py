@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import uuid
 
-from django.core.exceptions import RequestDataTooBig
 from django.http import HttpResponse
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
@@ -17,11 +16,10 @@ from .. import clock, machine, selectors, services
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
-from . import wire
+from . import inputs, wire
 from .auth import AccountKeyRequired, SharedKeyAuthentication
 from .exceptions import azure_exception_handler
 
-METADATA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 CLIENT_REQUEST_ID = re.compile(r"^[\x20-\x7e]{1,1024}$")
 
 
@@ -82,25 +80,11 @@ BLOB_ROUTES = {
 
 
 def _metadata(request) -> dict:
-    meta = {}
-    for key, value in request.META.items():
-        if key.startswith("HTTP_X_MS_META_"):
-            # WSGI folds '-' into '_' and loses case; metadata names are C#
-            # identifiers (no '-'), so '_' is what the client sent.
-            name = key[len("HTTP_X_MS_META_"):].lower()
-            if not METADATA_NAME.match(name):
-                raise LeaseholdError("InvalidMetadata", message="The metadata specified is invalid. It has characters that are not permitted.")
-            meta[name] = value
-    return meta
+    # Validated by the services (leases/metadata.py), as the JSON API's.
+    return inputs.request_metadata(getattr(request, "_request", request).META)
 
 
-def _int_query(request, name: str, default: int, *, low: int, high: int) -> int:
-    raw = request.GET.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit() or not low <= int(raw) <= high:
-        raise LeaseholdError("InvalidQueryParameterValue", field=name, value=raw)
-    return int(raw)
+_int_query = inputs.int_query
 
 
 class AzureBlobView(APIView):
@@ -124,18 +108,23 @@ class AzureBlobView(APIView):
     def _check_version(self, request) -> None:
         self.request_id = str(uuid.uuid4())
         self.now = clock.now()
+        inputs.check_header_values(request._request.META)
         version = _header(request, "x-ms-version")
-        if version is not None and (not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
+        self.legacy = version in wire.LEGACY_VERSIONS  # lease semantics before 2012-02-12
+        if version is not None and not self.legacy and (
+                not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
             raise LeaseholdError("InvalidHeaderValue", field="version", value=version)
 
     def initial(self, request, *args, **kwargs):
         self._check_version(request)
+        inputs.check_query(request._request)
         super().initial(request, *args, **kwargs)
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         response["x-ms-request-id"] = getattr(self, "request_id", "") or str(uuid.uuid4())
-        response["x-ms-version"] = _header(request, "x-ms-version") or wire.DEFAULT_VERSION
+        version = _header(request, "x-ms-version")
+        response["x-ms-version"] = version if version and wire.VERSION_RE.match(version) else wire.DEFAULT_VERSION
         response["Date"] = wire.http_date(clock.now())
         response["Server"] = "Leasehold Windows-Azure-Blob/1.0"
         client_id = _header(request, "x-ms-client-request-id")
@@ -162,6 +151,11 @@ class AzureBlobView(APIView):
 
     def delete(self, request, **kw):
         return self.route("DELETE")
+
+    def options(self, request, *args, **kwargs):
+        # A CORS preflight, which Azure answers 403 without CORS rules (Leasehold has none),
+        # not DRF's metadata page.
+        raise LeaseholdError("CorsPreflightFailure")
 
     def http_method_not_allowed(self, request, *args, **kwargs):
         raise LeaseholdError("UnsupportedHttpVerb")
@@ -203,15 +197,16 @@ class AzureBlobView(APIView):
 
     def list_containers(self):
         account = self.kwargs["account"]
+        include = inputs.include_set(self.request._request, inputs.LIST_CONTAINERS_INCLUDE)
         prefix = self.request.GET.get("prefix", "")
         marker = self.request.GET.get("marker", "")
         maxresults = _int_query(self.request, "maxresults", selectors.MAX_RESULTS, low=1, high=selectors.MAX_RESULTS)
         page, next_marker = selectors.list_containers(account=account, prefix=prefix, marker=marker,
                                                       maxresults=maxresults)
         body = wire.list_containers_xml(
-            endpoint=self.request.build_absolute_uri(f"/{account}/"), containers=page, prefix=prefix,
+            endpoint=inputs.endpoint(self.request._request, account), containers=page, prefix=prefix,
             marker=marker, maxresults=self.request.GET.get("maxresults"), next_marker=next_marker,
-            include_metadata="metadata" in self.request.GET.get("include", ""), now=self.now)
+            include_metadata="metadata" in include, now=self.now)
         return HttpResponse(body, content_type="application/xml")
 
     def account_info(self):
@@ -239,7 +234,7 @@ class AzureBlobView(APIView):
                                             lease_id=_header(self.request, "x-ms-lease-id"))
         response = self._properties(HttpResponse(), container)
         wire.metadata_headers(response, container.metadata)
-        wire.lease_headers(response, container, self.now)
+        wire.lease_headers(response, container, self.now, legacy=self.legacy, noun=machine.CONTAINER)
         if container.public_access:
             response["x-ms-blob-public-access"] = container.public_access
         response["x-ms-has-immutability-policy"] = "false"
@@ -255,13 +250,13 @@ class AzureBlobView(APIView):
     def list_blobs(self, ref: ResourceRef):
         container = services.container_read(ref=ref, actor=self.actor())
         get = self.request.GET
-        include = set(get.get("include", "").split(","))
+        include = inputs.include_set(self.request._request, inputs.LIST_BLOBS_INCLUDE)
         maxresults = _int_query(self.request, "maxresults", selectors.MAX_RESULTS, low=1, high=selectors.MAX_RESULTS)
         blobs, prefixes, next_marker = selectors.list_blobs(
             container=container, prefix=get.get("prefix", ""), delimiter=get.get("delimiter", ""),
             marker=get.get("marker", ""), maxresults=maxresults, snapshots="snapshots" in include)
         body = wire.list_blobs_xml(
-            endpoint=self.request.build_absolute_uri(f"/{ref.account}/"), container=ref.container, blobs=blobs,
+            endpoint=inputs.endpoint(self.request._request, ref.account), container=ref.container, blobs=blobs,
             prefixes=prefixes, prefix=get.get("prefix"), marker=get.get("marker"),
             maxresults=get.get("maxresults"), delimiter=get.get("delimiter"), next_marker=next_marker,
             include_metadata="metadata" in include, now=self.now)
@@ -275,9 +270,12 @@ class AzureBlobView(APIView):
         result = services.lease_action(
             h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=self.actor(), conditions=self.conditions(),
             lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
-            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"))
+            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"),
+            legacy=self.legacy)
         action = h("HTTP_X_MS_LEASE_ACTION").lower()
-        response = self._properties(HttpResponse(status=services.SUCCESS_STATUS[action]), result.resource)
+        response = HttpResponse(status=services.SUCCESS_STATUS[action])
+        if not self.legacy:  # ETag and Last-Modified on lease responses came later (2013-08-15)
+            self._properties(response, result.resource)
         if result.lease_id is not None and action != "release":
             response["x-ms-lease-id"] = str(result.lease_id)
         if action == "break":
@@ -296,10 +294,8 @@ class AzureBlobView(APIView):
             raise LeaseholdError("MissingRequiredHeader", field="blob_type")
         if blob_type != "BlockBlob":
             raise LeaseholdError("InvalidHeaderValue", field="blob_type", value=blob_type)
-        try:
-            content = self.request._request.body
-        except RequestDataTooBig:
-            raise LeaseholdError("RequestBodyTooLarge") from None
+        content = inputs.read_body(self.request._request)
+        inputs.check_md5(content, self.request._request.META)
         h = lambda name: _header(self.request, name)  # noqa: E731
         blob = services.blob_put(
             ref=ref, actor=self.actor(), content=content,
@@ -326,7 +322,7 @@ class AzureBlobView(APIView):
         status, content_range = 200, None
         rng = _header(self.request, "x-ms-range") or _header(self.request, "Range")
         if rng and not head and self.request.GET.get("comp") != "metadata":
-            start, end = _parse_range(rng, blob.size)
+            start, end = inputs.parse_range(rng, blob.size)
             content = bytes(blob.content[start:end + 1])
             status, content_range = 206, f"bytes {start}-{end}/{blob.size}"
         if self.request.GET.get("comp") == "metadata":
@@ -352,7 +348,7 @@ class AzureBlobView(APIView):
         if blob.snapshot:
             response["x-ms-lease-status"], response["x-ms-lease-state"] = "unlocked", "available"
         else:
-            wire.lease_headers(response, blob, self.now)
+            wire.lease_headers(response, blob, self.now, legacy=self.legacy)
         if head:
             response["x-ms-access-tier"] = "Hot"
             response["x-ms-access-tier-inferred"] = "true"
@@ -383,16 +379,3 @@ class AzureBlobView(APIView):
         response["x-ms-snapshot"] = snap.snapshot
         return response
 
-
-RANGE_RE = re.compile(r"^bytes=(\d+)-(\d*)$")
-
-
-def _parse_range(value: str, size: int) -> tuple[int, int]:
-    match = RANGE_RE.match(value.strip())
-    if not match:
-        raise LeaseholdError("InvalidHeaderValue", field="range", value=value)
-    start = int(match.group(1))
-    end = int(match.group(2)) if match.group(2) else size - 1
-    if start >= size or end < start:
-        raise LeaseholdError("InvalidRange")
-    return start, min(end, size - 1)

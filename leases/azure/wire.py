@@ -7,16 +7,22 @@ import math
 import re
 from datetime import datetime, timezone
 from email.utils import formatdate
+from urllib.parse import quote
 from xml.sax.saxutils import escape
 
 from django.http import HttpResponse
 
-from .. import machine
+from .. import machine, names
 from ..errors import LeaseholdError
 
 DEFAULT_VERSION = "2025-11-05"
-VERSION_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+VERSION_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")  # ASCII digits, no trailing newline
 OLDEST_VERSION = "2012-02-12"
+# Versions before OLDEST_VERSION that are answered with their own lease
+# semantics (machine.py, legacy=True): the two whose SharedKey string-to-sign
+# is the one auth.py checks. 2009-07-17 and older sign differently, and any
+# other date before 2012-02-12 was never a service version: both stay 400.
+LEGACY_VERSIONS = frozenset({"2009-09-19", "2011-08-18"})
 XML_DECLARATION = '\ufeff<?xml version="1.0" encoding="utf-8"?>'
 
 # Adapter-neutral input names (errors.LeaseholdError.field) -> Azure headers.
@@ -51,19 +57,28 @@ def error_time(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}0Z"
 
 
+def xml_text(text: str) -> str:
+    """``text`` escaped for XML, with what XML 1.0 cannot carry (a request's
+    own bytes echoed in an error: NUL, lone surrogates...) replaced by
+    U+FFFD, so that every error body parses."""
+    if not names.xml_safe(text):
+        text = names.NOT_XML.sub("\ufffd", text)
+    return escape(text)
+
+
 def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head: bool) -> HttpResponse:
-    parts = [f"<Error><Code>{err.code}</Code><Message>{escape(err.message)}\n"
+    parts = [f"<Error><Code>{err.code}</Code><Message>{xml_text(err.message)}\n"
              f"RequestId:{request_id}\nTime:{error_time(now)}</Message>"]
-    if err.field in QUERY_FIELDS:
-        parts.append(f"<QueryParameterName>{err.field}</QueryParameterName>"
-                     f"<QueryParameterValue>{escape(err.value or '')}</QueryParameterValue>")
+    if err.field in QUERY_FIELDS or (err.field and err.detail.get("query")):
+        parts.append(f"<QueryParameterName>{xml_text(err.field)}</QueryParameterName>"
+                     f"<QueryParameterValue>{xml_text(err.value or '')}</QueryParameterValue>")
     elif err.field:
-        parts.append(f"<HeaderName>{HEADER_NAMES.get(err.field, err.field)}</HeaderName>")
+        parts.append(f"<HeaderName>{xml_text(HEADER_NAMES.get(err.field, err.field))}</HeaderName>")
         if err.value is not None:
-            parts.append(f"<HeaderValue>{escape(err.value)}</HeaderValue>")
+            parts.append(f"<HeaderValue>{xml_text(err.value)}</HeaderValue>")
     for key, value in err.detail.items():
         if key[:1].isupper():  # Azure-shaped extra elements only
-            parts.append(f"<{key}>{escape(str(value))}</{key}>")
+            parts.append(f"<{key}>{xml_text(str(value))}</{key}>")
     parts.append("</Error>")
     if head or err.status == 304:
         response = HttpResponse(status=err.status)
@@ -74,9 +89,17 @@ def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head:
     return response
 
 
-def lease_headers(response: HttpResponse, obj, now: datetime) -> None:
-    """x-ms-lease-status/state/duration as of ``now``, and the generation."""
+def lease_headers(response: HttpResponse, obj, now: datetime, *, legacy: bool = False,
+                  noun: str = machine.BLOB) -> None:
+    """x-ms-lease-status/state/duration as of ``now``, and the generation.
+    ``legacy`` (x-ms-version before 2012-02-12): x-ms-lease-status only, and
+    only for blobs; lease state, duration and container leases came later."""
     state = obj.effective_lease_state(now)
+    if legacy:
+        if noun == machine.BLOB:
+            response["x-ms-lease-status"] = machine.lease_status(state)
+        response["Leasehold-Generation"] = str(obj.lease_generation)
+        return
     response["x-ms-lease-status"] = machine.lease_status(state)
     response["x-ms-lease-state"] = state
     kind = machine.duration_type(obj.lease_record, state)
@@ -124,6 +147,15 @@ def list_containers_xml(*, endpoint: str, containers, prefix, marker, maxresults
     return "".join(out)
 
 
+def _name_xml(name: str) -> str:
+    """A blob's <Name>. New names are XML-safe (leases/names.py); one stored
+    before that rule is sent as Azure sends such names: percent-encoded,
+    marked Encoded="true" (the SDKs decode it)."""
+    if names.xml_safe(name):
+        return f"<Blob><Name>{escape(name)}</Name>"
+    return f'<Blob><Name Encoded="true">{escape(quote(name.encode("utf-8", "surrogatepass"), safe=""))}</Name>'
+
+
 def list_blobs_xml(*, endpoint: str, container: str, blobs, prefixes, prefix, marker, maxresults, delimiter,
                    next_marker, include_metadata: bool, now: datetime) -> str:
     out = [XML_DECLARATION,
@@ -131,7 +163,7 @@ def list_blobs_xml(*, endpoint: str, container: str, blobs, prefixes, prefix, ma
            _opt("Prefix", prefix), _opt("Marker", marker), _opt("MaxResults", maxresults),
            _opt("Delimiter", delimiter), "<Blobs>"]
     for b in blobs:
-        out.append(f"<Blob><Name>{escape(b.name)}</Name>")
+        out.append(_name_xml(b.name))
         if b.snapshot:
             out.append(f"<Snapshot>{b.snapshot}</Snapshot>")
         out.append(

@@ -1,6 +1,7 @@
 # Two commands do all set-up (README.md):
 #   make run    create the venv, migrate the SQLite file, start the server
-#   make test   create the venv, install the test browser, run every test
+#   make test   create the venv, install the test browser, run every test on
+#               SQLite, then the database-facing ones on a throwaway PostgreSQL
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
@@ -33,8 +34,22 @@ azurite:
 	@test -d bench/node_modules/azurite || \
 	  (cd bench && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
 
-test: $(BIN)/.installed chromium azurite
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+# PostgreSQL's driver (the `postgres` extra), for the second pass of `make test`.
+$(BIN)/.postgres: $(BIN)/.installed
+	$(BIN)/pip install -q -e '.[postgres]'
+	touch $@
+
+# The database-facing modules, run a second time on PostgreSQL: a throwaway
+# cluster tests/pg_cluster.py starts (installing Debian's postgresql package
+# if missing) and removes. The rest (the pure state machine, SQLite's own
+# machinery, the browser, the admin's scale data) is not repeated there.
+PG_TESTS ?= tests/test_api_leases.py tests/test_cli.py tests/test_fencing.py \
+	tests/test_faults.py tests/test_startup.py \
+	tests/test_pg_race.py tests/test_history_append_only.py tests/test_retention.py
+
+test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
+	$(BIN)/pytest -q -m "not postgres" $(PYTEST_ARGS)
+	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q $(PG_TESTS) $(PYTEST_ARGS)
 
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs
 # Azurite from npm into bench/node_modules when missing. BENCH_ARGS="--soak"

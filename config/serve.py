@@ -61,6 +61,10 @@ def main() -> None:
 
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="leasehold-metrics-")
     host, port = _bind()
+    # Refuse an unmigrated, older-schema or read-only database, saying what to run.
+    from leases.startup import refuse_unready_database
+
+    refuse_unready_database()
     level = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").lower()
     if level not in ("critical", "error", "warning", "info", "debug"):
         raise SystemExit("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")

@@ -8,6 +8,7 @@ stored deadlines (indexed) and the clock rather than swept by a thread.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from django.db import models
@@ -265,6 +266,36 @@ class HistoryHorizon(models.Model):
 
     def __str__(self) -> str:
         return f"events before {self.delete_before:%Y-%m-%d %H:%M:%S} may be pruned"
+
+
+class FencingGeneration(models.Model):
+    """The last fencing token (lease generation) handed out for a resource
+    name. It lives apart from the resource row, which a delete removes, and
+    from the history, which retention prunes, so that a name's tokens keep
+    growing across delete, re-create and pruning: a token is never handed out
+    twice. Written in the lease transaction of every new lease
+    (services._next_generation); read when a resource is created."""
+
+    # sha256 of the names: a short fixed-size key, where the names themselves
+    # (up to 1,024 characters of blob name) could outgrow an index entry.
+    key = models.CharField(max_length=64, primary_key=True)
+    account = models.CharField(max_length=24)
+    container = models.CharField(max_length=63)
+    blob = models.CharField(max_length=1024, blank=True)  # "" for the container itself
+    generation = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{'/'.join(p for p in (self.account, self.container, self.blob) if p)}: {self.generation}"
+
+    @staticmethod
+    def key_for(account: str, container: str, blob: str | None = "") -> str:
+        return hashlib.sha256(f"{account}\0{container}\0{blob or ''}".encode()).hexdigest()
+
+    @classmethod
+    def last(cls, account: str, container: str, blob: str | None = "") -> int:
+        """The name's last generation handed out; 0 if none ever was."""
+        found = cls.objects.filter(key=cls.key_for(account, container, blob)).values_list("generation", flat=True)
+        return next(iter(found), 0)
 
 
 def new_etag() -> str:

@@ -11,6 +11,7 @@ commands all call these functions with keyword-only arguments.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import uuid
 import weakref
@@ -19,7 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
@@ -27,7 +27,7 @@ from . import clock, guids, machine, metrics, names
 from . import metadata as metadata_rules
 from .conditions import Conditions
 from .errors import LeaseholdError
-from .models import Account, Blob, Container, LeaseEvent, new_etag
+from .models import Account, Blob, Container, FencingGeneration, LeaseEvent, new_etag
 
 NO_CONDITIONS = Conditions()
 
@@ -297,6 +297,36 @@ def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reaso
     _event_finish(values, **outcome)
 
 
+def _compile_next_generation(conn):
+    """Upsert a name's fencing generation: the proposed one (the row's + 1),
+    or one more than the name already handed out if that is higher; returns
+    the generation stored. Same SQL on SQLite (3.35+) and PostgreSQL."""
+    q = conn.ops.quote_name
+    table = q(FencingGeneration._meta.db_table)
+    gen = q("generation")
+    sql = (f"INSERT INTO {table} ({q('key')}, {q('account')}, {q('container')}, {q('blob')}, {gen}) "
+           f"VALUES (%s, %s, %s, %s, %s) ON CONFLICT ({q('key')}) DO UPDATE SET {gen} = "
+           f"CASE WHEN excluded.{gen} > {table}.{gen} THEN excluded.{gen} ELSE {table}.{gen} + 1 END "
+           f"RETURNING {gen}")
+    return _native(sql, conn)
+
+
+def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
+    """The fencing token of a new lease on ``ref``, recorded for its name in
+    the lease transaction: one statement, run only when a lease is new (not
+    on renew, change, release or break)."""
+    sql = _compiled(conn, "next_generation", _compile_next_generation)
+    cursor.execute(sql, [FencingGeneration.key_for(ref.account, ref.container, ref.blob), ref.account,
+                         ref.container, ref.blob or "", proposed])
+    return cursor.fetchone()[0]
+
+
+def _with_generation(outcome: machine.Outcome, generation: int) -> machine.Outcome:
+    if generation == outcome.record.generation:
+        return outcome
+    return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, generation=generation))
+
+
 def _deadline(record: machine.LeaseRecord):
     return record.break_at if record.state == machine.BREAKING else record.expires_at
 
@@ -368,11 +398,15 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                     checked.check_write(obj.etag, obj.last_modified, noun=noun)
                     outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id,
                                             legacy=legacy, **params)
+                    if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
+                        outcome = _with_generation(outcome, _next_generation(
+                            ref, outcome.record.generation, conn=conn, cursor=cursor))
                 except LeaseholdError as err:
                     refusal = err
             if refusal is not None:
-                _event_finish(event, status=refusal.status, error=refusal,
-                              state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
+                with _recording_refusal(refusal):
+                    _event_finish(event, status=refusal.status, error=refusal,
+                                  state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
                 if refusal.code in REFUSAL_DETAIL_CODES and obj is not None:
                     refusal.detail.update(_refusal_detail(obj, now))
             else:
@@ -478,11 +512,23 @@ def _check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_i
     except LeaseholdError as err:
         # Inside a write service this is a savepoint of its transaction; for a
         # read, the only write transaction the read opens.
-        with transaction.atomic():
+        with _recording_refusal(err), transaction.atomic():
             _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
                     lease_id=lease_id, state_before=obj.effective_lease_state(now),
                     state_after=obj.effective_lease_state(now), generation=obj.lease_generation)
         raise _Recorded(err) from None
+
+
+@contextmanager
+def _recording_refusal(err: LeaseholdError):
+    """A refusal whose event cannot be written (a full disk, ...) fails
+    with the database's error, which the doors answer as a storage fault;
+    the note puts the refusal it hid in that log line."""
+    try:
+        yield
+    except Exception as exc:  # the driver's own error on the hot path, Django's elsewhere
+        exc.add_note(f"while recording the refusal {err.status} {err.code}, which is not in the history")
+        raise
 
 
 class _Recorded(Exception):
@@ -574,7 +620,8 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
         with transaction.atomic():
             return Container.objects.create(account=acct, name=name, metadata=metadata or {},
                                             public_access=public_access, etag=new_etag(),
-                                            last_modified=now, created_at=now)
+                                            last_modified=now, created_at=now,
+                                            lease_generation=FencingGeneration.last(account, name))
     except IntegrityError:
         raise LeaseholdError("ContainerAlreadyExists", noun=machine.CONTAINER) from None
 
@@ -632,7 +679,7 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     now = clock.now()
     lease_id = _guid_header(lease_id, machine.BLOB)
     container = _container_must_exist(ref)
-    blob = Blob.objects.filter(container=container, name=ref.blob, snapshot="").first()
+    blob = _blob_for_write(container, ref)
     md5 = base64.b64encode(hashlib.md5(content).digest()).decode()
     props = {k: v for k, v in (properties or {}).items() if v is not None}
     fields = {"content": content, "size": len(content), "content_md5": md5,
@@ -647,8 +694,20 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
         conditions.check_write(None, None)
         generation = _last_generation(ref)
         stamp = now.replace(microsecond=0)
-        return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(), last_modified=stamp,
-                                   created_at=stamp, lease_generation=generation, **fields)
+        try:
+            with transaction.atomic():  # a savepoint: a concurrent create of the name may get there first
+                return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(),
+                                           last_modified=stamp, created_at=stamp, lease_generation=generation,
+                                           **fields)
+        except IntegrityError:
+            # Another server instance created the name since the read above
+            # (PostgreSQL; SQLite's write lock excludes that). Its row has
+            # committed, so a new read sees it: as on Azure, the later write
+            # wins, and this one goes on as an overwrite.
+            blob = _blob_for_write(container, ref)
+            if blob is None:  # the container went instead
+                _container_must_exist(ref)
+                raise
     _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="put-blob")
     if conditions.if_none_match == ["*"] and conditions.if_match is None:
         raise LeaseholdError("BlobAlreadyExists")
@@ -660,11 +719,18 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     return blob
 
 
+def _blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
+    """The base blob, row-locked (PostgreSQL; SQLite's write transaction
+    already excludes other writers) so that lease columns saved from this read
+    cannot overwrite a lease granted meanwhile; its old content is not read."""
+    return (Blob.objects.select_for_update().defer("content")
+            .filter(container=container, name=ref.blob, snapshot="").first())
+
+
 def _last_generation(ref: ResourceRef) -> int:
     """A re-created blob continues its name's fencing-token sequence, so a
     token is never handed out twice for the same name."""
-    return LeaseEvent.objects.filter(account=ref.account, container=ref.container, blob=ref.blob or "").aggregate(
-        g=Max("generation"))["g"] or 0
+    return FencingGeneration.last(ref.account, ref.container, ref.blob)
 
 
 @_reading

@@ -131,3 +131,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test database; on PostgreSQL, the connections that the
+    live servers' request threads left open are ended first, or the test
+    database could not be dropped at the end of the run."""
+    yield
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "postgres: needs PostgreSQL whatever the run's database "
+                            "(make test runs these in its PostgreSQL pass)")
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """``postgres()`` -> URL of a new, empty PostgreSQL database: on the run's
+    own PostgreSQL (``make test``'s second pass) or on a throwaway cluster
+    started for this session (tests/pg_cluster.py), so that the tests that
+    need PostgreSQL run in either pass."""
+    from . import pg_cluster
+
+    with pg_cluster.server() as new_database:
+        yield new_database

@@ -47,6 +47,8 @@ def _shape(sql: str) -> str:
     sql = " ".join(sql.split())
     if sql.startswith("PRAGMA"):
         return sql
+    if sql.startswith("INSERT INTO \"leases_fencinggeneration\""):
+        return "INSERT fencing"
     if sql.startswith("UPDATE"):
         return "UPDATE " + ",".join(sorted(re.findall(r'"(\w+)" = ', sql.split(" WHERE ")[0])))
     return sql.split(" ")[0] + (" IMMEDIATE" if sql.startswith("BEGIN IMMEDIATE") else "")
@@ -74,7 +76,8 @@ def test_acquire_renew_release_are_one_read_one_write_one_event(blob, statements
 
     new_lease = ("lease_state", "lease_id", "lease_duration", "lease_expires_at", "lease_generation",
                  "lease_acquired_at", "lease_holder", "lease_holder_address", "lease_holder_request_id")
-    assert acquire == _transaction("UPDATE " + ",".join(sorted(new_lease)))
+    # a new lease, and only a new lease, also records its fencing token for the name
+    assert acquire == _transaction("INSERT fencing", "UPDATE " + ",".join(sorted(new_lease)))
     # a renew moves the deadline only: the state, lease id and break indexes are not rewritten
     assert renew == _transaction("UPDATE lease_expires_at")
     assert release == _transaction("UPDATE lease_duration,lease_expires_at,lease_id,lease_state")

@@ -191,26 +191,31 @@ def test_acknowledged_acquire_survives_sigkill(server_factory):
 
 
 def test_readme_start_command_serves_development_storage(tmp_path):
-    """`make run` as the README says, then the SDK with UseDevelopmentStorage=true."""
+    """`make run` as the README says, then the SDK with UseDevelopmentStorage=true's
+    account and key. On a free port (LEASEHOLD_BIND), so that a `make run` on
+    10000 and `make test` work side by side."""
     from azure.storage.blob import BlobServiceClient
 
-    with socket.socket() as s:
-        if s.connect_ex(("127.0.0.1", 10000)) == 0:
-            pytest.fail("port 10000 is taken; stop whatever listens there (the test starts the real server)")
-    env = {**os.environ, "LEASEHOLD_VAR_DIR": str(tmp_path), "LEASEHOLD_WORKERS": "2"}
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "LEASEHOLD_VAR_DIR": str(tmp_path), "LEASEHOLD_WORKERS": "2",
+           "LEASEHOLD_BIND": f"127.0.0.1:{port}"}
     env.pop("LEASEHOLD_DATABASE", None)
-    env.pop("LEASEHOLD_BIND", None)
     proc = subprocess.Popen(["make", "run"], cwd=ROOT, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        wait_for_port(10000, proc, timeout=120)
-        client = BlobServiceClient.from_connection_string("UseDevelopmentStorage=true", retry_total=0)
+        wait_for_port(port, proc, timeout=120)
+        development = BlobServiceClient.from_connection_string("UseDevelopmentStorage=true")
+        assert development.url.startswith("http://127.0.0.1:10000/devstoreaccount1")
+        # the same account and credential, on this server's port
+        client = BlobServiceClient(f"{base}/{development.account_name}", credential=development.credential,
+                                   retry_total=0)
         blob = client.create_container("readme").upload_blob("hello.txt", b"hi")
         lease = blob.acquire_lease(lease_duration=15)
         assert blob.get_blob_properties().lease.state == "leased"
         lease.release()
-        assert requests.get("http://127.0.0.1:10000/admin/login/", timeout=10).status_code == 200
-        css = requests.get("http://127.0.0.1:10000/static/admin/css/base.css", timeout=10)
+        assert requests.get(f"{base}/admin/login/", timeout=10).status_code == 200
+        css = requests.get(f"{base}/static/admin/css/base.css", timeout=10)
         assert css.status_code == 200 and "text/css" in css.headers["Content-Type"]
         assert (tmp_path / "leasehold.sqlite3").exists()
     finally:

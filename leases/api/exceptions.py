@@ -19,6 +19,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 
+from .. import faults
 from ..errors import MESSAGES, LeaseholdError
 from ..sqlite_backend.busy import server_busy
 
@@ -53,7 +54,15 @@ def api_exception_handler(exc, context) -> JsonResponse:
         exc = LeaseholdError("RequestBodyTooLarge")
     elif (busy := server_busy(exc)) is not None:  # the writer was busy past the wait: retry
         exc = busy
-    if isinstance(exc, LeaseholdError):
+    fault = None if isinstance(exc, (LeaseholdError, drf.APIException)) else faults.classify(exc)
+    if fault is not None:
+        # The storage, not the request: 503 ServerBusy, the cause in one line.
+        request = context.get("request")
+        log.error("storage fault on %s %s: %s", getattr(request, "method", "?"), getattr(request, "path", "?"),
+                  fault.cause)
+        response = _domain_error(fault.error(), request_id)
+        response._has_been_logged = True  # not again by django.request
+    elif isinstance(exc, LeaseholdError):
         response = _domain_error(exc, request_id)
     elif isinstance(exc, drf.APIException):
         response = _drf_error(exc, request_id)

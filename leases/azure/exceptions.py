@@ -8,7 +8,7 @@ import uuid
 
 from rest_framework import exceptions as drf
 
-from .. import clock
+from .. import clock, faults
 from ..errors import LeaseholdError
 from ..sqlite_backend.busy import server_busy
 from . import wire
@@ -33,7 +33,13 @@ def azure_exception_handler(exc, context):
             head=getattr(request, "method", "") == "HEAD")
         response["Retry-After"] = str(busy.detail["retry_after"])
         return response
-    if not isinstance(exc, LeaseholdError):
+    fault = None if isinstance(exc, LeaseholdError) else faults.classify(exc)
+    if fault is not None:
+        # The storage, not the request: 503 ServerBusy, the cause in one line.
+        log.error("storage fault on %s %s: %s", getattr(request, "method", "?"), getattr(request, "path", "?"),
+                  fault.cause)
+        exc = fault.error()
+    elif not isinstance(exc, LeaseholdError):
         code = next((c for cls, c in DRF_CODES.items() if isinstance(exc, cls)), None)
         if code is None:
             # A bug: answer like the service would, and keep the traceback.
@@ -41,6 +47,9 @@ def azure_exception_handler(exc, context):
                           getattr(request, "path", "?"), exc_info=exc)
             code = "InternalError"
         exc = LeaseholdError(code)
-    return wire.error_response(
+    response = wire.error_response(
         exc, request_id=getattr(view, "request_id", None) or str(uuid.uuid4()), now=clock.now(),
         head=getattr(request, "method", "") == "HEAD")
+    if fault is not None:
+        response._has_been_logged = True  # logged above with its cause; not again by django.request
+    return response

@@ -1,0 +1,138 @@
+"""Storage faults: what went wrong with the database, told apart from bugs.
+
+A full disk, a read-only or failing volume, a corrupt page, a missing table
+or a database that stays locked is not a bug in the request: the client
+should retry later, and the operator needs the cause in one log line. Each
+door's exception handler asks ``classify(exc)``; a Fault says which answer to
+give (``error()``: Azure's 503 ``ServerBusy``) and what to log (``cause``).
+Anything not recognised here stays a bug (500 ``InternalError`` and its
+traceback).
+
+Recognised from SQLite's messages (its result codes are not exposed by the
+sqlite3 module before Python 3.11's ``sqlite_errorname``, which Django's
+wrapping keeps on the cause), PostgreSQL's SQLSTATEs and OS errnos.
+"""
+
+from __future__ import annotations
+
+import errno
+from dataclasses import dataclass
+
+from .errors import LeaseholdError
+
+BUSY, DISK_FULL, READ_ONLY, IO_ERROR, CORRUPT, SCHEMA, UNAVAILABLE = (
+    "busy", "disk full", "read-only storage", "storage I/O error", "corrupt database", "schema out of date",
+    "database unavailable")
+
+# What the operator should do, after the cause in the log line.
+ADVICE = {
+    BUSY: "another writer held the database too long",
+    DISK_FULL: "free space on the database's volume",
+    READ_ONLY: "make the database file, its directory and volume writable",
+    IO_ERROR: "check the database's volume",
+    CORRUPT: "restore the database from a backup (sqlite3 .recover may save the rest)",
+    SCHEMA: "run `python manage.py migrate`",
+    UNAVAILABLE: "check that the database server is running and reachable",
+}
+
+# Messages the client sees: Azure's code, no internals.
+MESSAGES = {
+    BUSY: "The server is currently unable to receive requests. Please retry your request.",
+}
+STORAGE_MESSAGE = "The server cannot use its storage at the moment. Please retry your request later."
+
+# (substring of SQLite's message, kind); first match wins.
+SQLITE_MESSAGES = (
+    ("database is locked", BUSY),
+    ("database table is locked", BUSY),
+    ("database or disk is full", DISK_FULL),
+    ("readonly database", READ_ONLY),
+    ("read-only", READ_ONLY),
+    ("database disk image is malformed", CORRUPT),
+    ("file is not a database", CORRUPT),
+    ("no such table", SCHEMA),
+    ("no such column", SCHEMA),
+    ("has no column named", SCHEMA),
+    ("unable to open database file", UNAVAILABLE),
+    ("disk i/o error", IO_ERROR),
+)
+
+# PostgreSQL SQLSTATE (exact, then class of two characters) -> kind.
+PG_STATES = {
+    "53100": DISK_FULL, "25006": READ_ONLY, "XX001": CORRUPT, "XX002": CORRUPT,
+    "42P01": SCHEMA, "42703": SCHEMA, "55P03": BUSY, "40P01": BUSY, "40001": BUSY, "57014": BUSY,
+    "57P01": UNAVAILABLE, "57P02": UNAVAILABLE, "57P03": UNAVAILABLE, "58030": IO_ERROR,
+}
+PG_CLASSES = {"08": UNAVAILABLE, "53": BUSY}
+
+ERRNOS = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: DISK_FULL, errno.EFBIG: DISK_FULL, errno.EROFS: READ_ONLY,
+          errno.EACCES: READ_ONLY, errno.EIO: IO_ERROR}
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    detail: str  # the database's or OS's own words
+    notes: tuple[str, ...] = ()  # what was being done (exception notes)
+
+    @property
+    def status(self) -> int:
+        return 503
+
+    @property
+    def code(self) -> str:
+        return "ServerBusy"
+
+    @property
+    def cause(self) -> str:
+        """One log line: kind, the database's words, context, what to do."""
+        context = "".join(f"; {n}" for n in self.notes)
+        return f"{self.kind}: {self.detail}{context} -- {ADVICE[self.kind]}"
+
+    def error(self) -> LeaseholdError:
+        err = LeaseholdError(self.code, message=MESSAGES.get(self.kind, STORAGE_MESSAGE))
+        err.status = self.status  # LeaseholdError's table may not know ServerBusy; the status is ours
+        return err
+
+
+def _chain(exc: BaseException):
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def _kind_of(exc: BaseException) -> str | None:
+    sqlstate = getattr(exc, "sqlstate", None)  # psycopg
+    if isinstance(sqlstate, str) and sqlstate:
+        return PG_STATES.get(sqlstate) or PG_CLASSES.get(sqlstate[:2])
+    if type(exc).__module__.startswith("psycopg") and type(exc).__name__ == "OperationalError":
+        return UNAVAILABLE  # raised by the client: no connection, connection lost
+    if isinstance(exc, OSError) and exc.errno in ERRNOS:
+        return ERRNOS[exc.errno]
+    if type(exc).__module__ in ("sqlite3", "django.db.utils") or type(exc).__name__ in (
+            "OperationalError", "DatabaseError", "IntegrityError", "InternalError"):
+        text = str(exc).lower()
+        return next((kind for needle, kind in SQLITE_MESSAGES if needle in text), None)
+    return None
+
+
+def classify(exc: BaseException) -> Fault | None:
+    """The storage fault behind ``exc`` (itself or anything it was raised
+    from), or None: then it is a bug."""
+    chain = list(_chain(exc))
+    notes = tuple(dict.fromkeys(note for link in chain for note in getattr(link, "__notes__", ())))
+    for link in chain:
+        kind = _kind_of(link)
+        if kind is not None:
+            detail = " ".join(str(link).split()) or type(link).__name__
+            return Fault(kind, detail, notes)
+    return None
+
+
+def is_busy(exc: BaseException) -> bool:
+    """A writer that waited too long for the database (SQLite's "database is
+    locked", PostgreSQL's lock timeouts): for a bounded writer wait."""
+    fault = classify(exc)
+    return fault is not None and fault.kind == BUSY

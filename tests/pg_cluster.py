@@ -1,0 +1,179 @@
+"""A throwaway PostgreSQL cluster for the tests.
+
+    python tests/pg_cluster.py COMMAND [ARGS...]
+
+initdb's a cluster into a temporary directory, starts it on a free loopback
+port (and a unix socket in that directory), creates the database
+``leasehold``, runs COMMAND with ``LEASEHOLD_DATABASE`` pointing at it, then
+stops the cluster and removes the directory; the exit status is COMMAND's.
+If PostgreSQL's server binaries are missing, Debian's ``postgresql`` package
+is installed first (apt-get; through sudo when not root).
+
+Tests import ``cluster()`` to get one of their own. The cluster trades
+durability for speed (fsync off): it lives for one test run.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+SUPERUSER = "postgres"
+
+
+def _server_bin() -> Path | None:
+    """The directory of initdb/pg_ctl: on PATH, else Debian's newest version."""
+    found = shutil.which("initdb")
+    if found and shutil.which("pg_ctl"):
+        return Path(found).resolve().parent
+    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                      key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0)
+    return Path(versions[-1]).parent if versions else None
+
+
+def server_bin() -> Path:
+    """initdb's directory, installing Debian's postgresql package if needed."""
+    found = _server_bin()
+    if found:
+        return found
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    print("pg_cluster: PostgreSQL not found; installing Debian's postgresql package", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "postgresql"], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+    found = _server_bin()
+    if not found:
+        raise SystemExit("pg_cluster: postgresql installed, yet initdb is not found")
+    return found
+
+
+def _run_as() -> dict:
+    """PostgreSQL refuses to run as root: as root, run it as the ``postgres``
+    user the Debian package creates (else ``nobody``)."""
+    if os.geteuid() != 0:
+        return {}
+    for name in ("postgres", "nobody"):
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        return {"user": entry.pw_uid, "group": entry.pw_gid}
+    raise SystemExit("pg_cluster: running as root and no 'postgres' or 'nobody' user to run PostgreSQL as")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, root: Path, port: int, bin_dir: Path, as_user: dict):
+        self.root, self.port, self.bin, self.as_user = root, port, bin_dir, as_user
+        self.data = root / "data"
+
+    def url(self, database: str = "leasehold") -> str:
+        return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, *args, **kwargs):
+        return subprocess.run([str(self.bin / args[0]), *args[1:]], check=True, capture_output=True,
+                              cwd=self.root, **self.as_user, **kwargs)
+
+    def start(self) -> "Cluster":
+        self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
+                  "--locale=C", "--no-sync")
+        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -F "
+                   "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200")
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"),
+                  "-w", "-t", "60", "start")
+        self.create_database("leasehold")
+        return self
+
+    def create_database(self, name: str) -> str:
+        self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, name)
+        return self.url(name)
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        except subprocess.CalledProcessError:
+            pid_file = self.data / "postmaster.pid"
+            if pid_file.exists():  # last resort: the postmaster this cluster started
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+
+
+@contextmanager
+def cluster():
+    """A started throwaway cluster with a database ``leasehold``; removed after."""
+    bin_dir = server_bin()
+    as_user = _run_as()
+    root = Path(tempfile.mkdtemp(prefix="leasehold-pg-"))
+    try:
+        if as_user:
+            os.chown(root, as_user["user"], as_user["group"])
+        pg = Cluster(root, _free_port(), bin_dir, as_user)
+        try:
+            pg.start()
+        except subprocess.CalledProcessError as exc:
+            log = root / "server.log"
+            detail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+            raise SystemExit(f"pg_cluster: {' '.join(map(str, exc.cmd))} failed: "
+                             f"{exc.stderr.decode(errors='replace')}{detail}") from None
+        try:
+            yield pg
+        finally:
+            pg.stop()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with cluster() as pg:
+        env = {**os.environ, "LEASEHOLD_DATABASE": pg.url()}
+        print(f"pg_cluster: PostgreSQL on 127.0.0.1:{pg.port}", file=sys.stderr)
+        return subprocess.run(argv, env=env).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+
+
+@contextmanager
+def server():
+    """A PostgreSQL server for tests that need one whatever the run's
+    database: the one ``LEASEHOLD_DATABASE`` names if it is PostgreSQL, else
+    a throwaway cluster of their own. Yields ``new_database() -> url``."""
+    import uuid
+    from urllib.parse import urlsplit, urlunsplit
+
+    configured = os.environ.get("LEASEHOLD_DATABASE", "")
+    if configured.startswith(("postgres://", "postgresql://")):
+        import psycopg
+
+        admin = urlunsplit(urlsplit(configured)._replace(path="/postgres"))
+
+        def new_database() -> str:
+            name = f"t_{uuid.uuid4().hex[:12]}"
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            return urlunsplit(urlsplit(configured)._replace(path=f"/{name}"))
+
+        yield new_database
+        return
+    with cluster() as pg:
+        yield lambda: pg.create_database(f"t_{uuid.uuid4().hex[:12]}")

@@ -48,7 +48,7 @@ PG_TESTS ?= tests/test_api_leases.py tests/test_cli.py tests/test_fencing.py \
 	tests/test_pg_race.py tests/test_history_append_only.py tests/test_retention.py
 
 test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
-	$(BIN)/pytest -q -m "not postgres" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n auto -m "not postgres" $(PYTEST_ARGS)
 	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q $(PG_TESTS) $(PYTEST_ARGS)
 
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs

@@ -8,13 +8,17 @@ deadline passed without any write having touched the row.
 from __future__ import annotations
 
 import operator
+from datetime import timezone
 from functools import reduce
 
 import django_filters
+from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.db.models.functions import Left
 from django.db.models.lookups import Exact
+from django_filters.fields import IsoDateTimeField, RangeField
 from django_filters.rest_framework import DjangoFilterBackend
+from django_filters.widgets import DateRangeWidget
 
 from .. import clock, machine
 from ..errors import LeaseholdError
@@ -82,6 +86,32 @@ class BlobFilter(LeaseFilterSet):
         fields = ["account", "container"]
 
 
+class UtcIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 time, converted to UTC. PostgreSQL refuses UTC offsets
+    beyond 15:59 that Python accepts (up to 23:59); once in UTC no offset is
+    sent. A time that leaves the calendar on the way is invalid (400)."""
+
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
+            return parsed
+        try:
+            return parsed.astimezone(timezone.utc)
+        except OverflowError:
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
+class UtcIsoDateTimeRangeField(RangeField):
+    widget = DateRangeWidget
+
+    def __init__(self, *args, **kwargs):
+        super().__init__((UtcIsoDateTimeField(), UtcIsoDateTimeField()), *args, **kwargs)
+
+
+class UtcIsoDateTimeFromToRangeFilter(django_filters.IsoDateTimeFromToRangeFilter):
+    field_class = UtcIsoDateTimeRangeField
+
+
 class CharInFilter(django_filters.BaseInFilter, django_filters.CharFilter):
     pass
 
@@ -104,7 +134,7 @@ class EventFilter(django_filters.FilterSet):
     error_code = django_filters.CharFilter()
     request_id = django_filters.CharFilter()
     client_request_id = django_filters.CharFilter()
-    occurred_at = django_filters.IsoDateTimeFromToRangeFilter(
+    occurred_at = UtcIsoDateTimeFromToRangeFilter(
         help_text="occurred_at_after / occurred_at_before: ISO 8601, both inclusive.")
 
     class Meta:

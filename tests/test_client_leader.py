@@ -81,40 +81,41 @@ def test_a_killed_leader_process_hands_over_on_azurite(azurite):
     assert old_generation is None and term.generation is None
 
 
-def test_a_leader_whose_renewals_stop_steps_down_before_the_next_is_elected(leasehold):
-    container, name = leasehold.names()
+def test_a_leader_whose_renewals_stop_steps_down_before_the_next_is_elected(backend):
+    """On both servers: on Azurite in real time (the lease's 15 s run out)."""
+    container, name = backend.names()
     partition = Partition()
     events = []
-    old = LeaderElection(leasehold.blob(container, name, raw_request_hook=partition), duration=15,
-                         safety_margin=2, clock=leasehold.clock)
-    new = LeaderElection(leasehold.blob(container, name), duration=15, poll_interval=1, clock=leasehold.clock)
+    old = LeaderElection(backend.blob(container, name, raw_request_hook=partition), duration=15,
+                         safety_margin=2, clock=backend.clock)
+    new = LeaderElection(backend.blob(container, name), duration=15, poll_interval=1, clock=backend.clock)
 
     def old_elected(term):
-        events.append(("old elected", leasehold.clock.monotonic()))
+        events.append(("old elected", backend.clock.monotonic()))
 
     def old_deposed(term):
-        events.append(("old deposed", leasehold.clock.monotonic()))
+        events.append(("old deposed", backend.clock.monotonic()))
 
     def new_elected(term):
         new.term_seen = term
         # The moment the new leader starts, the old one must already refuse to act.
         with pytest.raises(LeaseLostError):
             old.term_seen.check()
-        events.append(("new elected", leasehold.clock.monotonic()))
+        events.append(("new elected", backend.clock.monotonic()))
         assert term.generation == old.term_seen.generation + 1
 
     def remember(term):
         old.term_seen = term
         old_elected(term)
 
-    old_thread = leasehold.start(old.run, remember, old_deposed)
-    leasehold.run_until(lambda: bool(events), step=0.5)
-    new_thread = leasehold.start(new.run, new_elected)
-    leasehold.advance(6)
+    old_thread = backend.start(old.run, remember, old_deposed)
+    backend.run_until(lambda: bool(events), step=0.5)
+    new_thread = backend.start(new.run, new_elected)
+    backend.advance(6)
     assert [e for e, _ in events] == ["old elected"]  # renewals keep it
     assert old.term_seen.renewals >= 1
     partition.blocked = True  # the old leader's process lives; its renewals no longer arrive
-    leasehold.run_until(lambda: len(events) == 3, step=0.5)
+    backend.run_until(lambda: len(events) == 3, step=0.5)
     new.stop(), old.stop()
     new_thread.join(timeout=10), old_thread.join(timeout=10)
     assert [e for e, _ in events] == ["old elected", "old deposed", "new elected"]

@@ -45,11 +45,12 @@ $(BIN)/.postgres: $(BIN)/.installed
 # machinery, the browser, the admin's scale data) is not repeated there.
 PG_TESTS ?= tests/test_api_leases.py tests/test_cli.py tests/test_fencing.py \
 	tests/test_faults.py tests/test_startup.py \
-	tests/test_pg_race.py tests/test_history_append_only.py tests/test_retention.py
+	tests/test_pg_race.py tests/test_history_append_only.py tests/test_retention.py \
+	tests/test_api_events.py tests/test_api_input.py tests/test_azure_input.py tests/test_azure_legacy.py
 
 test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
 	$(BIN)/pytest -q -n auto -m "not postgres" $(PYTEST_ARGS)
-	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q $(PG_TESTS) $(PYTEST_ARGS)
+	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -n auto $(PG_TESTS) $(PYTEST_ARGS)
 
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs
 # Azurite from npm into bench/node_modules when missing. BENCH_ARGS="--soak"

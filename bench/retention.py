@@ -85,12 +85,15 @@ def main() -> None:
     parser.add_argument("--sample", type=float, default=10, help="seconds between size samples")
     parser.add_argument("--port", type=int, default=10600)
     parser.add_argument("--only-pruned", action="store_true", help="skip the run without pruning")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="LEASEHOLD_RETENTION_BATCH of the pruned run (default: the server's)")
     args = parser.parse_args()
 
     results = []
     configs = [("no pruning", {}), (f"pruned, {args.horizon:g} s kept", {
         "LEASEHOLD_RETENTION_RENEWALS": f"{args.horizon:g}s", "LEASEHOLD_RETENTION_EVENTS": f"{args.horizon:g}s",
-        "LEASEHOLD_RETENTION_IDLE": "1"})]
+        "LEASEHOLD_RETENTION_IDLE": "1",
+        **({"LEASEHOLD_RETENTION_BATCH": str(args.batch)} if args.batch else {})})]
     for label, env in configs[1:] if args.only_pruned else configs:
         with tempfile.TemporaryDirectory(prefix="leasehold-retention-") as tmp:
             servers.log(f"{label}: {args.duration:g} s, {args.clients} clients")

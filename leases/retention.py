@@ -9,7 +9,7 @@ those events for ever, the default, so nothing surprising happens):
                                    releases, breaks, writes that ended a
                                    lease, and every refusal
 
-Pruning deletes at most ``LEASEHOLD_RETENTION_BATCH`` rows (default 500) per
+Pruning deletes at most ``LEASEHOLD_RETENTION_BATCH`` rows (default 100) per
 short write transaction and rests between batches for at least
 ``LEASEHOLD_RETENTION_PAUSE`` seconds (default 0.05) and at least twice as
 long as the batch held the write lock, so lease operations queue behind a
@@ -59,12 +59,12 @@ def parse_duration(value: str | None, name: str) -> timedelta | None:
 class Policy:
     renewals: timedelta | None = None  # successful renewals
     events: timedelta | None = None  # everything else
-    batch: int = 500
+    batch: int = 100
     pause: float = 0.05
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "Policy":
-        batch = int(environ.get("LEASEHOLD_RETENTION_BATCH", "500"))
+        batch = int(environ.get("LEASEHOLD_RETENTION_BATCH", "100"))
         pause = float(environ.get("LEASEHOLD_RETENTION_PAUSE", "0.05"))
         if batch < 1 or pause < 0:
             raise ValueError("LEASEHOLD_RETENTION_BATCH must be >= 1 and LEASEHOLD_RETENTION_PAUSE >= 0")

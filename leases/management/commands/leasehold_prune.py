@@ -18,7 +18,7 @@ class Command(BaseCommand):
                                                "default LEASEHOLD_RETENTION_RENEWALS")
         parser.add_argument("--events", help="keep every other event this long (e.g. 400d); "
                                              "default LEASEHOLD_RETENTION_EVENTS")
-        parser.add_argument("--batch", type=int, help="rows per transaction (default LEASEHOLD_RETENTION_BATCH, 500)")
+        parser.add_argument("--batch", type=int, help="rows per transaction (default LEASEHOLD_RETENTION_BATCH, 100)")
         parser.add_argument("--no-pause", action="store_true", help="do not rest between batches "
                                                                     "(for a server that is not running)")
 

@@ -41,6 +41,13 @@ class ResourceRef:
     blob: str | None = None
     snapshot: str = ""
 
+    def __post_init__(self):
+        # No such resource can exist (names are checked when created), and a
+        # NUL is a 500 on PostgreSQL, whose text cannot hold one: refuse the
+        # name before any query, on every door.
+        if any("\x00" in part for part in (self.account, self.container, self.blob or "", self.snapshot)):
+            raise LeaseholdError("InvalidResourceName", noun=self.noun)
+
     @property
     def noun(self) -> str:
         return machine.CONTAINER if self.blob is None else machine.BLOB

@@ -231,6 +231,23 @@ def test_blob_names_xml_cannot_carry_are_refused(azure_server, box, name):
     assert [b.name for b in box.list_blobs(include=["metadata"])] == ["b"]
 
 
+@pytest.mark.parametrize("method, path", [
+    ("GET", f"/{DEV_ACCOUNT}/bo\x00x?restype=container"),
+    ("DELETE", f"/{DEV_ACCOUNT}/bo\x00x?restype=container"),
+    ("GET", f"/{DEV_ACCOUNT}/bo\x00x/b"),
+    ("DELETE", f"/{DEV_ACCOUNT}/bo\x00x/b"),
+    ("DELETE", f"{BOX}/a\x00b"),
+    ("HEAD", f"{BOX}/a\x00b"),
+])
+def test_a_nul_in_a_looked_up_name_is_400_not_a_database_error(azure_server, box, method, path):
+    """No such resource can exist; on PostgreSQL the lookup itself was a 500
+    (text cannot hold a NUL), found by the fuzz test on the PostgreSQL pass."""
+    response = signed(method, azure_server, path)
+    assert response.status_code == 400, response.text
+    assert response.headers["x-ms-error-code"] == "InvalidResourceName"
+    assert [b.name for b in box.list_blobs()] == ["b"]
+
+
 def test_lone_surrogate_in_a_blob_name_is_refused(azure_server, box):
     # Not UTF-8 (%ED%A0%80 spells U+D800): Django keeps it percent-encoded.
     path = f"{BOX}/a%ED%A0%80b"

@@ -316,20 +316,31 @@ def test_two_clients_never_both_hold_the_lease(steps):
     """Two clients act in turn over time; each believes it holds the lease
     from a granted acquire/renew/change until its deadline, a release, or
     a break it can see. The machine must never let both believe at once."""
+    never_two_holders((who, action, {**params, "proposed_id": OWN[who]}
+                       if action == "acquire" and "proposed_id" in params else params, False, wait)
+                      for who, (action, params), wait in steps)
+
+
+OWN = {"p": A, "q": B}
+
+
+def never_two_holders(steps) -> None:
+    """Play ``steps`` -- (client, action, params, legacy, seconds waited
+    before it) -- against one lease record; each client believes it holds the
+    lease from a granted acquire/renew/change until its deadline, a release,
+    or a break. Fails if two believe at once. Lease ids are the clients' own
+    (``OWN``); a change proposes the changer's."""
     rec, now = m.LeaseRecord(), NOW
     holds: dict[str, tuple[uuid.UUID, datetime | None]] = {}
-    own = {"p": A, "q": B}
-    for who, (action, params), wait in steps:
+    for who, action, params, legacy, wait in steps:
         now += timedelta(seconds=wait)
         params = dict(params)
-        if "proposed_id" in params and action == "acquire":
-            params["proposed_id"] = own[who]
         if "lease_id" in params:
-            params["lease_id"] = holds.get(who, (own[who], None))[0]
+            params["lease_id"] = holds.get(who, (OWN[who], None))[0]
         if action == "change":
-            params["proposed_id"] = own[who]
+            params["proposed_id"] = OWN[who]
         try:
-            out = m.apply(action, rec, now, new_id=own[who], **params)
+            out = m.apply(action, rec, now, new_id=OWN[who], legacy=legacy, **params)
         except LeaseholdError:
             continue
         rec = out.record

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from leases import machine as m
 from leases.errors import LeaseholdError
+from tests import test_machine as machine_tests
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 A, B, C, X = (uuid.UUID(int=i) for i in (0xA, 0xB, 0xC, 0xF))
@@ -348,29 +349,8 @@ def test_old_and_new_clients_never_both_hold_the_lease(steps):
     acquire/renew/change until its deadline, a release, or a break. A legacy
     renew after release re-grants the lease, so it must never re-grant it
     while someone else holds it."""
-    rec, now = m.LeaseRecord(), NOW
-    holds: dict[str, tuple[uuid.UUID, datetime | None]] = {}
-    own = {"p": A, "q": B}
-    for who, legacy, old_step, new_step, wait in steps:
-        now += timedelta(seconds=wait)
-        action, params = old_step if legacy else new_step
-        params = dict(params)
-        if action == "acquire" and not legacy:  # a legacy acquire gets the id new_id draws
-            params["proposed_id"] = own[who]
-        if "lease_id" in params:
-            params["lease_id"] = holds.get(who, (own[who], None))[0]
-        if action == "change":
-            params["proposed_id"] = own[who]
-        try:
-            out = m.apply(action, rec, now, new_id=own[who], legacy=legacy, **params)
-        except LeaseholdError:
-            continue
-        rec = out.record
-        if action in ("acquire", "renew", "change"):
-            holds[who] = (rec.lease_id, rec.expires_at)
-        for w in list(holds):
-            lease_id, deadline = holds[w]
-            if rec.lease_id != lease_id or action in ("release", "break") or (deadline and now >= deadline):
-                holds.pop(w)
-        live = [w for w, (i, d) in holds.items() if d is None or now < d]
-        assert len(live) <= 1
+    machine_tests.never_two_holders(
+        (who, action, {**params, "proposed_id": machine_tests.OWN[who]} if action == "acquire" and not legacy
+         else params, legacy, wait)  # a legacy acquire gets the id new_id draws
+        for who, legacy, old_step, new_step, wait in steps
+        for action, params in [old_step if legacy else new_step])

@@ -303,3 +303,35 @@ def test_the_production_server_prunes_in_the_background(tmp_path):
     finally:
         server.kill()
         db.close()
+
+
+@pytest.mark.parametrize("size, held, most, expected", [
+    (25, retention.HOLD_TARGET / 4, 100, 50),  # fast deletes: grows, at most doubling
+    (80, retention.HOLD_TARGET / 4, 100, 100),  # never past LEASEHOLD_RETENTION_BATCH
+    (40, retention.HOLD_TARGET * 2, 100, 20),  # slow: shrinks towards the target
+    (40, retention.HOLD_TARGET * 100, 100, 20),  # one very slow batch halves it, no more
+    (1, retention.HOLD_TARGET * 100, 100, 1),  # never below one row
+    (30, retention.HOLD_TARGET * 30 / 33, 100, 33),  # near the target: scaled to it
+    (10, 0.0, 100, 20),  # nothing measurable: grows
+])
+def test_batches_are_sized_to_hold_the_write_lock_about_the_target(size, held, most, expected):
+    assert retention.next_batch_size(size, held, most) == expected
+
+
+def test_unpaced_pruning_uses_whole_batches(db, clock, monkeypatch):
+    """A one-off run on a stopped server (leasehold_prune --no-pause) has
+    nobody to make way for: every transaction deletes the full batch."""
+    now = clock.freeze()
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(occurred_at=now - timedelta(days=2, seconds=i), action="renew", outcome="success",
+                   resource_type="container", account=ACCOUNT, container="old", status_code=200) for i in range(7)])
+    sizes = []
+    real = retention._prune_batch
+
+    def counting(policy, now, limit):
+        sizes.append(limit)
+        return real(policy, now, limit)
+
+    monkeypatch.setattr(retention, "_prune_batch", counting)
+    assert retention.prune(Policy(renewals=timedelta(days=1), batch=3), now=now, pace=False) == 7
+    assert sizes == [3, 3, 3]

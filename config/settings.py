@@ -108,7 +108,8 @@ def _database(spec: str) -> dict:
         "NAME": path,
         # Keep each worker's (thread's) connection open. With the default 0
         # every request reconnects and re-runs the PRAGMAs, and closing the
-        # last connection checkpoints and deletes the WAL: ~6 ms a request.
+        # last connection checkpoints and deletes the WAL (the cost per
+        # request: bench/README.md, "Figures from the code's comments").
         "CONN_MAX_AGE": None,
         "OPTIONS": {
             # Every atomic() takes the write lock up front: a transaction

@@ -15,8 +15,8 @@ from .. import client_headers, clock, machine, selectors, services
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
-from . import inputs, wire
 from ..sharedkey import SharedKeyAuthentication
+from . import inputs, wire
 from .auth import AccountKeyRequired
 from .exceptions import azure_exception_handler
 

@@ -1,5 +1,7 @@
 """Leasehold settings. Everything an operator may change comes from
-environment variables documented in README.md; the defaults give a local
+LEASEHOLD_* environment variables, read through the typed helpers of
+leases/env.py (a bad value stops the start, naming the variable) and listed
+in one table in README.md ("Configuration"); the defaults give a local
 Azure-compatible server on SQLite."""
 
 from __future__ import annotations
@@ -9,18 +11,16 @@ import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+from leases.env import env_bool, env_choice, env_float, env_int, env_log_level, env_str
+
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("LEASEHOLD_VAR_DIR", BASE_DIR / "var"))
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    return os.environ.get(name, str(default)).strip().lower() in ("1", "true", "yes", "on")
+VAR_DIR = Path(env_str("LEASEHOLD_VAR_DIR") or BASE_DIR / "var")
 
 
 def _secret_key() -> str:
     """From LEASEHOLD_SECRET_KEY, else generated once and kept in var/."""
-    if os.environ.get("LEASEHOLD_SECRET_KEY"):
-        return os.environ["LEASEHOLD_SECRET_KEY"]
+    if env_str("LEASEHOLD_SECRET_KEY"):
+        return env_str("LEASEHOLD_SECRET_KEY")
     path = VAR_DIR / "secret_key"
     try:
         return path.read_text().strip()
@@ -35,7 +35,7 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 DEBUG = env_bool("LEASEHOLD_DEBUG")
-ALLOWED_HOSTS = [h.strip() for h in os.environ.get(
+ALLOWED_HOSTS = [h.strip() for h in env_str(
     "LEASEHOLD_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h.strip()]
 
 INSTALLED_APPS = [
@@ -97,26 +97,25 @@ def _database(spec: str) -> dict:
             "CONN_MAX_AGE": 60,
         }
     path = Path(spec.removeprefix("sqlite:///"))
-    synchronous = os.environ.get("LEASEHOLD_SQLITE_SYNCHRONOUS", "FULL").upper()
-    if synchronous not in ("FULL", "NORMAL", "EXTRA"):
-        raise ValueError("LEASEHOLD_SQLITE_SYNCHRONOUS must be FULL, NORMAL or EXTRA")
+    synchronous = env_choice("LEASEHOLD_SQLITE_SYNCHRONOUS", "FULL", ("FULL", "NORMAL", "EXTRA"))
     # When another process has written, SQLite drops this connection's whole
     # page cache at the next transaction; memory-mapped reads make refilling
     # it cheap (worker processes take turns writing).
-    mmap_bytes = int(os.environ.get("LEASEHOLD_SQLITE_MMAP_MB", "256")) * 2**20
-    checkpoint_interval = float(os.environ.get("LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL", "0.1"))
+    mmap_bytes = env_int("LEASEHOLD_SQLITE_MMAP_MB", 256, at_least=0) * 2**20
+    checkpoint_interval = env_float("LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL", 0.1, at_least=0)
     return {
         "ENGINE": "leases.sqlite_backend",
         "NAME": path,
         # Keep each worker's (thread's) connection open. With the default 0
         # every request reconnects and re-runs the PRAGMAs, and closing the
-        # last connection checkpoints and deletes the WAL: ~6 ms a request.
+        # last connection checkpoints and deletes the WAL (the cost per
+        # request: bench/README.md, "Figures from the code's comments").
         "CONN_MAX_AGE": None,
         "OPTIONS": {
             # Every atomic() takes the write lock up front: a transaction
             # that reads then writes can never fail with "database is locked".
             "transaction_mode": "IMMEDIATE",
-            "timeout": float(os.environ.get("LEASEHOLD_SQLITE_BUSY_TIMEOUT", "30")),
+            "timeout": env_float("LEASEHOLD_SQLITE_BUSY_TIMEOUT", 30, at_least=0),
             # synchronous=FULL: a committed lease (a 201 on the wire) survives
             # power loss, not only a crash of the process.
             "init_command": (
@@ -134,17 +133,17 @@ def _database(spec: str) -> dict:
             "checkpoint_interval": checkpoint_interval,
             # With FULL: fsync the WAL after releasing the writer lock, before
             # the commit returns, instead of inside COMMIT (leases.sqlite_backend).
-            "sync_outside_lock": os.environ.get("LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK", "1") != "0",
+            "sync_outside_lock": env_bool("LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK", True),
             # Seconds a writer waits for the writer lock before it is refused
             # with 503 ServerBusy (leases.sqlite_backend); bounds every busy wait.
-            "write_wait": float(os.environ.get("LEASEHOLD_WRITE_WAIT", "5")),
+            "write_wait": env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0),
         },
         # One file per test run, so parallel runs on one machine never collide.
-        "TEST": {"NAME": os.environ.get("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},
+        "TEST": {"NAME": env_str("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},
     }
 
 
-DATABASES = {"default": _database(os.environ.get("LEASEHOLD_DATABASE", str(VAR_DIR / "leasehold.sqlite3")))}
+DATABASES = {"default": _database(env_str("LEASEHOLD_DATABASE", str(VAR_DIR / "leasehold.sqlite3")))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -153,7 +152,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = os.environ.get("LEASEHOLD_TIME_ZONE", "UTC")
+TIME_ZONE = env_str("LEASEHOLD_TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
 
@@ -169,7 +168,7 @@ STORAGES = {
 }
 
 # Blobs are stored in the database; Put Blob bodies up to this size.
-DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("LEASEHOLD_MAX_BLOB_BYTES", str(64 * 1024 * 1024)))
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LEASEHOLD_MAX_BLOB_BYTES", 64 * 1024 * 1024, at_least=0)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -180,7 +179,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # JSON API requests per principal (user, token or account), counted
     # across worker processes in LEASEHOLD_THROTTLE_DATABASE; empty: no limit.
-    "DEFAULT_THROTTLE_RATES": {"api": os.environ.get("LEASEHOLD_API_RATE", "1200/minute")},
+    "DEFAULT_THROTTLE_RATES": {"api": env_str("LEASEHOLD_API_RATE", "1200/minute", allow_empty=True,
+                                              pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
+                                              expected="requests/period, e.g. 1200/minute or 20/s")},
 }
 
 SPECTACULAR_SETTINGS = {
@@ -200,18 +201,15 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-LOG_LEVEL = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").upper()
-if LOG_LEVEL not in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
-    raise ValueError("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
-LOG_FORMAT = {"text": "line", "json": "json"}.get(os.environ.get("LEASEHOLD_LOG_FORMAT", "text").lower())
-if LOG_FORMAT is None:
-    raise ValueError("LEASEHOLD_LOG_FORMAT must be text or json")
+LOG_LEVEL = env_log_level().upper()
+LOG_FORMAT = {"text": "line", "json": "json"}[env_choice("LEASEHOLD_LOG_FORMAT", "text", ("text", "json"))]
+LOG_TRACEBACKS = env_bool("LEASEHOLD_LOG_TRACEBACKS")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     # One line per record, a failure's cause on it (leases/logformat.py).
-    "formatters": {"line": {"()": "leases.logformat.OneLineFormatter"},
-                   "json": {"()": "leases.logformat.JsonFormatter"}},
+    "formatters": {"line": {"()": "leases.logformat.OneLineFormatter", "tracebacks": LOG_TRACEBACKS},
+                   "json": {"()": "leases.logformat.JsonFormatter", "tracebacks": LOG_TRACEBACKS}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
@@ -223,10 +221,10 @@ LOGGING = {
 # ------------------------------------------------------------------ Leasehold
 # Accounts created or updated at start-up: "name:key[:key2];name2:key".
 # The well-known development account is always there unless disabled.
-LEASEHOLD_ACCOUNTS = os.environ.get("LEASEHOLD_ACCOUNTS", "")
+LEASEHOLD_ACCOUNTS = env_str("LEASEHOLD_ACCOUNTS", "")
 LEASEHOLD_DEV_ACCOUNT = env_bool("LEASEHOLD_DEV_ACCOUNT", True)
 # Requests whose x-ms-date is further than this from the server clock: 403.
-LEASEHOLD_CLOCK_SKEW_SECONDS = int(os.environ.get("LEASEHOLD_CLOCK_SKEW_SECONDS", "900"))
+LEASEHOLD_CLOCK_SKEW_SECONDS = env_int("LEASEHOLD_CLOCK_SKEW_SECONDS", 900, at_least=0)
 # JSON API throttle counters: a SQLite file of their own, so counting never
 # contends with lease writes for the database's write lock.
-LEASEHOLD_THROTTLE_DATABASE = os.environ.get("LEASEHOLD_THROTTLE_DATABASE", str(VAR_DIR / "throttle.sqlite3"))
+LEASEHOLD_THROTTLE_DATABASE = env_str("LEASEHOLD_THROTTLE_DATABASE", str(VAR_DIR / "throttle.sqlite3"))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from datetime import datetime, timezone
+
+from .env import env_bool
 
 
 def cause_of(exc: BaseException | None) -> str:
@@ -27,8 +28,10 @@ def cause_of(exc: BaseException | None) -> str:
     return " <- ".join(parts)
 
 
-def _tracebacks() -> bool:
-    return os.environ.get("LEASEHOLD_LOG_TRACEBACKS", "") not in ("", "0")
+def _tracebacks(given: bool | None) -> bool:
+    """As given (settings.LOGGING passes LOG_TRACEBACKS, read once at start),
+    else from the environment."""
+    return env_bool("LEASEHOLD_LOG_TRACEBACKS") if given is None else given
 
 
 def _request_fields(record) -> dict:
@@ -42,14 +45,15 @@ def _request_fields(record) -> dict:
 
 
 class OneLineFormatter(logging.Formatter):
-    def __init__(self):
+    def __init__(self, tracebacks: bool | None = None):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self.tracebacks = _tracebacks(tracebacks)
 
     def format(self, record):
         line = " ".join(super().formatMessage(self._prepare(record)).split("\n"))
         if record.exc_info and record.exc_info[1] is not None:
             line += f" | cause: {cause_of(record.exc_info[1])}"
-            if _tracebacks():
+            if self.tracebacks:
                 line += "\n" + self.formatException(record.exc_info)
         return line
 
@@ -60,6 +64,10 @@ class OneLineFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
+    def __init__(self, tracebacks: bool | None = None):
+        super().__init__()
+        self.tracebacks = _tracebacks(tracebacks)
+
     def format(self, record):
         entry = {
             "time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
@@ -70,6 +78,6 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info and record.exc_info[1] is not None:
             entry["cause"] = cause_of(record.exc_info[1])
-            if _tracebacks():
+            if self.tracebacks:
                 entry["traceback"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)

@@ -15,7 +15,8 @@ Two kinds:
   they are the same whichever process answers.
 
 Hot-path cost: one counter increment and one histogram observation per
-lease request (a few microseconds; bench figures in README.md).
+lease request, small beside the request itself (figures: bench/README.md,
+"Figures from the code's comments").
 """
 
 from __future__ import annotations

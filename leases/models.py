@@ -233,8 +233,9 @@ class LeaseEvent(models.Model):
             models.Index(fields=["action", "occurred_at"], name="event_action_idx"),
             # Refusals only: "success" is nearly every row, and walking the
             # occurred_at index finds those at once; indexing every event cost
-            # ~47 bytes and a page write per event (bench/event_cost.py). The
-            # outcome column stays in it so that counts are index-only.
+            # space and a page write per event (bench/event_cost.py; figures in
+            # bench/README.md). The outcome column stays in it so that counts
+            # are index-only.
             models.Index(fields=["outcome", "occurred_at"], condition=Q(outcome="refused"),
                          name="event_refused_idx"),
             models.Index(fields=["actor", "occurred_at"], name="event_actor_idx"),

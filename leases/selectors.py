@@ -12,10 +12,15 @@ from .models import Blob, Container
 MAX_RESULTS = 5000
 
 
-def name_starts_with(prefix: str) -> Q:
-    """A case-sensitive prefix match: SQLite's LIKE ignores case, Azure's
-    prefix does not. The range lets the name index narrow the scan."""
-    return Q(name__gte=prefix) & Q(Exact(Left("name", len(prefix)), prefix))
+def name_starts_with(prefix: str, field: str = "name") -> Q:
+    """``field`` starts with ``prefix``, case-sensitively, as Azure's
+    ``prefix`` (the one prefix filter of every door: listings, the JSON API).
+    Django's ``startswith`` is a LIKE, which ignores ASCII case on SQLite; a
+    bare range ``[prefix, successor)`` is exact only under a binary
+    collation. Comparing the first ``len(prefix)`` characters is exact on
+    SQLite and PostgreSQL alike, and the ``>=`` lets the name index narrow
+    the scan."""
+    return Q(**{f"{field}__gte": prefix}) & Q(Exact(Left(field, len(prefix)), prefix))
 
 
 def list_containers(*, account: str, prefix: str = "", marker: str = "", maxresults: int = MAX_RESULTS):

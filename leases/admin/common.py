@@ -84,16 +84,6 @@ def history_url(account: str, container: str, blob: str, *, current_app: str) ->
 
 # ------------------------------------------------------------------ search
 
-def prefix_q(field: str, prefix: str) -> Q:
-    """``field`` starts with ``prefix``, as a range the B-tree index answers.
-    ``startswith`` is a LIKE, which SQLite only indexes for NOCASE columns;
-    under binary collation (SQLite's, PostgreSQL's "C") the range is exact."""
-    if ord(prefix[-1]) == 0x10FFFF:  # no successor character
-        return Q(**{f"{field}__startswith": prefix})
-    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    return Q(**{f"{field}__gte": prefix, f"{field}__lt": upper})
-
-
 def lease_id_q(field: str, term: str) -> Q | None:
     """A full lease id, or the first 4+ hex digits the lists show, as an
     indexed range over ``field``; None if ``term`` cannot be one."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 
-from ..azure.auth import AccountPrincipal, SharedKeyAuthentication
+from ..sharedkey import AccountPrincipal, SharedKeyAuthentication
 from ..errors import LeaseholdError
 from ..tokens import ApiToken
 

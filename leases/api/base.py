@@ -4,7 +4,6 @@ Actor the services record in the lease history."""
 
 from __future__ import annotations
 
-import re
 import uuid
 
 from rest_framework import generics
@@ -12,6 +11,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
+from .. import client_headers
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor
@@ -20,9 +20,6 @@ from .exceptions import api_exception_handler
 from .parsers import BoundedJSONParser
 from .permissions import LeaseholdPermission
 from .throttling import PrincipalRateThrottle
-
-CLIENT_REQUEST_ID = re.compile(r"^[\x20-\x7e]{1,1024}$")
-
 
 class ApiMixin:
     authentication_classes = [BearerTokenAuthentication, ApiSharedKeyAuthentication, SessionAuthentication]
@@ -57,9 +54,8 @@ class ApiMixin:
         return self.kwargs.get("account")
 
     def client_request_id(self) -> str:
-        meta = self.request.META
-        value = meta.get("HTTP_X_CLIENT_REQUEST_ID") or meta.get("HTTP_X_MS_CLIENT_REQUEST_ID") or ""
-        return value if CLIENT_REQUEST_ID.match(value) else ""
+        return client_headers.client_request_id(
+            self.request.META, (client_headers.API_CLIENT_REQUEST_ID, client_headers.AZURE_CLIENT_REQUEST_ID))
 
     def actor(self) -> Actor:
         meta = self.request.META

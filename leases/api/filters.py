@@ -14,8 +14,6 @@ from functools import reduce
 import django_filters
 from django.core.exceptions import ValidationError
 from django.db.models import Q
-from django.db.models.functions import Left
-from django.db.models.lookups import Exact
 from django_filters.fields import IsoDateTimeField, RangeField
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.widgets import DateRangeWidget
@@ -23,6 +21,7 @@ from django_filters.widgets import DateRangeWidget
 from .. import clock, machine
 from ..errors import LeaseholdError
 from ..models import Blob, Container, LeaseEvent, effective_state_q
+from ..selectors import name_starts_with
 
 
 class QueryFilterBackend(DjangoFilterBackend):
@@ -38,13 +37,6 @@ class QueryFilterBackend(DjangoFilterBackend):
             raise LeaseholdError("InvalidQueryParameterValue", field=name, value=request.query_params.get(name),
                                  detail={"errors": errors})
         return filterset.qs
-
-
-def starts_with(queryset, field: str, prefix: str):
-    """Case-sensitive prefix match, as Azure's ``prefix`` (SQLite's LIKE,
-    behind ``__startswith``, ignores ASCII case); the range keeps it on the
-    name index."""
-    return queryset.filter(Exact(Left(field, len(prefix)), prefix), **{f"{field}__gte": prefix})
 
 
 class LeaseFilterSet(django_filters.FilterSet):
@@ -66,7 +58,7 @@ class LeaseFilterSet(django_filters.FilterSet):
                                                                                  else ~infinite))
 
     def filter_prefix(self, queryset, name, prefix):
-        return starts_with(queryset, "name", prefix)
+        return queryset.filter(name_starts_with(prefix))
 
 
 class ContainerFilter(LeaseFilterSet):

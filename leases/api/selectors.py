@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from ..azure.auth import AccountPrincipal
+from ..sharedkey import AccountPrincipal
 from ..models import Blob, Container, LeaseEvent
 
 

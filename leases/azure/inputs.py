@@ -7,11 +7,11 @@ The raw request goes through WSGI, which hands header names upper-cased with
 ``-`` folded into ``_`` (``x-ms-meta-Build_Id`` arrives as
 ``HTTP_X_MS_META_BUILD_ID``), and decodes header bytes as Latin-1 (granian
 hands a value that is not visible ASCII over as ""). What a name looked like
-on the wire is read in this module only (``request_metadata`` for metadata
-names, ``header_name`` for the names errors show), besides the string-to-sign
-in auth.py; an ASGI door, which receives raw names (lower-cased) and raw
-value bytes, would change these and could keep more (a ``-`` in a metadata
-name, the bytes of a non-ASCII value).
+on the wire is read in this module only (``header_name`` for the names errors
+show), besides metadata names and the string-to-sign, which both doors share
+(leases/client_headers.py, leases/sharedkey.py); an ASGI door, which receives
+raw names (lower-cased) and raw value bytes, would change these and could
+keep more (a ``-`` in a metadata name, the bytes of a non-ASCII value).
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from ..errors import LeaseholdError
 # meaning is unknown: refused, not guessed (an If-Match with typographic
 # quotes must not silently match nothing).
 HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*\Z")
-META_PREFIX = "HTTP_X_MS_META_"
 # Headers an empty value cannot be meant for. granian, the production
 # server, hands a header whose value is not visible ASCII (an If-Match with
 # typographic quotes) as an empty string, so for these an empty value is
@@ -80,14 +79,6 @@ def check_header_values(environ: dict) -> None:
             raise LeaseholdError("InvalidHeaderValue", field=NOT_EMPTY[key], value=value,
                                  message="The value for one of the HTTP headers is not in the correct format "
                                          "(empty, or not visible ASCII).")
-
-
-def request_metadata(environ: dict) -> dict:
-    """x-ms-meta-* pairs. Names come lower-cased (WSGI lost their case), and
-    a ``_`` in the WSGI name is a ``_``: a C# identifier cannot hold ``-``
-    (a client that did send one is told so by SharedKey: see auth.py)."""
-    return {key[len(META_PREFIX):].lower(): value
-            for key, value in environ.items() if key.startswith(META_PREFIX)}
 
 
 # ------------------------------------------------------------------ query

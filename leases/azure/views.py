@@ -4,7 +4,6 @@ service calls and results into headers and XML; it holds no lease rules."""
 
 from __future__ import annotations
 
-import re
 import uuid
 
 from django.http import HttpResponse
@@ -12,16 +11,14 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
-from .. import clock, machine, selectors, services
+from .. import client_headers, clock, machine, selectors, services
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
+from ..sharedkey import SharedKeyAuthentication
 from . import inputs, wire
-from .auth import AccountKeyRequired, SharedKeyAuthentication
+from .auth import AccountKeyRequired
 from .exceptions import azure_exception_handler
-
-CLIENT_REQUEST_ID = re.compile(r"^[\x20-\x7e]{1,1024}$")
-
 
 class PassthroughRenderer(BaseRenderer):
     """Views build their own HttpResponse; this only satisfies negotiation."""
@@ -81,7 +78,7 @@ BLOB_ROUTES = {
 
 def _metadata(request) -> dict:
     # Validated by the services (leases/metadata.py), as the JSON API's.
-    return inputs.request_metadata(getattr(request, "_request", request).META)
+    return client_headers.metadata_from_environ(getattr(request, "_request", request).META)
 
 
 _int_query = inputs.int_query
@@ -127,8 +124,8 @@ class AzureBlobView(APIView):
         response["x-ms-version"] = version if version and wire.VERSION_RE.match(version) else wire.DEFAULT_VERSION
         response["Date"] = wire.http_date(clock.now())
         response["Server"] = "Leasehold Windows-Azure-Blob/1.0"
-        client_id = _header(request, "x-ms-client-request-id")
-        if client_id and CLIENT_REQUEST_ID.match(client_id):
+        client_id = client_headers.client_request_id(getattr(request, "_request", request).META)
+        if client_id:
             response["x-ms-client-request-id"] = client_id
         if request.method == "HEAD" or response.status_code in (201, 202, 204) and not response.content:
             response["Content-Length"] = response.get("Content-Length", "0")
@@ -137,7 +134,7 @@ class AzureBlobView(APIView):
     def actor(self) -> Actor:
         meta = self.request._request.META
         return Actor(name=f"account:{self.kwargs['account']}", via="azure", request_id=self.request_id,
-                     client_request_id=meta.get("HTTP_X_MS_CLIENT_REQUEST_ID") or "",
+                     client_request_id=client_headers.client_request_id(meta),
                      remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=meta.get("HTTP_USER_AGENT", "")[:512])
 
     def get(self, request, **kw):

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from leases.env import env_str
 from leases.services import account_ensure
 
 DEV_ACCOUNT = "devstoreaccount1"
@@ -46,8 +47,6 @@ class Command(BaseCommand):
                 cursor.execute("ANALYZE")
 
     def handle(self, *args, admin_user, admin_password, **options):
-        import os
-
         accounts = parse_accounts(settings.LEASEHOLD_ACCOUNTS)
         if settings.LEASEHOLD_DEV_ACCOUNT and DEV_ACCOUNT not in {a[0] for a in accounts}:
             accounts.insert(0, (DEV_ACCOUNT, DEV_KEY, ""))
@@ -62,7 +61,7 @@ class Command(BaseCommand):
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists():
             return
-        password = admin_password or os.environ.get("LEASEHOLD_ADMIN_PASSWORD")
+        password = admin_password or env_str("LEASEHOLD_ADMIN_PASSWORD")
         shown = password is None
         password = password or secrets.token_urlsafe(12)
         User.objects.create_superuser(username=admin_user, email="", password=password)

@@ -7,7 +7,7 @@ Why: under a WSGI server a worker thread is given a request as soon as its
 headers are in, and then blocks reading the body; two clients trickling a
 body (one byte every few seconds) held both workers of the server and every
 lease holder waited. Here the event loop reads the body (headers are read by
-granian, in Rust, with its header timeout) without holding any thread:
+the front, config/front.py, with its header timeout) without holding any thread:
 
 * a body must keep coming: no silence longer than ``LEASEHOLD_BODY_IDLE_TIMEOUT``
   seconds, and after that many seconds at least ``LEASEHOLD_BODY_MIN_RATE``
@@ -53,6 +53,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.http.response import HttpResponseBase
 
+from config.front import RAW_HEADERS, CaseKept
 from config.wsgi import application as wsgi_application
 from leases.azure.handler import AZURE_PATH
 from leases.sqlite_backend.busy import received_at
@@ -247,8 +248,16 @@ class LeaseholdASGI:
                 result.close()
             result = None
         status, headers = started
-        return (int(status[:3]), [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers],
+        return (int(status[:3]), [(_header_name(k), v.encode("latin-1")) for k, v in headers],
                 content, result)
+
+
+def _header_name(name: str) -> bytes:
+    """A response header name for the front. Metadata names keep their case
+    (Azure returns them as they were set): CaseKept tells the front so."""
+    if name[:10].lower() == "x-ms-meta-":
+        return CaseKept(name.encode("latin-1"))
+    return name.encode("latin-1")
 
 
 def _next_piece(result) -> bytes:
@@ -300,9 +309,10 @@ def _environ(scope, body, length: int) -> dict:
         "wsgi.multithread": True,
         "wsgi.multiprocess": True,
         "wsgi.run_once": False,
-        # The header names as the client sent them, in order (a WSGI environ
-        # keeps neither case nor order).
-        "leasehold.raw_headers": scope["headers"],
+        # The header pairs as the client sent them, names in their case
+        # (config/front.py keeps it), in order: a WSGI environ keeps neither
+        # case nor order. A front that keeps no case gives scope["headers"].
+        "leasehold.raw_headers": (scope.get("extensions") or {}).get(RAW_HEADERS) or scope["headers"],
     }
     for name, value in scope["headers"]:
         key = name.decode("latin-1").upper().replace("-", "_")

@@ -33,21 +33,12 @@ def _bind() -> tuple[str, int]:
 
 
 def _header_timeout_ms() -> int:
-    try:
-        seconds = float(os.environ.get("LEASEHOLD_HEADER_TIMEOUT", "10"))
-    except ValueError:
-        seconds = 0
-    if seconds <= 0:
-        raise SystemExit("LEASEHOLD_HEADER_TIMEOUT must be a number of seconds greater than 0")
-    return int(seconds * 1000)
+    from config.front import header_timeout
+
+    return int(header_timeout() * 1000)
 
 
 def main() -> None:
-    from granian import Granian
-    from granian.constants import HTTPModes, Interfaces
-    from granian.http import HTTP1Settings
-    from granian.log import LogLevels
-
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     # granian starts every request's WSGI environ as a copy of the process
     # environment, so an HTTP_* variable (HTTP_PROXY, ...) would read like a
@@ -68,20 +59,62 @@ def main() -> None:
     level = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").lower()
     if level not in ("critical", "error", "warning", "info", "debug"):
         raise SystemExit("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
+    workers = int(os.environ.get("LEASEHOLD_WORKERS", "2"))
+    front = os.environ.get("LEASEHOLD_FRONT", "uvicorn")
+    if front == "uvicorn":
+        _serve_uvicorn(host, port, workers, level)
+    elif front == "granian":
+        _serve_granian(host, port, workers, level)
+    else:
+        raise SystemExit("LEASEHOLD_FRONT must be uvicorn (the default) or granian (loses metadata name case)")
+
+
+def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
+    import uvicorn
+
+    from config.front import KEEP_ALIVE_SECONDS, LeaseholdHttpProtocol, header_timeout
+
+    header_timeout()  # a bad LEASEHOLD_HEADER_TIMEOUT stops the start here, not in every worker
+    uvicorn.run(
+        "config.asgi:application",
+        host=host,
+        port=port,
+        # Two processes use both cores of a small machine; more only add
+        # writer-lock hand-overs and page-cache refreshes between processes.
+        # uvicorn's supervisor restarts a worker that dies, and on SIGTERM
+        # stops them gracefully (requests in flight are answered).
+        workers=workers,
+        loop="uvloop",
+        http=LeaseholdHttpProtocol,  # httptools + raw header names + header timeout
+        ws="none",
+        lifespan="on",
+        interface="asgi3",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+        log_level=level,
+        access_log=bool(os.environ.get("LEASEHOLD_ACCESS_LOG")),
+    )
+
+
+def _serve_granian(host: str, port: int, workers: int, level: str) -> None:
+    """The previous front, kept to measure against (bench/README.md): hyper
+    lower-cases header names both ways, so metadata names lose their case."""
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces
+    from granian.http import HTTP1Settings
+    from granian.log import LogLevels
+
     Granian(
         "config.asgi:application",
         address=host,
         port=port,
         interface=Interfaces.ASGI,
-        # Two processes use both cores of a small machine; more only add
-        # writer-lock hand-overs and page-cache refreshes between processes.
-        workers=int(os.environ.get("LEASEHOLD_WORKERS", "2")),
+        workers=workers,
         blocking_threads=1,  # the event loop's; requests run in the lanes' threads (config/asgi.py)
         runtime_threads=1,
         http=HTTPModes.http1,
         websockets=False,
-        # A client has this long to send all its headers (granian reads
-        # them in Rust: a slow one costs no Python thread meanwhile).
         http1_settings=HTTP1Settings(keep_alive=True, header_read_timeout=_header_timeout_ms()),
         log_level=LogLevels(level),
         log_access=bool(os.environ.get("LEASEHOLD_ACCESS_LOG")),

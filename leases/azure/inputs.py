@@ -24,6 +24,7 @@ from datetime import datetime
 
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
 
+from .. import metadata as metadata_rules
 from .. import names
 from ..errors import LeaseholdError
 
@@ -83,11 +84,25 @@ def check_header_values(environ: dict) -> None:
 
 
 def request_metadata(environ: dict) -> dict:
-    """x-ms-meta-* pairs. Names come lower-cased (WSGI lost their case), and
-    a ``_`` in the WSGI name is a ``_``: a C# identifier cannot hold ``-``
-    (a client that did send one is told so by SharedKey: see auth.py)."""
-    return {key[len(META_PREFIX):].lower(): value
-            for key, value in environ.items() if key.startswith(META_PREFIX)}
+    """x-ms-meta-* pairs. Names keep their case where the server handed the
+    raw header pairs over (``leasehold.raw_headers``: the production front,
+    config/front.py); a name sent twice, in any case, is kept twice so that
+    the rules refuse it (leases/metadata.py). Under plain WSGI names come
+    lower-cased, and a ``_`` in the WSGI name is a ``_``: a C# identifier
+    cannot hold ``-`` (a client that did send one is told so by SharedKey:
+    see auth.py)."""
+    raw = environ.get("leasehold.raw_headers")
+    if raw is None:
+        return {key[len(META_PREFIX):].lower(): value
+                for key, value in environ.items() if key.startswith(META_PREFIX)}
+    pairs: dict = {}
+    for name, value in raw:
+        if name[:10].lower() == b"x-ms-meta-":
+            key = name[10:].decode("latin-1")
+            if key in pairs:  # the very same name twice
+                raise metadata_rules.invalid(f"Metadata name {key!r} is given twice (names ignore case).")
+            pairs[key] = value.decode("latin-1")
+    return pairs
 
 
 # ------------------------------------------------------------------ query

@@ -247,9 +247,16 @@ class LeaseholdASGI:
             finally:
                 result.close()
             result = None
-        status, headers = started
-        return (int(status[:3]), [(_header_name(k), v.encode("latin-1")) for k, v in headers],
-                content, result)
+        status, headers = int(started[0][:3]), started[1]
+        headers = [(_header_name(k), v.encode("latin-1")) for k, v in headers]
+        if (content is not None and environ["REQUEST_METHOD"] != "HEAD" and status >= 200
+                and status not in (204, 304) and not any(k.lower() == b"content-length" for k, _ in headers)):
+            # The whole body is here: say its length. Without it uvicorn
+            # answers chunked, and the chunk that ends it is a second small
+            # write that the client's delayed ACK can hold up (a renewal
+            # took twice as long).
+            headers.append((b"Content-Length", str(len(content)).encode()))
+        return status, headers, content, result
 
 
 def _header_name(name: str) -> bytes:

@@ -1,28 +1,49 @@
-"""The production server (`make run`): granian serving config.asgi.
+"""The production server (`make run`): uvicorn serving config.asgi.
 
     python -m config.serve        # settings from LEASEHOLD_* variables
 
-granian was chosen by measurement (bench/README.md): it parses HTTP and
-keeps connections alive in Rust, so Python spends its time on requests, not
-on sockets; on a 2-core machine it answered 1.4x (one client) to 1.6x (16
-clients) the lease requests of gunicorn's gthread workers with the same code.
+The front is uvicorn's httptools protocol (llhttp, Node's parser) on uvloop,
+subclassed in config/front.py to hand Django the request's header names as
+the client sent them and to send metadata names back as stored: Azure keeps
+the case of metadata names (``x-ms-meta-BuildId`` reads back as
+``BuildId``), and granian, the previous front, cannot (hyper lower-cases
+header names both ways and has no option to keep them). config/front.py also
+adds the header read timeout uvicorn lacks (LEASEHOLD_HEADER_TIMEOUT).
 
-The interface is ASGI, not WSGI: granian's WSGI interface hands a request to
-a Python thread once its headers are in, and that thread then blocks reading
-the body, so two clients trickling bodies held both workers and stalled
-every lease holder. Through ASGI the event loop of each worker receives the
-body whole (with time limits, a minimum rate and a size bound, config/asgi.py)
+Chosen by measurement (bench/README.md, "The HTTP front"): paired rounds
+against granian serving the same app and Azurite, on the shared 2-core
+machine (load average 6-13, ratios of medians of paired rounds): keeping case
+costs 14-16% of the lease requests per second with one and with 16 clients
+cycling (uvicorn/granian 0.86 and 0.84; 0.58-0.70 in two earlier, busier
+runs), about 1.7 ms of one client's median latency (3.97 vs 2.31 ms), and
+nothing under contention (hand-overs 1.01). The front's own work is not the
+difference (parsing to lane and sending the answer take 0.05 ms each way on
+both); the Django handler's thread takes longer from start to end at equal
+CPU time, as it also did behind a minimal asyncio + httptools front of our
+own, so writing one would not win it back. ``LEASEHOLD_FRONT=granian``
+serves with granian for whoever prefers that speed to metadata name case.
+
+The interface is ASGI, not WSGI: a WSGI server hands a request to a Python
+thread once its headers are in, and that thread then blocks reading the
+body, so two clients trickling bodies held both workers and stalled every
+lease holder. Through ASGI the event loop of each worker receives the body
+whole (with time limits, a minimum rate and a size bound, config/asgi.py)
 and only then runs the request in a thread of its lane (lease actions,
 reads, everything else), so slow clients cost memory and lanes keep lease
-actions apart from exports and uploads. Headers are read by granian with
-LEASEHOLD_HEADER_TIMEOUT. Two worker processes use both cores of a small
-machine; more only add writer-lock hand-overs between processes. All workers
-share one database safely (the writer lock).
+actions apart from exports and uploads. Two worker processes use both cores
+of a small machine; more only add writer-lock hand-overs between processes.
+All workers share one database safely (the writer lock). uvicorn's
+supervisor restarts a worker that dies; SIGTERM stops the workers
+gracefully (requests in flight are answered, 10 s at most).
 """
 
 from __future__ import annotations
 
 import os
+
+# uvicorn keeps metadata name case (as Azure); granian is faster on the hot
+# path and loses it (see above).
+DEFAULT_FRONT = "uvicorn"
 
 
 def _bind() -> tuple[str, int]:
@@ -60,7 +81,7 @@ def main() -> None:
     if level not in ("critical", "error", "warning", "info", "debug"):
         raise SystemExit("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
     workers = int(os.environ.get("LEASEHOLD_WORKERS", "2"))
-    front = os.environ.get("LEASEHOLD_FRONT", "uvicorn")
+    front = os.environ.get("LEASEHOLD_FRONT", DEFAULT_FRONT)
     if front == "uvicorn":
         _serve_uvicorn(host, port, workers, level)
     elif front == "granian":
@@ -92,6 +113,8 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         timeout_graceful_shutdown=10,
         server_header=False,
+        # No X-Forwarded-* rewriting of the client's address (granian did none).
+        proxy_headers=False,
         log_level=level,
         access_log=bool(os.environ.get("LEASEHOLD_ACCESS_LOG")),
     )

@@ -100,6 +100,15 @@ def test_a_name_sent_twice_in_any_case_is_refused_and_changes_nothing(server, bo
     assert box.get_container_properties().metadata == {"Keep": "me"}
 
 
+def test_a_non_ascii_metadata_value_is_refused_not_stored_empty(server, box):
+    # granian, the previous front, handed such a value over as "" (stored empty).
+    blob = box.upload_blob("b", b"x", metadata={"Keep": "me"})
+    path = f"/{azure_raw.DEV_ACCOUNT}/{box.container_name}/b?comp=metadata"
+    response = _raw_request(server, "PUT", path, [("x-ms-meta-Note", "caf\u00e9")])
+    assert response.startswith(b"HTTP/1.1 400 ") and b"x-ms-error-code: InvalidHeaderValue\r\n" in response
+    assert blob.get_blob_properties().metadata == {"Keep": "me"}
+
+
 def test_a_client_slow_with_its_headers_is_cut_off_and_others_are_served(server):
     silent = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
     slow = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
@@ -165,7 +174,7 @@ def _raw_request(server, method: str, target: str, headers, body: bytes = b"") -
     head += "".join(f"{k}: {v}\r\n" for k, v in headers) + "Connection: close\r\n\r\n"
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
     try:
-        sock.sendall(head.encode() + body)
+        sock.sendall(head.encode("latin-1") + body)
         data = b""
         while piece := sock.recv(65536):
             data += piece

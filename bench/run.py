@@ -5,7 +5,7 @@
     .venv/bin/python bench/run.py --soak     # memory over 5 minutes, 10,000 blobs
 
 Starts Azurite (installed from npm into bench/node_modules if missing) and
-Leasehold (python -m config.serve as `make run`: granian, production settings, a fresh
+Leasehold (python -m config.serve as `make run`: uvicorn + config/front.py, production settings, a fresh
 file-backed SQLite database, synchronous=FULL), drives both with the same
 SharedKey-signed load generator, alternating the servers over several rounds,
 and prints per scenario requests/s, p50/p99 per action, errors, hand-overs/s
@@ -234,23 +234,36 @@ def ratio_median(pairs: list[tuple[float, float]]) -> float:
     return med([l / a for a, l in pairs if a and a == a and l == l])
 
 
+def _short(name: str) -> str:
+    return name.split("-", 1)[1][0].upper() if "-" in name else name[0]
+
+
+def ratio_columns(names: list[str]) -> list[tuple[str, str]]:
+    """(numerator, denominator) pairs: every Leasehold against Azurite (the
+    first), and the default front against the other one (--compare-front)."""
+    pairs = [(n, names[0]) for n in names[1:]] if names and names[0] == "Azurite" else []
+    if "Leasehold" in names and any(n.startswith("Leasehold-") for n in names):
+        pairs += [("Leasehold", n) for n in names if n.startswith("Leasehold-")]
+    return pairs
+
+
 def report(scenarios: list[Scenario], results: dict, names: list[str], rounds_done: int) -> str:
     out = []
-    both = len(names) == 2
+    pairs = ratio_columns(names)
     for sc in scenarios:
         runs = {n: results.get((n, sc.name), []) for n in names}
         if not any(runs.values()):
             continue
         out.append("")
         out.append(sc.title)
-        head = f"  {'':26}" + "".join(f"{n:>18}" for n in names) + (f"{'L/A':>10}" if both else "")
+        head = f"  {'':26}" + "".join(f"{n:>18}" for n in names)
+        head += "".join(f"{_short(n) + '/' + _short(d):>10}" for n, d in pairs)
         out.append(head)
 
         def row(label: str, get, fmt=fmt_num, ratio: bool = True) -> None:
             cells = "".join(f"{fmt(med([get(r) for r in runs[n]])):>18}" for n in names)
-            if both and ratio:
-                a, l = runs[names[0]], runs[names[1]]
-                r = ratio_median([(get(x), get(y)) for x, y in zip(a, l)])
+            for num, den in pairs if ratio else ():
+                r = ratio_median([(get(x), get(y)) for x, y in zip(runs[den], runs[num])])
                 cells += f"{(f'{r:.2f}' if r == r else '-'):>10}"
             out.append(f"  {label:26}{cells}")
 
@@ -307,6 +320,9 @@ def main() -> int:
     ap.add_argument("--leasehold-cmd", default=None, metavar="COMMAND",
                     help="serve Leasehold with another command instead of python -m config.serve, e.g. "
                          "'gunicorn -b {host}:{port} -k gthread -w 2 --threads 8 config.wsgi:application'")
+    ap.add_argument("--compare-front", default=None, metavar="FRONT",
+                    help="also run Leasehold behind this other front (LEASEHOLD_FRONT, e.g. granian) on port "
+                         "base+2, in the same alternating rounds; adds L/G-style ratio columns")
     ap.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     ap.add_argument("--contention-backoff-ms", type=float, default=0.0,
                     help="pause after a refused contended acquire (default 0: retry at once)")
@@ -327,7 +343,7 @@ def main() -> int:
     ap.add_argument("--write-wait", type=float, default=5.0, help="LEASEHOLD_WRITE_WAIT for the run")
     args = ap.parse_args()
 
-    for p in (args.port_base, args.port_base + 1):
+    for p in (args.port_base, args.port_base + 1, args.port_base + 2):
         if p == 10000 or not 1024 < p < 65535:
             ap.error("ports must be above 1024 and not 10000")
     if args.servers is None:
@@ -364,6 +380,9 @@ def main() -> int:
     if "leasehold" in wanted:
         all_servers.append(servers.Leasehold(args.port_base + 1, workdir, synchronous=args.synchronous,
                                              extra_env=extra_env, command=args.leasehold_cmd))
+        if args.compare_front:
+            all_servers.append(servers.Leasehold(args.port_base + 2, workdir, synchronous=args.synchronous,
+                                                 extra_env=extra_env, front=args.compare_front))
     for s in all_servers:
         if isinstance(s, servers.Leasehold):
             servers.log("Leasehold: migrating a fresh SQLite database ...")
@@ -399,7 +418,10 @@ def main() -> int:
           f"{args.warmup:g}s warm-up + {args.seconds:g}s measured each, servers alternating")
     sys.stdout.flush()
     for rnd in range(args.rounds):
-        order = all_servers if rnd % 2 == 0 else list(reversed(all_servers))
+        if len(all_servers) <= 2:
+            order = all_servers if rnd % 2 == 0 else list(reversed(all_servers))
+        else:  # each server first, middle and last in turn
+            order = all_servers[rnd % len(all_servers):] + all_servers[:rnd % len(all_servers)]
         for sc in scenarios:
             for s in order:
                 needs = {"hostile": args.hostile_seconds + 10, "stuck": args.stuck_seconds + 10}.get(sc.kind, per_run)
@@ -441,13 +463,14 @@ def robust_report(scenarios: list[Scenario], robust: dict, names: list[str]) -> 
     for sc in scenarios:
         out.append(f"\n{sc.title}")
         keys = next((runs[0].keys() for (n, s), runs in robust.items() if s == sc.name and runs), [])
-        out.append(f"  {'':36}" + "".join(f"{n:>12}" for n in names))
+        width = max(12, *(len(n) + 2 for n in names))
+        out.append(f"  {'':36}" + "".join(f"{n:>{width}}" for n in names))
         for key in keys:
             cells = []
             for n in names:
                 runs = robust.get((n, sc.name), [])
                 values = [r[key] for r in runs if r.get(key) == r.get(key)]
-                cells.append(f"{fmt_num(statistics.median(values)) if values else '-':>12}")
+                cells.append(f"{fmt_num(statistics.median(values)) if values else '-':>{width}}")
             out.append(f"  {key:36}" + "".join(cells))
         for n in names:
             runs = robust.get((n, sc.name), [])

@@ -3,7 +3,7 @@
 Azurite is installed from npm into bench/node_modules (git-ignored) when
 missing, pinned by bench/package.json, and started in memory with
 --skipApiVersionCheck --silent. Leasehold runs exactly as `make run` would
-(python -m config.serve: granian, production settings) on a fresh file-backed
+(python -m config.serve: uvicorn + config/front.py, production settings) on a fresh file-backed
 SQLite database in a temporary directory (synchronous=FULL by default).
 Every server is started in its own session and killed by its process group.
 """
@@ -206,10 +206,13 @@ class Leasehold(Server):
     name = "Leasehold"
 
     def __init__(self, port: int, workdir: Path, *, synchronous: str = "FULL", extra_env: dict | None = None,
-                 command: str | None = None):
+                 command: str | None = None, front: str | None = None):
+        if front:  # another HTTP front of config.serve (LEASEHOLD_FRONT), measured alongside
+            self.name = f"Leasehold-{front}"
         super().__init__(port, workdir)
         self.command = command  # another server to try (--leasehold-cmd); default: as `make run`
-        self.db = workdir / "leasehold.sqlite3"
+        self.front = front
+        self.db = workdir / f"{self.name.lower()}.sqlite3"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DJANGO_"))}
         self.env.update({
             "DJANGO_SETTINGS_MODULE": "config.settings",
@@ -221,6 +224,8 @@ class Leasehold(Server):
             "LEASEHOLD_ADMIN_PASSWORD": "bench-" + os.urandom(8).hex(),
         })
         self.env.update(extra_env or {})
+        if front:
+            self.env["LEASEHOLD_FRONT"] = front
 
     def prepare(self) -> None:
         for argv in (["manage.py", "migrate", "--noinput", "-v0"], ["manage.py", "leasehold_setup"]):
@@ -242,7 +247,7 @@ class Leasehold(Server):
         if self.command:
             return self.command
         get = self.env.get
-        return (f"granian (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')} "
+        return (f"{get('LEASEHOLD_FRONT', 'uvicorn')} (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')} "
                 f"threads={get('LEASEHOLD_THREADS', '1')}")
 
     def history_count(self) -> int:

@@ -7,7 +7,7 @@ Why: under a WSGI server a worker thread is given a request as soon as its
 headers are in, and then blocks reading the body; two clients trickling a
 body (one byte every few seconds) held both workers of the server and every
 lease holder waited. Here the event loop reads the body (headers are read by
-granian, in Rust, with its header timeout) without holding any thread:
+the front, config/front.py, with its header timeout) without holding any thread:
 
 * a body must keep coming: no silence longer than ``LEASEHOLD_BODY_IDLE_TIMEOUT``
   seconds, and after that many seconds at least ``LEASEHOLD_BODY_MIN_RATE``
@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
 import sys
 import tempfile
 import time
@@ -53,8 +52,10 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.http.response import HttpResponseBase
 
+from config.front import RAW_HEADERS, CaseKept
 from config.wsgi import application as wsgi_application
 from leases.azure.handler import AZURE_PATH
+from leases.env import SettingError, env_float, env_int
 from leases.sqlite_backend.busy import received_at
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
@@ -64,19 +65,16 @@ API_LEASES = "/api/v1/leases/"
 
 def _env_float(name: str, default: float) -> float:
     try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        raise SystemExit(f"{name} must be a number") from None
-    if value <= 0:
-        raise SystemExit(f"{name} must be greater than 0")
-    return value
+        return env_float(name, default, above=0)
+    except SettingError as err:  # stops the worker with the message, no traceback
+        raise SystemExit(str(err)) from None
 
 
 def _env_threads(name: str, default: int) -> int:
-    value = os.environ.get(name, str(default))
-    if not value.isdigit() or int(value) < 1:
-        raise SystemExit(f"{name} must be a whole number >= 1")
-    return int(value)
+    try:
+        return env_int(name, default, at_least=1)
+    except SettingError as err:
+        raise SystemExit(str(err)) from None
 
 
 class Lane:
@@ -246,9 +244,24 @@ class LeaseholdASGI:
             finally:
                 result.close()
             result = None
-        status, headers = started
-        return (int(status[:3]), [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers],
-                content, result)
+        status, headers = int(started[0][:3]), started[1]
+        headers = [(_header_name(k), v.encode("latin-1")) for k, v in headers]
+        if (content is not None and environ["REQUEST_METHOD"] != "HEAD" and status >= 200
+                and status not in (204, 304) and not any(k.lower() == b"content-length" for k, _ in headers)):
+            # The whole body is here: say its length. Without it uvicorn
+            # answers chunked, and the chunk that ends it is a second small
+            # write that the client's delayed ACK can hold up (a renewal
+            # took twice as long).
+            headers.append((b"Content-Length", str(len(content)).encode()))
+        return status, headers, content, result
+
+
+def _header_name(name: str) -> bytes:
+    """A response header name for the front. Metadata names keep their case
+    (Azure returns them as they were set): CaseKept tells the front so."""
+    if name[:10].lower() == "x-ms-meta-":
+        return CaseKept(name.encode("latin-1"))
+    return name.encode("latin-1")
 
 
 def _next_piece(result) -> bytes:
@@ -300,9 +313,10 @@ def _environ(scope, body, length: int) -> dict:
         "wsgi.multithread": True,
         "wsgi.multiprocess": True,
         "wsgi.run_once": False,
-        # The header names as the client sent them, in order (a WSGI environ
-        # keeps neither case nor order).
-        "leasehold.raw_headers": scope["headers"],
+        # The header pairs as the client sent them, names in their case
+        # (config/front.py keeps it), in order: a WSGI environ keeps neither
+        # case nor order. A front that keeps no case gives scope["headers"].
+        "leasehold.raw_headers": (scope.get("extensions") or {}).get(RAW_HEADERS) or scope["headers"],
     }
     for name, value in scope["headers"]:
         key = name.decode("latin-1").upper().replace("-", "_")

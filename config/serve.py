@@ -1,53 +1,61 @@
-"""The production server (`make run`): granian serving config.asgi.
+"""The production server (`make run`): uvicorn serving config.asgi.
 
     python -m config.serve        # settings from LEASEHOLD_* variables
 
-granian was chosen by measurement (bench/README.md): it parses HTTP and
-keeps connections alive in Rust, so Python spends its time on requests, not
-on sockets; on a 2-core machine it answered 1.4x (one client) to 1.6x (16
-clients) the lease requests of gunicorn's gthread workers with the same code.
+The front is uvicorn's httptools protocol (llhttp, Node's parser) on uvloop,
+subclassed in config/front.py to hand Django the request's header names as
+the client sent them and to send metadata names back as stored: Azure keeps
+the case of metadata names (``x-ms-meta-BuildId`` reads back as
+``BuildId``), and granian, the previous front, cannot (hyper lower-cases
+header names both ways and has no option to keep them). config/front.py also
+adds the header read timeout uvicorn lacks (LEASEHOLD_HEADER_TIMEOUT).
 
-The interface is ASGI, not WSGI: granian's WSGI interface hands a request to
-a Python thread once its headers are in, and that thread then blocks reading
-the body, so two clients trickling bodies held both workers and stalled
-every lease holder. Through ASGI the event loop of each worker receives the
-body whole (with time limits, a minimum rate and a size bound, config/asgi.py)
+Chosen by measurement (bench/README.md, "The HTTP front", has the figures):
+keeping case costs some lease throughput against granian on the same app,
+and writing a front of our own would not win it back (a prototype showed the
+same gap: it is in the handler's thread, not the front's parsing).
+``LEASEHOLD_FRONT=granian`` serves with granian for whoever prefers that
+speed to metadata name case.
+
+The interface is ASGI, not WSGI: a WSGI server hands a request to a Python
+thread once its headers are in, and that thread then blocks reading the
+body, so two clients trickling bodies held both workers and stalled every
+lease holder. Through ASGI the event loop of each worker receives the body
+whole (with time limits, a minimum rate and a size bound, config/asgi.py)
 and only then runs the request in a thread of its lane (lease actions,
 reads, everything else), so slow clients cost memory and lanes keep lease
-actions apart from exports and uploads. Headers are read by granian with
-LEASEHOLD_HEADER_TIMEOUT. Two worker processes use both cores of a small
-machine; more only add writer-lock hand-overs between processes. All workers
-share one database safely (the writer lock).
+actions apart from exports and uploads. Two worker processes use both cores
+of a small machine; more only add writer-lock hand-overs between processes.
+All workers share one database safely (the writer lock). uvicorn's
+supervisor restarts a worker that dies; SIGTERM stops the workers
+gracefully (requests in flight are answered, 10 s at most).
 """
 
 from __future__ import annotations
 
 import os
 
+from leases.env import SettingError, env_bool, env_choice, env_int, env_log_level, env_str
+
+# uvicorn keeps metadata name case (as Azure); granian is faster on the hot
+# path and loses it (see above).
+DEFAULT_FRONT = "uvicorn"
+
 
 def _bind() -> tuple[str, int]:
-    host, _, port = os.environ.get("LEASEHOLD_BIND", "127.0.0.1:10000").rpartition(":")
+    host, _, port = env_str("LEASEHOLD_BIND", "127.0.0.1:10000").rpartition(":")
     if not host or not port.isdigit():
         raise SystemExit("LEASEHOLD_BIND must be HOST:PORT, e.g. 127.0.0.1:10000")
     return host.strip("[]"), int(port)
 
 
 def _header_timeout_ms() -> int:
-    try:
-        seconds = float(os.environ.get("LEASEHOLD_HEADER_TIMEOUT", "10"))
-    except ValueError:
-        seconds = 0
-    if seconds <= 0:
-        raise SystemExit("LEASEHOLD_HEADER_TIMEOUT must be a number of seconds greater than 0")
-    return int(seconds * 1000)
+    from config.front import header_timeout
+
+    return int(header_timeout() * 1000)
 
 
 def main() -> None:
-    from granian import Granian
-    from granian.constants import HTTPModes, Interfaces
-    from granian.http import HTTP1Settings
-    from granian.log import LogLevels
-
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     # granian starts every request's WSGI environ as a copy of the process
     # environment, so an HTTP_* variable (HTTP_PROXY, ...) would read like a
@@ -60,31 +68,74 @@ def main() -> None:
         import tempfile
 
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="leasehold-metrics-")
-    host, port = _bind()
+    try:
+        host, port = _bind()
+        level = env_log_level()
+        workers = env_int("LEASEHOLD_WORKERS", 2, at_least=1)
+        front = env_choice("LEASEHOLD_FRONT", DEFAULT_FRONT, ("uvicorn", "granian"))
+    except SettingError as err:  # the message names the variable; no traceback
+        raise SystemExit(str(err)) from None
     # Refuse an unmigrated, older-schema or read-only database, saying what to run.
     from leases.startup import refuse_unready_database
 
     refuse_unready_database()
-    level = os.environ.get("LEASEHOLD_LOG_LEVEL", "warning").lower()
-    if level not in ("critical", "error", "warning", "info", "debug"):
-        raise SystemExit("LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, debug")
+    if front == "uvicorn":
+        _serve_uvicorn(host, port, workers, level)
+    else:  # loses metadata name case (module docstring)
+        _serve_granian(host, port, workers, level)
+
+
+def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
+    import uvicorn
+
+    from config.front import KEEP_ALIVE_SECONDS, LeaseholdHttpProtocol, header_timeout
+
+    header_timeout()  # a bad LEASEHOLD_HEADER_TIMEOUT stops the start here, not in every worker
+    uvicorn.run(
+        "config.asgi:application",
+        host=host,
+        port=port,
+        # Two processes use both cores of a small machine; more only add
+        # writer-lock hand-overs and page-cache refreshes between processes.
+        # uvicorn's supervisor restarts a worker that dies, and on SIGTERM
+        # stops them gracefully (requests in flight are answered).
+        workers=workers,
+        loop="uvloop",
+        http=LeaseholdHttpProtocol,  # httptools + raw header names + header timeout
+        ws="none",
+        lifespan="on",
+        interface="asgi3",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=10,
+        server_header=False,
+        # No X-Forwarded-* rewriting of the client's address (granian did none).
+        proxy_headers=False,
+        log_level=level,
+        access_log=env_bool("LEASEHOLD_ACCESS_LOG"),
+    )
+
+
+def _serve_granian(host: str, port: int, workers: int, level: str) -> None:
+    """The previous front, kept to measure against (bench/README.md): hyper
+    lower-cases header names both ways, so metadata names lose their case."""
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces
+    from granian.http import HTTP1Settings
+    from granian.log import LogLevels
+
     Granian(
         "config.asgi:application",
         address=host,
         port=port,
         interface=Interfaces.ASGI,
-        # Two processes use both cores of a small machine; more only add
-        # writer-lock hand-overs and page-cache refreshes between processes.
-        workers=int(os.environ.get("LEASEHOLD_WORKERS", "2")),
+        workers=workers,
         blocking_threads=1,  # the event loop's; requests run in the lanes' threads (config/asgi.py)
         runtime_threads=1,
         http=HTTPModes.http1,
         websockets=False,
-        # A client has this long to send all its headers (granian reads
-        # them in Rust: a slow one costs no Python thread meanwhile).
         http1_settings=HTTP1Settings(keep_alive=True, header_read_timeout=_header_timeout_ms()),
         log_level=LogLevels(level),
-        log_access=bool(os.environ.get("LEASEHOLD_ACCESS_LOG")),
+        log_access=env_bool("LEASEHOLD_ACCESS_LOG"),
         respawn_failed_workers=True,
         workers_kill_timeout=10,
     ).serve()

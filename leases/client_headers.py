@@ -3,9 +3,12 @@ the names of ``x-ms-meta-*`` headers as WSGI hands them over. The rules on
 metadata names and values themselves are leases/metadata.py's.
 
 WSGI upper-cases header names and folds ``-`` into ``_``
-(``x-ms-meta-Build_Id`` arrives as ``HTTP_X_MS_META_BUILD_ID``), so a
-metadata name arrives lower-cased, and a ``_`` in it is a ``_``: a C#
-identifier cannot hold ``-``. Only the signature tells a client that did
+(``x-ms-meta-Build_Id`` arrives as ``HTTP_X_MS_META_BUILD_ID``), so under
+plain WSGI a metadata name arrives lower-cased, and a ``_`` in it is a
+``_``: a C# identifier cannot hold ``-``. The production front
+(config/front.py) also hands over the header pairs as sent, in
+``environ["leasehold.raw_headers"]``: there names keep their case, as on
+Azure. Only the signature tells a client that did
 send ``-`` apart (leases/sharedkey.py asks ``signed_metadata_header`` both
 ways); such a name is refused with ``dash_in_metadata_name``.
 """
@@ -24,6 +27,7 @@ AZURE_CLIENT_REQUEST_ID = "HTTP_X_MS_CLIENT_REQUEST_ID"  # x-ms-client-request-i
 API_CLIENT_REQUEST_ID = "HTTP_X_CLIENT_REQUEST_ID"  # X-Client-Request-Id, the JSON API's own (first)
 
 METADATA_PREFIX = "HTTP_X_MS_META_"
+RAW_HEADERS = "leasehold.raw_headers"  # set by config/asgi.py from config/front.py's scope
 
 
 def client_request_id(meta: Mapping[str, str], keys: tuple[str, ...] = (AZURE_CLIENT_REQUEST_ID,)) -> str:
@@ -34,9 +38,23 @@ def client_request_id(meta: Mapping[str, str], keys: tuple[str, ...] = (AZURE_CL
 
 
 def metadata_from_environ(environ: Mapping[str, str]) -> dict:
-    """The x-ms-meta-* pairs, names lower-cased (WSGI lost their case)."""
-    return {key[len(METADATA_PREFIX):].lower(): value
-            for key, value in environ.items() if key.startswith(METADATA_PREFIX)}
+    """The x-ms-meta-* pairs. Names keep their case where the server handed
+    the raw header pairs over; a name sent twice, in any case, is kept twice
+    over (distinct spellings) so that leases/metadata.py refuses it, or
+    refused here (the very same spelling twice). Under plain WSGI names come
+    lower-cased."""
+    raw = environ.get(RAW_HEADERS)
+    if raw is None:
+        return {key[len(METADATA_PREFIX):].lower(): value
+                for key, value in environ.items() if key.startswith(METADATA_PREFIX)}
+    pairs: dict = {}
+    for name, value in raw:
+        if name[:10].lower() == b"x-ms-meta-":
+            key = name[10:].decode("latin-1")
+            if key in pairs:  # the very same name twice
+                raise metadata.invalid(f"Metadata name {key!r} is given twice (names ignore case).")
+            pairs[key] = value.decode("latin-1")
+    return pairs
 
 
 def signed_metadata_header(key: str, *, dash: bool = False) -> str:

@@ -44,6 +44,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from . import clock, metrics
+from .env import env_float, env_int, env_str
 from .models import HistoryHorizon, LeaseEvent
 
 log = logging.getLogger("leasehold.retention")
@@ -73,13 +74,13 @@ class Policy:
 
     @classmethod
     def from_environment(cls, environ=os.environ) -> "Policy":
-        batch = int(environ.get("LEASEHOLD_RETENTION_BATCH", "100"))
-        pause = float(environ.get("LEASEHOLD_RETENTION_PAUSE", "0.01"))
-        if batch < 1 or pause < 0:
-            raise ValueError("LEASEHOLD_RETENTION_BATCH must be >= 1 and LEASEHOLD_RETENTION_PAUSE >= 0")
-        return cls(renewals=parse_duration(environ.get("LEASEHOLD_RETENTION_RENEWALS"), "LEASEHOLD_RETENTION_RENEWALS"),
-                   events=parse_duration(environ.get("LEASEHOLD_RETENTION_EVENTS"), "LEASEHOLD_RETENTION_EVENTS"),
-                   batch=batch, pause=pause)
+        # SettingError is a ValueError: a bad value stops the start, naming the variable.
+        return cls(renewals=parse_duration(env_str("LEASEHOLD_RETENTION_RENEWALS", environ=environ),
+                                           "LEASEHOLD_RETENTION_RENEWALS"),
+                   events=parse_duration(env_str("LEASEHOLD_RETENTION_EVENTS", environ=environ),
+                                         "LEASEHOLD_RETENTION_EVENTS"),
+                   batch=env_int("LEASEHOLD_RETENTION_BATCH", 100, at_least=1, environ=environ),
+                   pause=env_float("LEASEHOLD_RETENTION_PAUSE", 0.01, at_least=0, environ=environ))
 
     @property
     def prunes(self) -> bool:
@@ -246,7 +247,7 @@ def start_pruner() -> Pruner | None:
             name = str(connection.settings_dict["NAME"])
             lock_path = (name if connection.vendor == "sqlite" else os.path.join(
                 str(settings.VAR_DIR), "leasehold")) + ".retention.lock"
-            _pruner = Pruner(active, lock_path, idle=float(os.environ.get("LEASEHOLD_RETENTION_IDLE", "10")))
+            _pruner = Pruner(active, lock_path, idle=env_float("LEASEHOLD_RETENTION_IDLE", 10, above=0))
             _pruner.start()
     return _pruner
 

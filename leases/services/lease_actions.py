@@ -1,0 +1,197 @@
+"""Lease actions: acquire, renew, change, release, break."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from .. import clock, machine, metrics
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..models import Blob, Container
+from .access import _recording_refusal
+from .common import NO_CONDITIONS, Actor, ResourceRef, _guid, _int
+from .history import _event_finish, _event_start
+from .statements import _driver_cursor, _load_for_lease, _next_generation, _save_lease
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    """What a lease action answers: the resource as saved and the outcome."""
+
+    resource: Container | Blob
+    outcome: machine.Outcome
+
+    @property
+    def lease_id(self) -> uuid.UUID | None:
+        return self.outcome.lease_id
+
+    @property
+    def lease_time(self) -> int | None:
+        return self.outcome.lease_time
+
+    @property
+    def generation(self) -> int:
+        return self.outcome.record.generation
+
+
+def _with_generation(outcome: machine.Outcome, generation: int) -> machine.Outcome:
+    if generation == outcome.record.generation:
+        return outcome
+    return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, generation=generation))
+
+
+def _deadline(record: machine.LeaseRecord):
+    return record.break_at if record.state == machine.BREAKING else record.expires_at
+
+
+# ------------------------------------------------------------------ lease actions
+
+SUCCESS_STATUS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "break": 202}
+
+
+def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
+                  reason: str = "", legacy: bool = False, **raw) -> LeaseResult:
+    """One transaction: read the row (locked), decide, write it, append the
+    event; a refusal appends its event and commits, then is raised. Checks
+    that need no database run before the write lock is taken. ``legacy``:
+    the semantics of x-ms-version before 2012-02-12 (machine.py)."""
+    noun = ref.noun
+    now = clock.now()
+    facts: dict = {}  # what the event records, filled in as it becomes known
+    refusal = None
+    try:
+        machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
+        params = {
+            "lease_id": _guid(raw.get("lease_id"), "lease_id", noun),
+            "proposed_id": _guid(raw.get("proposed_id"), "proposed_lease_id", noun),
+            "duration": _int(raw.get("duration"), "duration", noun),
+            "break_period": _int(raw.get("break_period"), "break_period", noun),
+        }
+        facts.update(lease_id=params["lease_id"], proposed_id=params["proposed_id"],
+                     duration=params["duration"], break_period=params["break_period"])
+        machine.validate(action, noun=noun, legacy=legacy, **params)
+        if ref.snapshot:
+            raise LeaseholdError("InvalidOperation", noun=noun)
+        new_id = uuid.uuid4()
+        checked = conditions.dates_only() if noun == machine.CONTAINER else conditions
+    except LeaseholdError as err:
+        refusal = err
+    event = _event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
+                         conn=transaction.get_connection())
+
+    def write(refusal=refusal):
+        obj = outcome = None
+        conn = transaction.get_connection()
+        with _driver_cursor(conn) as cursor:
+            if refusal is None:
+                try:
+                    obj = _load_for_lease(ref, conn, cursor)
+                    facts["state_before"] = obj.effective_lease_state(now)
+                    facts["generation"] = obj.lease_generation
+                    checked.check_write(obj.etag, obj.last_modified, noun=noun)
+                    outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id,
+                                            legacy=legacy, **params)
+                    if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
+                        outcome = _with_generation(outcome, _next_generation(
+                            ref, outcome.record.generation, conn=conn, cursor=cursor))
+                except LeaseholdError as err:
+                    refusal = err
+            if refusal is not None:
+                with _recording_refusal(refusal):
+                    _event_finish(event, status=refusal.status, error=refusal,
+                                  state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
+                if refusal.code in REFUSAL_DETAIL_CODES and obj is not None:
+                    refusal.detail.update(_refusal_detail(obj, now))
+            else:
+                previous_id = obj.lease_id
+                holder = ()
+                if action == "acquire" and outcome.state_before != machine.LEASED:  # a new lease
+                    obj.lease_acquired_at = now
+                    obj.lease_holder = actor.name[:200]
+                    obj.lease_holder_address = actor.remote_addr[:64]
+                    obj.lease_holder_request_id = actor.client_request_id[:1024]
+                    holder = obj.HOLDER_COLUMNS
+                _save_lease(obj, outcome.record, *holder, conn=conn, cursor=cursor)
+                facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
+                             lease_time=outcome.lease_time, expires_at=_deadline(outcome.record),
+                             lease_id=params["lease_id"] or outcome.lease_id or previous_id,
+                             duration=outcome.record.duration if action != "break" else None)
+                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
+        return obj, outcome, refusal
+
+    obj, outcome, refusal = _write_transaction(write)
+    if refusal is not None:
+        raise refusal
+    return LeaseResult(resource=obj, outcome=outcome)
+
+
+_lease_action = metrics.timed_lease_action(_lease_action)  # requests by action, door, outcome; latency
+
+
+def _write_transaction(fn):
+    """``with transaction.atomic(): return fn()`` -- except that on SQLite
+    the transactions of concurrent threads are committed together (group
+    commit, leases.sqlite_backend), unless the caller already is in one."""
+    conn = transaction.get_connection()
+    group_commit = getattr(conn, "group_commit", None)
+    if group_commit is None or conn.in_atomic_block:
+        with transaction.atomic():
+            return fn()
+    return group_commit(fn)
+
+
+REFUSAL_DETAIL_CODES = {"LeaseAlreadyPresent", "LeaseIsBreakingAndCannotBeAcquired"}
+
+
+def _refusal_detail(obj, now) -> dict:
+    """Why an acquire was refused: the state, when it can next be acquired
+    (None: only after a release or break), and the generation."""
+    state = obj.effective_lease_state(now)
+    if state == machine.BREAKING:
+        retry = machine.seconds_left(obj.lease_break_at, now)
+    elif obj.lease_duration == machine.INFINITE:
+        retry = None
+    else:
+        retry = machine.seconds_left(obj.lease_expires_at, now)
+    return {"lease_state": state, "retry_after": retry, "generation": obj.lease_generation}
+
+
+def lease_acquire(*, ref: ResourceRef, actor: Actor, duration, proposed_lease_id=None,
+                  conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("acquire", ref=ref, actor=actor, conditions=conditions,
+                         duration=duration, proposed_id=proposed_lease_id)
+
+
+def lease_renew(*, ref: ResourceRef, actor: Actor, lease_id, conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("renew", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id)
+
+
+def lease_change(*, ref: ResourceRef, actor: Actor, lease_id, proposed_lease_id,
+                 conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("change", ref=ref, actor=actor, conditions=conditions,
+                         lease_id=lease_id, proposed_id=proposed_lease_id)
+
+
+def lease_release(*, ref: ResourceRef, actor: Actor, lease_id, conditions: Conditions = NO_CONDITIONS,
+                  reason: str = "") -> LeaseResult:
+    return _lease_action("release", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id, reason=reason)
+
+
+def lease_break(*, ref: ResourceRef, actor: Actor, break_period=None, conditions: Conditions = NO_CONDITIONS,
+                reason: str = "") -> LeaseResult:
+    return _lease_action("break", ref=ref, actor=actor, conditions=conditions, break_period=break_period,
+                         reason=reason)
+
+
+def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
+                 lease_id=None, proposed_lease_id=None, duration=None, break_period=None,
+                 legacy: bool = False) -> LeaseResult:
+    """Dispatch on an action name taken from the wire (may be unknown).
+    ``legacy``: the request's x-ms-version is before 2012-02-12."""
+    return _lease_action((action or "").lower() or None, ref=ref, actor=actor, conditions=conditions,
+                         lease_id=lease_id, proposed_id=proposed_lease_id, duration=duration,
+                         break_period=break_period, legacy=legacy)

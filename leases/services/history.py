@@ -9,8 +9,10 @@ from django.db import transaction
 from .. import clock
 from ..errors import LeaseholdError
 from ..models import LeaseEvent
+from ..storage.statements import RowInsert
 from .common import Actor, ResourceRef
-from .statements import _compile_event_insert, _compiled, _driver_cursor, _event_set
+
+EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection
 
 
 def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
@@ -18,15 +20,12 @@ def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, 
     """A history row's values known before the resource is read -- when, what,
     on what, by whom -- prepared for the database, so that the lease hot path
     builds them before it takes the write lock, not while holding it."""
-    _, preparers, position, defaults = _compiled(conn, "event", _compile_event_insert)
-    values = list(defaults)  # a column added to LeaseEvent later gets its default
-    _event_set(values, conn, preparers, position,
-               occurred_at=now, action=(action or "")[:16], resource_type=ref.noun, account=ref.account,
-               container=ref.container, blob=ref.blob or "", actor=actor.name[:200], via=actor.via,
-               reason=reason[:500], request_id=actor.request_id,
-               client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
-               user_agent=actor.user_agent[:512])
-    return values
+    return EVENTS.start(
+        conn, occurred_at=now, action=(action or "")[:16], resource_type=ref.noun, account=ref.account,
+        container=ref.container, blob=ref.blob or "", actor=actor.name[:200], via=actor.via,
+        reason=reason[:500], request_id=actor.request_id,
+        client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
+        user_agent=actor.user_agent[:512])
 
 
 def _event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
@@ -35,18 +34,13 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
     """Complete a row from ``_event_start`` with the outcome and append it in
     the caller's transaction (on ``cursor`` of ``conn`` if given)."""
     conn = conn or transaction.get_connection()
-    sql, preparers, position, _ = _compiled(conn, "event", _compile_event_insert)
-    _event_set(values, conn, preparers, position,
+    EVENTS.set(values, conn,
                outcome=LeaseEvent.Outcome.REFUSED.value if error else LeaseEvent.Outcome.SUCCESS.value,
                status_code=error.status if error else status, error_code=error.code if error else "",
                lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
                lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after,
                generation=generation)
-    if cursor is not None:
-        cursor.execute(sql, values)
-    else:
-        with _driver_cursor(conn) as own:
-            own.execute(sql, values)
+    EVENTS.insert(values, conn=conn, cursor=cursor)
 
 
 def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",

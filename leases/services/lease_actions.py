@@ -11,11 +11,12 @@ from django.db import transaction
 from .. import clock, machine, metrics
 from ..conditions import Conditions
 from ..errors import LeaseholdError
-from ..models import Blob, Container
+from ..models import Blob, Container, FencingGeneration
+from ..storage import statements
+from ..storage.transactions import write_transaction
 from .access import _recording_refusal
-from .common import NO_CONDITIONS, Actor, ResourceRef, _guid, _int
+from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _guid, _int
 from .history import _event_finish, _event_start
-from .statements import _driver_cursor, _load_for_lease, _next_generation, _save_lease
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,47 @@ def _with_generation(outcome: machine.Outcome, generation: int) -> machine.Outco
 
 def _deadline(record: machine.LeaseRecord):
     return record.break_at if record.state == machine.BREAKING else record.expires_at
+
+
+# ------------------------------------------------------------------ the lease row, through compiled statements
+
+_LOOKUPS = {Container: ("account__name", "name"),
+            Blob: ("container__account__name", "container__name", "name", "snapshot")}
+_DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease action reads neither
+
+
+def _load_for_lease(ref: ResourceRef, conn, cursor) -> Container | Blob:
+    """``_load(ref, for_update=True)`` in one compiled statement."""
+    if ref.blob is None:
+        obj = statements.load_locked(Container, _LOOKUPS[Container], (ref.account, ref.container),
+                                     deferred=_DEFERRED[Container], conn=conn, cursor=cursor)
+        if obj is None:
+            raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+        return obj
+    obj = statements.load_locked(Blob, _LOOKUPS[Blob], (ref.account, ref.container, ref.blob, ref.snapshot),
+                                 deferred=_DEFERRED[Blob], conn=conn, cursor=cursor)
+    if obj is None:
+        _container_must_exist(ref)
+        raise LeaseholdError("BlobNotFound")
+    return obj
+
+
+def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str, conn, cursor) -> None:
+    """``obj.save(update_fields=[changed lease columns, *extra])`` as one
+    compiled UPDATE; none if nothing changed."""
+    columns = (*obj.set_lease_record(record), *extra)
+    if columns:
+        statements.save_columns(obj, columns, conn=conn, cursor=cursor)
+
+
+def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
+    """The fencing token of a new lease on ``ref``, recorded for its name in
+    the lease transaction: one statement, run only when a lease is new (not
+    on renew, change, release or break)."""
+    return statements.next_generation(
+        FencingGeneration, key=FencingGeneration.key_for(ref.account, ref.container, ref.blob),
+        account=ref.account, container=ref.container, blob=ref.blob or "", proposed=proposed,
+        conn=conn, cursor=cursor)
 
 
 # ------------------------------------------------------------------ lease actions
@@ -86,7 +128,7 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
     def write(refusal=refusal):
         obj = outcome = None
         conn = transaction.get_connection()
-        with _driver_cursor(conn) as cursor:
+        with statements.driver_cursor(conn) as cursor:
             if refusal is None:
                 try:
                     obj = _load_for_lease(ref, conn, cursor)
@@ -123,25 +165,13 @@ def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Co
                 _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
         return obj, outcome, refusal
 
-    obj, outcome, refusal = _write_transaction(write)
+    obj, outcome, refusal = write_transaction(write)
     if refusal is not None:
         raise refusal
     return LeaseResult(resource=obj, outcome=outcome)
 
 
 _lease_action = metrics.timed_lease_action(_lease_action)  # requests by action, door, outcome; latency
-
-
-def _write_transaction(fn):
-    """``with transaction.atomic(): return fn()`` -- except that on SQLite
-    the transactions of concurrent threads are committed together (group
-    commit, leases.sqlite_backend), unless the caller already is in one."""
-    conn = transaction.get_connection()
-    group_commit = getattr(conn, "group_commit", None)
-    if group_commit is None or conn.in_atomic_block:
-        with transaction.atomic():
-            return fn()
-    return group_commit(fn)
 
 
 REFUSAL_DETAIL_CODES = {"LeaseAlreadyPresent", "LeaseIsBreakingAndCannotBeAcquired"}

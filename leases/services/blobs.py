@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, machine, names
+from .. import clock, names
 from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration, new_etag
 from .access import _after_blob_write, _check_access, _committing_refusals, _reading
-from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _guid_header, _load, _now_etag
+from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
 
 
 def validate_blob_name(name: str) -> None:
@@ -24,7 +25,7 @@ def validate_blob_name(name: str) -> None:
 
 @_committing_refusals
 def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: str = "",
-             metadata: dict | None = None, properties: dict | None = None, lease_id=None,
+             metadata: dict | None = None, properties: dict | None = None, lease_id: uuid.UUID | None = None,
              conditions: Conditions = NO_CONDITIONS) -> Blob:
     """Put Blob: create or overwrite. The lease is checked before the
     conditions, so an If-None-Match: * upload onto a leased blob is 412
@@ -32,7 +33,6 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     validate_blob_name(ref.blob)
     metadata = metadata_rules.validate(metadata)
     now = clock.now()
-    lease_id = _guid_header(lease_id, machine.BLOB)
     container = _container_must_exist(ref)
     blob = _blob_for_write(container, ref)
     md5 = base64.b64encode(hashlib.md5(content).digest()).decode()
@@ -89,22 +89,23 @@ def _last_generation(ref: ResourceRef) -> int:
 
 
 @_reading
-def blob_read(*, ref: ResourceRef, actor: Actor, lease_id=None, content: bool = True) -> Blob:
+def blob_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
+              content: bool = True) -> Blob:
     """Get Blob / Get Blob Properties: an optional lease id must match.
     ``content=False`` when only properties are answered."""
     obj = _load(ref, for_update=False, content=content)
     if lease_id is not None:
-        _check_access(obj, ref=ref, actor=actor, now=clock.now(), lease_id=_guid_header(lease_id, machine.BLOB),
+        _check_access(obj, ref=ref, actor=actor, now=clock.now(), lease_id=lease_id,
                       write=False, operation="read-blob")
     return obj
 
 
 @_committing_refusals
-def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
+def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
+                      lease_id: uuid.UUID | None = None,
                       conditions: Conditions = NO_CONDITIONS) -> Blob:
     metadata = metadata_rules.validate(metadata)
     now = clock.now()
-    lease_id = _guid_header(lease_id, machine.BLOB)
     if ref.snapshot:
         raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
     blob = _load(ref, for_update=True)
@@ -117,10 +118,10 @@ def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_i
 
 
 @_committing_refusals
-def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id=None, delete_snapshots: str | None = None,
+def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
+                delete_snapshots: str | None = None,
                 conditions: Conditions = NO_CONDITIONS) -> None:
     now = clock.now()
-    lease_id = _guid_header(lease_id, machine.BLOB)
     if delete_snapshots not in (None, "include", "only"):
         raise LeaseholdError("InvalidHeaderValue", field="delete_snapshots", value=delete_snapshots)
     blob = _load(ref, for_update=True)
@@ -138,11 +139,10 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id=None, delete_snapsho
 
 
 @_committing_refusals
-def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id=None,
+def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id: uuid.UUID | None = None,
                   conditions: Conditions = NO_CONDITIONS) -> Blob:
     metadata = None if metadata is None else metadata_rules.validate(metadata)
     now = clock.now()
-    lease_id = _guid_header(lease_id, machine.BLOB)
     blob = _load(ref, for_update=True)
     conditions.check_write(blob.etag, blob.last_modified)
     if lease_id is not None:

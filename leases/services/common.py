@@ -6,7 +6,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .. import guids, machine
+from .. import machine
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, new_etag
@@ -79,18 +79,6 @@ def _container_must_exist(ref: ResourceRef) -> Container:
     if container is None:
         raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
     return container
-
-
-def _guid(value, field_name: str, noun: str) -> uuid.UUID | None:
-    return value if isinstance(value, uuid.UUID) or value is None else guids.parse(value, field_name, noun=noun)
-
-
-def _int(value, field_name: str, noun: str) -> int | None:
-    return machine.parse_int(value, field_name, noun=noun)
-
-
-def _guid_header(value, noun: str) -> uuid.UUID | None:
-    return _guid(value, "lease_id", noun)
 
 
 def _now_etag(obj, now: datetime) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import uuid
 
 from django.db import IntegrityError, transaction
 
@@ -12,7 +13,7 @@ from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Account, Container, FencingGeneration, new_etag
 from .access import _check_access, _committing_refusals, _reading
-from .common import NO_CONDITIONS, Actor, ResourceRef, _guid_header, _load, _now_etag
+from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 
 
 CONTAINER_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -46,10 +47,9 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
 
 
 @_committing_refusals
-def container_delete(*, ref: ResourceRef, actor: Actor, lease_id=None,
+def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
                      conditions: Conditions = NO_CONDITIONS) -> None:
     now = clock.now()
-    lease_id = _guid_header(lease_id, machine.CONTAINER)
     obj = _load(ref, for_update=True)
     conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
     _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
@@ -58,22 +58,22 @@ def container_delete(*, ref: ResourceRef, actor: Actor, lease_id=None,
 
 
 @_reading
-def container_read(*, ref: ResourceRef, actor: Actor, lease_id=None) -> Container:
+def container_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None) -> Container:
     """Get Container Properties/Metadata: an optional lease id must match."""
     obj = _load(ref, for_update=False)
     if lease_id is not None:
         _check_access(obj, ref=ref, actor=actor, now=clock.now(),
-                      lease_id=_guid_header(lease_id, machine.CONTAINER), write=False,
+                      lease_id=lease_id, write=False,
                       operation="read-container")
     return obj
 
 
 @_committing_refusals
-def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict, lease_id=None,
+def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
+                           lease_id: uuid.UUID | None = None,
                            conditions: Conditions = NO_CONDITIONS) -> Container:
     metadata = metadata_rules.validate(metadata)
     now = clock.now()
-    lease_id = _guid_header(lease_id, machine.CONTAINER)
     obj = _load(ref, for_update=True)
     Conditions(if_modified_since=conditions.if_modified_since).check_write(
         obj.etag, obj.last_modified, noun=machine.CONTAINER)

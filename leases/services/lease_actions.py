@@ -15,7 +15,7 @@ from ..models import Blob, Container, FencingGeneration
 from ..storage import statements
 from ..storage.transactions import write_transaction
 from .access import _recording_refusal
-from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _guid, _int
+from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
 from .history import _event_finish, _event_start
 
 
@@ -95,24 +95,26 @@ def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
 SUCCESS_STATUS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "break": 202}
 
 
-def _lease_action(action: str, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
-                  reason: str = "", legacy: bool = False, **raw) -> LeaseResult:
+def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
+                  reason: str = "", legacy: bool = False, lease_id: uuid.UUID | None = None,
+                  proposed_id: uuid.UUID | None = None, duration: int | None = None,
+                  break_period: int | None = None, unparsed: LeaseholdError | None = None) -> LeaseResult:
     """One transaction: read the row (locked), decide, write it, append the
     event; a refusal appends its event and commits, then is raised. Checks
     that need no database run before the write lock is taken. ``legacy``:
-    the semantics of x-ms-version before 2012-02-12 (machine.py)."""
+    the semantics of x-ms-version before 2012-02-12 (machine.py).
+    ``unparsed``: the 400 of a parameter the door could not parse
+    (leases.lease_params), refused and recorded like any other refusal."""
     noun = ref.noun
     now = clock.now()
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
     try:
         machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
-        params = {
-            "lease_id": _guid(raw.get("lease_id"), "lease_id", noun),
-            "proposed_id": _guid(raw.get("proposed_id"), "proposed_lease_id", noun),
-            "duration": _int(raw.get("duration"), "duration", noun),
-            "break_period": _int(raw.get("break_period"), "break_period", noun),
-        }
+        if unparsed is not None:
+            raise unparsed
+        params = {"lease_id": lease_id, "proposed_id": proposed_id, "duration": duration,
+                  "break_period": break_period}
         facts.update(lease_id=params["lease_id"], proposed_id=params["proposed_id"],
                      duration=params["duration"], break_period=params["break_period"])
         machine.validate(action, noun=noun, legacy=legacy, **params)
@@ -190,38 +192,46 @@ def _refusal_detail(obj, now) -> dict:
     return {"lease_state": state, "retry_after": retry, "generation": obj.lease_generation}
 
 
-def lease_acquire(*, ref: ResourceRef, actor: Actor, duration, proposed_lease_id=None,
-                  conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+def lease_acquire(*, ref: ResourceRef, actor: Actor, duration: int | None,
+                  proposed_lease_id: uuid.UUID | None = None, conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    """``duration``: seconds (15-60) or machine.INFINITE; the machine checks the range."""
     return _lease_action("acquire", ref=ref, actor=actor, conditions=conditions,
                          duration=duration, proposed_id=proposed_lease_id)
 
 
-def lease_renew(*, ref: ResourceRef, actor: Actor, lease_id, conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+def lease_renew(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None,
+                conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
     return _lease_action("renew", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id)
 
 
-def lease_change(*, ref: ResourceRef, actor: Actor, lease_id, proposed_lease_id,
-                 conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+def lease_change(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None,
+                 proposed_lease_id: uuid.UUID | None, conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
     return _lease_action("change", ref=ref, actor=actor, conditions=conditions,
                          lease_id=lease_id, proposed_id=proposed_lease_id)
 
 
-def lease_release(*, ref: ResourceRef, actor: Actor, lease_id, conditions: Conditions = NO_CONDITIONS,
-                  reason: str = "") -> LeaseResult:
+def lease_release(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None,
+                  conditions: Conditions = NO_CONDITIONS, reason: str = "") -> LeaseResult:
     return _lease_action("release", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id, reason=reason)
 
 
-def lease_break(*, ref: ResourceRef, actor: Actor, break_period=None, conditions: Conditions = NO_CONDITIONS,
-                reason: str = "") -> LeaseResult:
+def lease_break(*, ref: ResourceRef, actor: Actor, break_period: int | None = None,
+                conditions: Conditions = NO_CONDITIONS, reason: str = "") -> LeaseResult:
+    """``break_period``: seconds (0-60); None: a fixed lease breaks when it
+    would expire, an infinite one at once."""
     return _lease_action("break", ref=ref, actor=actor, conditions=conditions, break_period=break_period,
                          reason=reason)
 
 
 def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
-                 lease_id=None, proposed_lease_id=None, duration=None, break_period=None,
-                 legacy: bool = False) -> LeaseResult:
+                 lease_id: uuid.UUID | None = None, proposed_lease_id: uuid.UUID | None = None,
+                 duration: int | None = None, break_period: int | None = None, reason: str = "",
+                 legacy: bool = False, unparsed: LeaseholdError | None = None) -> LeaseResult:
     """Dispatch on an action name taken from the wire (may be unknown).
-    ``legacy``: the request's x-ms-version is before 2012-02-12."""
+    ``legacy``: the request's x-ms-version is before 2012-02-12.
+    ``unparsed``: the door could not parse a parameter (leases.lease_params.
+    parse_for_action): the action is checked, then refused with this error,
+    and the refusal recorded, as Azure orders its checks."""
     return _lease_action((action or "").lower() or None, ref=ref, actor=actor, conditions=conditions,
                          lease_id=lease_id, proposed_id=proposed_lease_id, duration=duration,
-                         break_period=break_period, legacy=legacy)
+                         break_period=break_period, reason=reason, legacy=legacy, unparsed=unparsed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import asdict, dataclass
 
-from . import guids, machine
+from . import guids
 from .errors import LeaseholdError
 
 
@@ -34,14 +34,24 @@ def lease_id(value: str | None, *, noun: str, field: str = "lease_id") -> uuid.U
     return guids.parse(value, field, noun=noun)
 
 
+def parse_int(value: str | int | None, field: str, *, noun: str) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    text = value.strip()
+    # isascii: str.isdigit() accepts digits int() refuses, such as "²".
+    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 12:
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value)
+    return int(text)
+
+
 def parse(*, noun: str, lease_id: str | None = None, proposed_lease_id: str | None = None,
           duration: str | int | None = None, break_period: str | int | None = None) -> LeaseParams:
     """The parameters of a lease action; the first that does not parse
     raises, in this order (Azure's)."""
     return LeaseParams(lease_id=guids.parse(lease_id, "lease_id", noun=noun),
                        proposed_lease_id=guids.parse(proposed_lease_id, "proposed_lease_id", noun=noun),
-                       duration=machine.parse_int(duration, "duration", noun=noun),
-                       break_period=machine.parse_int(break_period, "break_period", noun=noun))
+                       duration=parse_int(duration, "duration", noun=noun),
+                       break_period=parse_int(break_period, "break_period", noun=noun))
 
 
 def parse_for_action(*, noun: str, **raw) -> tuple[LeaseParams, LeaseholdError | None]:

@@ -160,12 +160,7 @@ class LeaseSerializer(serializers.Serializer):
 
 def lease_facts(obj: Container | Blob, now) -> dict:
     state = obj.effective_lease_state(now)
-    if state == machine.BREAKING:
-        remaining = machine.seconds_left(obj.lease_break_at, now)
-    elif state == machine.LEASED:
-        remaining = None if obj.lease_duration == machine.INFINITE else machine.seconds_left(obj.lease_expires_at, now)
-    else:
-        remaining = 0
+    remaining = machine.seconds_remaining(obj.lease_record, now)
     holder = None
     if obj.lease_acquired_at is not None:
         holder = {"actor": obj.lease_holder, "address": obj.lease_holder_address,

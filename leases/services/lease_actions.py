@@ -45,10 +45,6 @@ def _with_generation(outcome: machine.Outcome, generation: int) -> machine.Outco
     return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, generation=generation))
 
 
-def _deadline(record: machine.LeaseRecord):
-    return record.break_at if record.state == machine.BREAKING else record.expires_at
-
-
 # ------------------------------------------------------------------ the lease row, through compiled statements
 
 _LOOKUPS = {Container: ("account__name", "name"),
@@ -161,7 +157,7 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
                     holder = obj.HOLDER_COLUMNS
                 _save_lease(obj, outcome.record, *holder, conn=conn, cursor=cursor)
                 facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
-                             lease_time=outcome.lease_time, expires_at=_deadline(outcome.record),
+                             lease_time=outcome.lease_time, expires_at=machine.deadline(outcome.record, now),
                              lease_id=params["lease_id"] or outcome.lease_id or previous_id,
                              duration=outcome.record.duration if action != "break" else None)
                 _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
@@ -182,14 +178,9 @@ REFUSAL_DETAIL_CODES = {"LeaseAlreadyPresent", "LeaseIsBreakingAndCannotBeAcquir
 def _refusal_detail(obj, now) -> dict:
     """Why an acquire was refused: the state, when it can next be acquired
     (None: only after a release or break), and the generation."""
-    state = obj.effective_lease_state(now)
-    if state == machine.BREAKING:
-        retry = machine.seconds_left(obj.lease_break_at, now)
-    elif obj.lease_duration == machine.INFINITE:
-        retry = None
-    else:
-        retry = machine.seconds_left(obj.lease_expires_at, now)
-    return {"lease_state": state, "retry_after": retry, "generation": obj.lease_generation}
+    record = obj.lease_record
+    return {"lease_state": machine.effective_state(record, now), "retry_after": machine.seconds_remaining(record, now),
+            "generation": obj.lease_generation}
 
 
 def lease_acquire(*, ref: ResourceRef, actor: Actor, duration: int | None,

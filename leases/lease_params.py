@@ -12,7 +12,7 @@ that does not parse is 400 InvalidHeaderValue naming its field. Ranges
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 from . import guids
 from .errors import LeaseholdError
@@ -27,6 +27,9 @@ class LeaseParams:
 
     def as_kwargs(self) -> dict:
         return asdict(self)
+
+
+NAMES = tuple(f.name for f in fields(LeaseParams))  # as the services' keyword arguments are named
 
 
 def lease_id(value: str | None, *, noun: str, field: str = "lease_id") -> uuid.UUID | None:

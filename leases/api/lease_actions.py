@@ -52,7 +52,7 @@ class LeaseActionView(ApiView):
         data = validated(self.input_serializer, request.data)
         ref = blob_ref(account, container, blob) if blob is not None else ResourceRef(account, container)
         params, unparsed = lease_params.parse_for_action(
-            noun=ref.noun, **{name: data.get(name) for name in lease_params.LeaseParams.__dataclass_fields__})
+            noun=ref.noun, **{name: data.get(name) for name in lease_params.NAMES})
         result = SERVICES[self.action_name](ref=ref, actor=self.actor(), conditions=conditions,
                                             reason=data.get("reason", ""), unparsed=unparsed, **params.as_kwargs())
         obj = result.resource

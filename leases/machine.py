@@ -107,6 +107,28 @@ def seconds_left(deadline: datetime | None, now: datetime) -> int:
     return max(0, math.ceil((deadline - now).total_seconds()))
 
 
+def deadline(record: LeaseRecord, now: datetime) -> datetime | None:
+    """When the state at ``now`` ends by itself: a fixed lease's expiry while
+    leased, the break period's end while breaking; None for an infinite lease
+    or an unlocked one. Every door asks here (admin.common.DeadlineOrder is
+    the same rule in SQL, for sorting)."""
+    state = effective_state(record, now)
+    if state == LEASED:
+        return record.expires_at
+    if state == BREAKING:
+        return record.break_at
+    return None
+
+
+def seconds_remaining(record: LeaseRecord, now: datetime) -> int | None:
+    """Whole seconds (rounded up) until the lease stops locking the resource:
+    0 if it does not lock it now, None for an infinite lease."""
+    if effective_state(record, now) not in LOCKED_STATES:
+        return 0
+    end = deadline(record, now)
+    return None if end is None else seconds_left(end, now)
+
+
 # ---------------------------------------------------------------- parsing
 
 def parse_guid(value: str | None, field: str, *, noun: str = BLOB) -> uuid.UUID | None:
@@ -123,16 +145,6 @@ def parse_guid(value: str | None, field: str, *, noun: str = BLOB) -> uuid.UUID 
         return uuid.UUID(text)
     except ValueError:
         raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value) from None
-
-
-def parse_int(value: str | int | None, field: str, *, noun: str = BLOB) -> int | None:
-    if value is None or isinstance(value, int):
-        return value
-    text = value.strip()
-    # isascii: str.isdigit() accepts digits int() refuses, such as "²".
-    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 12:
-        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value)
-    return int(text)
 
 
 def check_duration(duration: int | None, *, noun: str) -> int:

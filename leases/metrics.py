@@ -60,7 +60,7 @@ def lease_request(action, door: str, outcome: str, seconds: float) -> None:
 
 
 def timed_lease_action(fn):
-    """Wrap services._lease_action: count and time every lease request."""
+    """Wrap services.lease_actions._lease_action: count and time every lease request."""
     from .errors import LeaseholdError
 
     def wrapper(action, *, actor, **kwargs):

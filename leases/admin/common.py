@@ -53,9 +53,10 @@ NEVER = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 class DeadlineOrder(Case):
-    """"Time left" as a sort key: a live lease's expiry, a breaking lease's
-    break end, far in the future for an infinite lease, and NULL (last,
-    either way) for leases with no time left: expired, broken, available.
+    """"Time left" as a sort key (machine.deadline in SQL): a live lease's
+    expiry, a breaking lease's break end, far in the future for an infinite
+    lease, and NULL (last, either way) for leases with no time left: expired,
+    broken, available.
     Judged at the request's instant (the ``lease_as_of`` annotation), as the
     badges are. A sort of the matching rows rather than an index walk: a top-N
     sort of one page, which stays cheap (bench/admin_pages.py)."""

@@ -51,12 +51,13 @@ def countdown(deadline: datetime, now: datetime, then: str) -> str:
 
 
 def time_left(obj, state: str, now: datetime) -> str:
+    end = machine.deadline(obj.lease_record, now)
     if state == machine.LEASED:
-        if obj.lease_duration == machine.INFINITE:
+        if end is None:
             return mark_safe('<span class="lease-quiet">never (infinite)</span>')
-        return countdown(obj.lease_expires_at, now, machine.EXPIRED)
+        return countdown(end, now, machine.EXPIRED)
     if state == machine.BREAKING:
-        return format_html("breaks in {}", countdown(obj.lease_break_at, now, machine.BROKEN))
+        return format_html("breaks in {}", countdown(end, now, machine.BROKEN))
     return EMPTY
 
 

@@ -149,6 +149,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="deadline after")
     def deadline(self, obj):
+        # Recorded with the event (machine.deadline of the record it left), not computed here.
         return display.timestamp(obj.expires_at)
 
     # ------------------------------------------------------------ views

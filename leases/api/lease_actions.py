@@ -11,12 +11,14 @@ change and release, 202 break), as are the refusals.
 
 from __future__ import annotations
 
+import functools
+
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
-from .. import clock, services
+from .. import clock, lease_params, services
 from ..services import ResourceRef
 from . import schema
 from .base import ApiView, validated
@@ -24,9 +26,9 @@ from .resources import blob_ref, validator_headers
 from .serializers import (AcquireInput, BreakInput, ChangeInput, LeaseActionResultSerializer, ReleaseInput,
                           RenewInput)
 
-SERVICES = {"acquire": services.lease_acquire, "renew": services.lease_renew, "change": services.lease_change,
-            "release": services.lease_release, "break": services.lease_break}
-
+# services.lease_action for each action: one entry point for both doors, which
+# also records a refusal for a parameter the view could not parse.
+SERVICES = {name: functools.partial(services.lease_action, name) for name in services.SUCCESS_STATUS}
 
 class LeaseActionSchema(AutoSchema):
     def get_operation_id(self):
@@ -47,9 +49,12 @@ class LeaseActionView(ApiView):
 
     def post(self, request, account, container, blob=None):
         conditions = self.conditions()  # header errors first, as on the Azure endpoint
-        params = validated(self.input_serializer, request.data)
+        data = validated(self.input_serializer, request.data)
         ref = blob_ref(account, container, blob) if blob is not None else ResourceRef(account, container)
-        result = SERVICES[self.action_name](ref=ref, actor=self.actor(), conditions=conditions, **params)
+        params, unparsed = lease_params.parse_for_action(
+            noun=ref.noun, **{name: data.get(name) for name in lease_params.NAMES})
+        result = SERVICES[self.action_name](ref=ref, actor=self.actor(), conditions=conditions,
+                                            reason=data.get("reason", ""), unparsed=unparsed, **params.as_kwargs())
         obj = result.resource
         body = LeaseActionResultSerializer({
             "action": self.action_name,

@@ -5,12 +5,14 @@ a read is 412, ...), with the same status codes (PUT 201, DELETE 202)."""
 
 from __future__ import annotations
 
+import uuid
+
 from django.utils.http import http_date
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
-from .. import clock, services
+from .. import clock, lease_params, machine, services
 from ..services import ResourceRef
 from . import schema
 from .base import ApiListView, ApiView, query_value, validated
@@ -29,6 +31,12 @@ DELETED = OpenApiResponse(description="Deleted (202, as on the Azure endpoint)."
 def blob_ref(account: str, container: str, blob: str) -> ResourceRef:
     # Azure reads '\' in a blob name as '/'; so does the Azure endpoint.
     return ResourceRef(account, container, blob.replace("\\", "/"))
+
+
+def lease_id_query(request, noun: str) -> uuid.UUID | None:
+    """The optional ``lease_id`` query parameter, parsed as the Azure door
+    parses x-ms-lease-id (400 InvalidHeaderValue if it is no GUID)."""
+    return lease_params.lease_id(query_value(request, "lease_id"), noun=noun)
 
 
 class ResourceView(ApiView):
@@ -78,7 +86,7 @@ class ContainerView(ResourceView):
                               **schema.errors(404, 412)})
     def get(self, request, account, container):
         obj = services.container_read(ref=ResourceRef(account, container), actor=self.actor(),
-                                      lease_id=query_value(request, "lease_id"))
+                                      lease_id=lease_id_query(request, machine.CONTAINER))
         return self.answer(obj)
 
     @extend_schema(summary="Create a container", request=ContainerInput, parameters=VALIDATORS,
@@ -94,8 +102,9 @@ class ContainerView(ResourceView):
                    parameters=[schema.LEASE_ID_QUERY, *schema.CONDITION_HEADERS],
                    responses={202: DELETED, **schema.errors(404, 412)})
     def delete(self, request, account, container):
+        conditions = self.conditions()
         services.container_delete(ref=ResourceRef(account, container), actor=self.actor(),
-                                  lease_id=query_value(request, "lease_id"), conditions=self.conditions())
+                                  lease_id=lease_id_query(request, machine.CONTAINER), conditions=conditions)
         return Response(status=202)
 
 
@@ -127,7 +136,7 @@ class BlobView(ResourceView):
                               **schema.errors(404, 412)})
     def get(self, request, account, container, blob):
         obj = services.blob_read(ref=blob_ref(account, container, blob), actor=self.actor(),
-                                 lease_id=query_value(request, "lease_id"), content=False)
+                                 lease_id=lease_id_query(request, machine.BLOB), content=False)
         return self.answer(obj)
 
     @extend_schema(summary="Create or replace a blob", request=BlobInput,
@@ -136,9 +145,11 @@ class BlobView(ResourceView):
                               **schema.errors(404, 409, 412, 413, 415)})
     def put(self, request, account, container, blob):
         data = validated(BlobInput, request.data)
-        obj = services.blob_put(ref=blob_ref(account, container, blob), actor=self.actor(),
+        ref, conditions = blob_ref(account, container, blob), self.conditions()
+        obj = services.blob_put(ref=ref, actor=self.actor(),
                                 content=data.get("content", b""), content_type=data["content_type"],
-                                metadata=data["metadata"], lease_id=data.get("lease_id"), conditions=self.conditions())
+                                metadata=data["metadata"], conditions=conditions,
+                                lease_id=lease_params.lease_id(data.get("lease_id"), noun=machine.BLOB))
         return self.answer(obj, status=201)
 
     @extend_schema(summary="Delete a blob",
@@ -147,7 +158,7 @@ class BlobView(ResourceView):
                                                 description="Required if the blob has snapshots.")],
                    responses={202: DELETED, **schema.errors(404, 409, 412)})
     def delete(self, request, account, container, blob):
-        services.blob_delete(ref=blob_ref(account, container, blob), actor=self.actor(),
-                             lease_id=query_value(request, "lease_id"),
-                             delete_snapshots=query_value(request, "delete_snapshots"), conditions=self.conditions())
+        ref, conditions = blob_ref(account, container, blob), self.conditions()
+        services.blob_delete(ref=ref, actor=self.actor(), lease_id=lease_id_query(request, machine.BLOB),
+                             delete_snapshots=query_value(request, "delete_snapshots"), conditions=conditions)
         return Response(status=202)

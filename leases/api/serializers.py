@@ -1,9 +1,10 @@
 """Request and response shapes of the JSON API.
 
 Lease parameters (``duration``, ``lease_id``, ...) are checked here for their
-JSON type only and handed to the services as the Azure endpoint hands over a
-header value: the domain decides whether they are missing or out of range,
-so both doors refuse with the same code and both record the refusal.
+JSON type only; the view parses them with the Azure door's rules
+(leases.lease_params) and the state machine decides whether they are missing
+or out of range, so both doors refuse with the same code and both record the
+refusal.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class _LeaseParam(serializers.Field):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, self.json_types):
             raise LeaseholdError("InvalidHeaderValue", field=self.field_name, value=json.dumps(data))
-        return str(data)  # the services parse it exactly as a header value
+        return data  # parsed by leases.lease_params, as the Azure door parses a header value
 
 
 @extend_schema_field({"type": "string", "format": "uuid"})
@@ -159,12 +160,7 @@ class LeaseSerializer(serializers.Serializer):
 
 def lease_facts(obj: Container | Blob, now) -> dict:
     state = obj.effective_lease_state(now)
-    if state == machine.BREAKING:
-        remaining = machine.seconds_left(obj.lease_break_at, now)
-    elif state == machine.LEASED:
-        remaining = None if obj.lease_duration == machine.INFINITE else machine.seconds_left(obj.lease_expires_at, now)
-    else:
-        remaining = 0
+    remaining = machine.seconds_remaining(obj.lease_record, now)
     holder = None
     if obj.lease_acquired_at is not None:
         holder = {"actor": obj.lease_holder, "address": obj.lease_holder_address,

@@ -7,29 +7,63 @@ headers); an Azure request, signed with SharedKey and answered in XML, uses
 none of them, yet running them cost about a tenth of its CPU. Both handlers
 resolve the same URLconf, fire the same request signals (so database
 connections are managed alike) and end in the same views.
+
+The Azure door is built from Django's public pieces only (WSGIRequest, the
+request signals, ``resolve``, ``response_for_exception``), not by emptying
+the private middleware lists of Django's own handler.
 """
 
 from __future__ import annotations
 
 import re
 
-from django.core.handlers.exception import convert_exception_to_response
-from django.core.handlers.wsgi import WSGIHandler
+from django.conf import settings
+from django.core import signals
+from django.core.handlers.exception import response_for_exception
+from django.core.handlers.wsgi import WSGIHandler, WSGIRequest, get_script_name
+from django.urls import resolve, set_script_prefix, set_urlconf
+from django.utils.log import log_response
 
 # The first path segment of an Azure request is an account name (see
 # config/urls.py); these prefixes belong to the other doors.
 AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static|health|metrics)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
 
 
-class AzureDoorHandler(WSGIHandler):
-    """Django's WSGI handler, as BaseHandler.load_middleware builds it for an
-    empty MIDDLEWARE list."""
+class AzureDoorHandler:
+    """A WSGI application that does what Django's WSGIHandler does for an
+    empty MIDDLEWARE list (and ATOMIC_REQUESTS off, as configured): the
+    request signals, the URLconf, the view, a rendered response; any
+    exception becomes the response Django would give for it (404, 400,
+    403, or a logged 500)."""
 
-    def load_middleware(self, is_async=False):
-        self._view_middleware = []
-        self._template_response_middleware = []
-        self._exception_middleware = []
-        self._middleware_chain = convert_exception_to_response(self._get_response)
+    def __call__(self, environ, start_response):
+        set_script_prefix(get_script_name(environ))
+        # request_started / request_finished (the latter sent by the response's
+        # close()) close connections that are too old or broken, as for any request.
+        signals.request_started.send(sender=self.__class__, environ=environ)
+        request = WSGIRequest(environ)
+        try:
+            response = self.get_response(request)
+        finally:
+            request.close()  # uploaded files: the Azure door reads bodies whole, none are left open
+        start_response(f"{response.status_code} {response.reason_phrase}", [
+            *response.items(), *(("Set-Cookie", c.output(header="")) for c in response.cookies.values())])
+        return response
+
+    def get_response(self, request):
+        set_urlconf(settings.ROOT_URLCONF)
+        try:
+            match = request.resolver_match = resolve(request.path_info)
+            response = match.func(request, *match.args, **match.kwargs)
+            if response is None:
+                raise ValueError(f"The view {match.func.__module__}.{match.func.__qualname__} returned None.")
+            if callable(getattr(response, "render", None)):  # DRF's Response renders late
+                response = response.render()
+        except Exception as exc:
+            response = response_for_exception(request, exc)
+        if response.status_code >= 400:
+            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        return response
 
 
 class LeaseholdWSGI:

@@ -11,7 +11,7 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
-from .. import client_headers, clock, machine, selectors, services
+from .. import client_headers, clock, lease_params, machine, selectors, services
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
@@ -185,6 +185,10 @@ class AzureBlobView(APIView):
             return services.NO_CONDITIONS  # == Conditions.parse of no headers
         return Conditions.parse(lambda name: _header(self.request, name))
 
+    def lease_id(self, noun: str = machine.BLOB) -> uuid.UUID | None:
+        """x-ms-lease-id, parsed: 400 InvalidHeaderValue if it is no GUID."""
+        return lease_params.lease_id(_header(self.request, "x-ms-lease-id"), noun=noun)
+
     def _properties(self, response: HttpResponse, obj) -> HttpResponse:
         response["ETag"] = obj.etag
         response["Last-Modified"] = wire.http_date(obj.last_modified)
@@ -222,13 +226,13 @@ class AzureBlobView(APIView):
         return self._properties(HttpResponse(status=201), container)
 
     def delete_container(self, ref: ResourceRef):
-        services.container_delete(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"),
-                                  conditions=self.conditions())
+        conditions = self.conditions()
+        services.container_delete(ref=ref, actor=self.actor(), lease_id=self.lease_id(machine.CONTAINER),
+                                  conditions=conditions)
         return HttpResponse(status=202)
 
     def container_properties(self, ref: ResourceRef):
-        container = services.container_read(ref=ref, actor=self.actor(),
-                                            lease_id=_header(self.request, "x-ms-lease-id"))
+        container = services.container_read(ref=ref, actor=self.actor(), lease_id=self.lease_id(machine.CONTAINER))
         response = self._properties(HttpResponse(), container)
         wire.metadata_headers(response, container.metadata)
         wire.lease_headers(response, container, self.now, legacy=self.legacy, noun=machine.CONTAINER)
@@ -239,9 +243,10 @@ class AzureBlobView(APIView):
         return response
 
     def set_container_metadata(self, ref: ResourceRef):
+        metadata, conditions = _metadata(self.request), self.conditions()
         container = services.container_set_metadata(
-            ref=ref, actor=self.actor(), metadata=_metadata(self.request),
-            lease_id=_header(self.request, "x-ms-lease-id"), conditions=self.conditions())
+            ref=ref, actor=self.actor(), metadata=metadata, lease_id=self.lease_id(machine.CONTAINER),
+            conditions=conditions)
         return self._properties(HttpResponse(), container)
 
     def list_blobs(self, ref: ResourceRef):
@@ -264,11 +269,12 @@ class AzureBlobView(APIView):
     def lease(self, ref: ResourceRef):
         meta = self.request._request.META
         h = lambda key: meta.get(key) or None  # noqa: E731  (as _header: "" is absent)
-        result = services.lease_action(
-            h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=self.actor(), conditions=self.conditions(),
-            lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
-            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"),
-            legacy=self.legacy)
+        conditions = self.conditions()
+        params, unparsed = lease_params.parse_for_action(
+            noun=ref.noun, lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
+            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"))
+        result = services.lease_action(h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=self.actor(), conditions=conditions,
+                                       legacy=self.legacy, unparsed=unparsed, **params.as_kwargs())
         action = h("HTTP_X_MS_LEASE_ACTION").lower()
         response = HttpResponse(status=services.SUCCESS_STATUS[action])
         if not self.legacy:  # ETag and Last-Modified on lease responses came later (2013-08-15)
@@ -294,10 +300,11 @@ class AzureBlobView(APIView):
         content = inputs.read_body(self.request._request)
         inputs.check_md5(content, self.request._request.META)
         h = lambda name: _header(self.request, name)  # noqa: E731
+        metadata, conditions = _metadata(self.request), self.conditions()
         blob = services.blob_put(
             ref=ref, actor=self.actor(), content=content,
             content_type=h("x-ms-blob-content-type") or self.request.META.get("CONTENT_TYPE", ""),
-            metadata=_metadata(self.request), lease_id=h("x-ms-lease-id"), conditions=self.conditions(),
+            metadata=metadata, lease_id=self.lease_id(), conditions=conditions,
             properties={"content_encoding": h("x-ms-blob-content-encoding"),
                         "content_language": h("x-ms-blob-content-language"),
                         "content_disposition": h("x-ms-blob-content-disposition"),
@@ -310,8 +317,7 @@ class AzureBlobView(APIView):
     def get_blob(self, ref: ResourceRef):
         head = self.request.method == "HEAD"
         properties_only = head or self.request.GET.get("comp") == "metadata"
-        blob = services.blob_read(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"),
-                                  content=not properties_only)
+        blob = services.blob_read(ref=ref, actor=self.actor(), lease_id=self.lease_id(), content=not properties_only)
         if not self.conditions().check_read(blob.etag, blob.last_modified):
             response = HttpResponse(status=304)
             return self._properties(response, blob)
@@ -352,26 +358,26 @@ class AzureBlobView(APIView):
         return response
 
     def set_blob_metadata(self, ref: ResourceRef):
-        blob = services.blob_set_metadata(ref=ref, actor=self.actor(), metadata=_metadata(self.request),
-                                          lease_id=_header(self.request, "x-ms-lease-id"),
-                                          conditions=self.conditions())
+        metadata, conditions = _metadata(self.request), self.conditions()
+        blob = services.blob_set_metadata(ref=ref, actor=self.actor(), metadata=metadata, lease_id=self.lease_id(),
+                                          conditions=conditions)
         response = self._properties(HttpResponse(), blob)
         response["x-ms-request-server-encrypted"] = "false"
         return response
 
     def delete_blob(self, ref: ResourceRef):
-        services.blob_delete(ref=ref, actor=self.actor(), lease_id=_header(self.request, "x-ms-lease-id"),
-                             delete_snapshots=_header(self.request, "x-ms-delete-snapshots"),
-                             conditions=self.conditions())
+        conditions = self.conditions()
+        services.blob_delete(ref=ref, actor=self.actor(), lease_id=self.lease_id(),
+                             delete_snapshots=_header(self.request, "x-ms-delete-snapshots"), conditions=conditions)
         response = HttpResponse(status=202)
         response["x-ms-delete-type-permanent"] = "true"
         return response
 
     def snapshot_blob(self, ref: ResourceRef):
         meta = _metadata(self.request)
-        snap = services.blob_snapshot(ref=ref, actor=self.actor(), metadata=meta or None,
-                                      lease_id=_header(self.request, "x-ms-lease-id"),
-                                      conditions=self.conditions())
+        conditions = self.conditions()
+        snap = services.blob_snapshot(ref=ref, actor=self.actor(), metadata=meta or None, lease_id=self.lease_id(),
+                                      conditions=conditions)
         response = self._properties(HttpResponse(status=201), snap)
         response["x-ms-snapshot"] = snap.snapshot
         return response

@@ -1,4 +1,4 @@
-"""Django's SQLite backend plus a fair writer lock across processes.
+"""Leasehold's SQLite engine: Django's SQLite backend plus a fair writer lock across processes.
 
 SQLite's busy handler polls with growing sleeps, so under load two processes
 writing to one file can starve each other for seconds. Here every write
@@ -7,28 +7,10 @@ then ``BEGIN IMMEDIATE``: waiters block in the kernel and are woken as soon as
 the holder commits, so hand-over is prompt and nobody spins. The lock is
 released on commit, rollback or close, and by the kernel if the process dies.
 
-Group commit: with synchronous=FULL every commit waits for an fsync, and the
-writer lock is held meanwhile, so on a slow disk writers queue behind one
-fsync each. ``group_commit(fn)`` runs write transactions of the threads of
-one process together: whoever finds no transaction running takes the lock,
-runs every transaction queued by then -- each inside its own savepoint, so
-one's failure undoes only its own writes -- and commits them all with one
-fsync; nobody's call returns before the commit that covers it. Each caller
-still gets its own result or exception, and every acknowledged write is as
-durable as with one transaction each.
-
-Checkpoints off the request path: SQLite copies the WAL back into the
-database (a checkpoint, with fsyncs of its own) inside the commit that pushes
-the WAL past ``wal_autocheckpoint`` pages -- a request's commit, under the
-writer lock, so that request and every writer behind it wait (one commit in
-about 60 took 1.5-3 ms instead of 0.3). With ``checkpoint_interval`` set
-(OPTIONS), a daemon thread per process and database file checkpoints at that
-interval on a connection of its own: first beside the writers (PASSIVE),
-then, holding the writer lock for a moment, the few frames committed during
-that first pass, so the WAL is fully copied and the next writer starts it
-over instead of growing it. The request connections keep
-``wal_autocheckpoint`` only as a bound on the WAL should the thread fall
-behind or stop. Durability does not depend on it: commits still fsync the WAL.
+Its parts: writer_lock.py (the lock, and bounded waits for it),
+group_commit.py (one commit for the write transactions of a process's
+threads), checkpoints.py (WAL checkpoints off the request path), and here
+the DatabaseWrapper that ties them into Django's transactions.
 
 The fsync after the writer lock (``sync_outside_lock`` in OPTIONS, with
 synchronous=FULL): SQLite fsyncs the WAL inside COMMIT, so every other
@@ -48,289 +30,33 @@ cut within that fraction of a millisecond takes back, never a lease granted
 to the client who acquired it. ``sync_outside_lock: False`` keeps SQLite's
 own fsync under the lock.
 
-Bounded waits: a writer that cannot take the writer lock within
-``write_wait`` seconds (OPTIONS, LEASEHOLD_WRITE_WAIT) gets ``WriterBusy``
-(leases.sqlite_backend.busy; the doors answer 503 ServerBusy), and so does
-one whose ``BEGIN IMMEDIATE`` finds SQLite's own lock held by another program
-past what is left of that wait. flock() cannot time out, so a contended lock
-is waited for by a helper thread of the connection, blocked in the kernel as
-before (hand-over stays prompt and fair); the writer waits for the helper at
-most the rest of its time. The wait counts from when the server had the
-whole request (``busy.received_at``, set by config/asgi.py), so time spent
-queued behind other waiting writers is part of it. Reads take no lock and never wait for a writer
-(WAL); their busy timeout is bounded by the same wait.
+The wrapper overrides private hooks of Django's backend
+(``_start_transaction_under_autocommit``, ``_commit``, ``_rollback``,
+``_close``): leases/storage/django_internals.py says what Django uses each
+for, and tests/test_storage_contract.py checks that Django still calls them so.
 """
 
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
-import sqlite3
-import threading
 import time
-from contextlib import contextmanager
 
 from django.db import transaction
-from django.db.transaction import TransactionManagementError
 from django.db.utils import OperationalError
-from django.db.backends.sqlite3 import base
 
 from leases.metrics import observe_fsync, observe_writer_lock_wait  # /metrics: two histograms, one call each
+from leases.storage.django_internals import SQLiteDatabaseWrapper
 
 from .busy import WriterBusy, is_writer_busy, time_left
+from .checkpoints import Checkpointer, _checkpointers, ensure_checkpointer  # noqa: F401  (imported from here)
+from .group_commit import GroupCommit, _groups, _groups_lock
+from .writer_lock import FlockWaiter, open_lock_file, writer_lock_path
 
 DEFAULT_WRITE_WAIT = 5.0
 
 
-class _Pending:
-    __slots__ = ("fn", "result", "error", "done")
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.result = None
-        self.error: BaseException | None = None
-        self.done = False
-
-
-class GroupCommit:
-    """Write transactions of one process's threads, committed together."""
-
-    def __init__(self, alias: str):
-        self.alias = alias
-        self.cond = threading.Condition(threading.Lock())
-        self.queue: list[_Pending] = []
-        self.busy = False
-
-    def run(self, fn):
-        op = _Pending(fn)
-        with self.cond:
-            self.queue.append(op)
-            while self.busy and not op.done:
-                self.cond.wait()
-            leader = not op.done
-            if leader:
-                self.busy = True
-                batch, self.queue = self.queue, []
-        if leader:
-            try:
-                self._execute(batch)
-            finally:
-                with self.cond:
-                    self.busy = False
-                    self.cond.notify_all()
-        if op.error is not None:
-            raise op.error
-        return op.result
-
-    def _execute(self, batch: list[_Pending]) -> None:
-        try:
-            with transaction.atomic(using=self.alias):
-                if len(batch) == 1:
-                    batch[0].result = batch[0].fn()
-                else:
-                    for op in batch:
-                        try:
-                            with transaction.atomic(using=self.alias):  # a savepoint each
-                                op.result = op.fn()
-                        except Exception as exc:
-                            op.error = exc
-                    if transaction.get_connection(self.alias).needs_rollback:
-                        # a savepoint could not be rolled back: the whole
-                        # transaction will be, so nobody may report success
-                        raise TransactionManagementError("the group's transaction was rolled back")
-        except BaseException as exc:  # BEGIN or COMMIT failed (or the only transaction did)
-            shared = exc if isinstance(exc, Exception) else RuntimeError("the write transaction was interrupted")
-            for op in batch:
-                if op.error is None:
-                    op.error, op.result = shared, None
-            if shared is not exc:
-                raise
-        finally:
-            for op in batch:
-                op.done = True
-
-
-_groups: dict[str, GroupCommit] = {}
-_groups_lock = threading.Lock()
-
-log = logging.getLogger("leases.sqlite_backend")
-
-
-class Checkpointer(threading.Thread):
-    """PASSIVE WAL checkpoints of one database file, every ``interval``
-    seconds, on a connection of its own (see the module docstring)."""
-
-    def __init__(self, path: str, interval: float, synchronous: str):
-        super().__init__(name=f"wal-checkpoint {os.path.basename(path)}", daemon=True)
-        self.path = path
-        self.interval = interval
-        self.synchronous = synchronous
-        self.rounds = 0  # wake-ups
-        self.checkpoints = 0  # checkpoints that ran
-        self.stopping = threading.Event()
-        self._settled = -1  # WAL frames when last copied with the writers held off
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join()
-
-    def checkpoint(self, con) -> None:
-        """One round on connection ``con``: the bulk beside the writers; then,
-        under the writer lock so that nothing is appended meanwhile, the
-        frames committed during the first pass. Only a fully copied WAL is
-        started over (overwritten from its beginning) by the next writer;
-        otherwise it would only grow. Nothing new since the last round:
-        nothing to do."""
-        busy, frames, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        if not busy and frames != self._settled:  # busy: another process is at it
-            with _writer_lock(writer_lock_path(self.path)):
-                _, self._settled, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        self.checkpoints += 1
-
-    def run(self) -> None:
-        con = con_inode = None
-        while not self.stopping.wait(self.interval):
-            self.rounds += 1
-            try:
-                try:
-                    inode = os.stat(self.path).st_ino
-                except FileNotFoundError:  # a test database was dropped
-                    inode = None
-                if con is not None and inode != con_inode:  # ... or replaced
-                    con.close()
-                    con = None
-                if inode is None:
-                    continue
-                if con is None:
-                    con = sqlite3.connect(self.path, timeout=0.1, isolation_level=None)
-                    con.execute(f"PRAGMA synchronous={self.synchronous}")
-                    con_inode = inode
-                self.checkpoint(con)
-            except sqlite3.Error as exc:  # busy, or the file went away: try again later
-                log.debug("checkpoint of %s: %s", self.path, exc)
-                if con is not None:
-                    con.close()
-                    con = None
-        if con is not None:
-            con.close()
-
-
-def writer_lock_path(name: str) -> str | None:
-    """The writer lock's file beside database ``name``; None for an
-    in-memory database (its connections share nothing to lock)."""
-    if not name or name == ":memory:" or name.startswith("file:"):
-        return None
-    return name + ".writer-lock"
-
-
-def _open_lock_file(path: str) -> int:
-    return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-
-
-@contextmanager
-def _writer_lock(path: str):
-    """The writer lock, for a thread that has no DatabaseWrapper."""
-    fd = _open_lock_file(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-class FlockWaiter:
-    """Takes the writer lock on descriptor ``fd`` for its connection within
-    a time bound. A helper thread blocks in flock() (woken by the kernel as
-    soon as the holder lets go); the connection's thread waits for it at most
-    its timeout. If it gave up, the helper lets go of the lock as soon as it
-    gets it. The descriptor is closed by whoever is last: ``close()`` while
-    the helper is still blocked leaves that to the helper (closing it under
-    a blocked flock would let the number be reused by another file)."""
-
-    def __init__(self, fd: int):
-        self.fd = fd
-        self.cond = threading.Condition(threading.Lock())
-        self.waiting = 0  # threads in acquire()
-        self.wanted = False  # the helper is, or is about to be, blocked in flock
-        self.granted = False  # the helper got the lock for a waiter
-        self.closing = False
-        self.thread: threading.Thread | None = None
-
-    def acquire(self, timeout: float) -> bool:
-        with self.cond:
-            # Free and nobody's request pending on this descriptor: take it
-            # now. (With the helper blocked, a second flock on the same open
-            # file would succeed as a conversion and the helper's LOCK_UN
-            # would then drop it under us, hence only here, under cond.)
-            if not self.wanted:
-                try:
-                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return True
-                except BlockingIOError:
-                    pass
-            self.waiting += 1
-            try:
-                if not self.wanted:
-                    self.wanted = True
-                    if self.thread is None:
-                        self.thread = threading.Thread(target=self._run, name="writer-lock-wait", daemon=True)
-                        self.thread.start()
-                    self.cond.notify_all()
-                if self.cond.wait_for(lambda: self.granted, timeout):
-                    self.granted = False
-                    return True
-                return False
-            finally:
-                self.waiting -= 1
-
-    def close(self) -> None:
-        """Close the descriptor now, or when the blocked helper returns."""
-        with self.cond:
-            self.closing = True
-            if self.wanted:
-                return
-            self.cond.notify_all()
-        os.close(self.fd)
-
-    def _run(self) -> None:
-        while True:
-            with self.cond:
-                self.cond.wait_for(lambda: self.wanted or self.closing)
-                if self.closing and not self.wanted:
-                    return
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX)
-                failed = False
-            except OSError:
-                failed = True
-            with self.cond:
-                self.wanted = False
-                if self.closing:
-                    os.close(self.fd)  # releases the lock too
-                    return
-                if self.waiting and not failed:
-                    self.granted = True
-                    self.cond.notify_all()
-                elif not failed:
-                    fcntl.flock(self.fd, fcntl.LOCK_UN)  # its waiter gave up
-
-
-_checkpointers: dict[tuple[int, str], Checkpointer] = {}  # (pid, path): one thread per process and file
-_checkpointers_lock = threading.Lock()
-
-
-def ensure_checkpointer(path: str, interval: float, synchronous: str) -> Checkpointer:
-    key = (os.getpid(), path)  # a forked child starts its own
-    with _checkpointers_lock:
-        thread = _checkpointers.get(key)
-        if thread is None or not thread.is_alive():
-            thread = _checkpointers[key] = Checkpointer(path, interval, synchronous)
-            thread.start()
-        return thread
-
-
-class DatabaseWrapper(base.DatabaseWrapper):
+class DatabaseWrapper(SQLiteDatabaseWrapper):
     _writer_fd: int | None = None
     _writer_held = False
     _wal_path: str | None = None  # set: fsync the WAL after the writer lock (module docstring)
@@ -396,7 +122,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
             path = self._writer_lock_path()
             if path is None:
                 return 0.0
-            self._writer_fd = _open_lock_file(path)
+            self._writer_fd = open_lock_file(path)
         if self._waiter is None:
             self._waiter = FlockWaiter(self._writer_fd)
         started = time.monotonic()

@@ -55,13 +55,14 @@ class Command(BaseCommand):
     def _describe(obj) -> dict:
         now = clock.now()
         state = obj.effective_lease_state(now)
-        deadline = obj.lease_break_at if state == machine.BREAKING else obj.lease_expires_at
         return {
             "state": state,
             "status": machine.lease_status(state),
             "duration": machine.duration_type(obj.lease_record, state),
             "lease_id": str(obj.lease_id) if obj.lease_id else None,
-            "seconds_left": machine.seconds_left(deadline, now) if state in machine.LOCKED_STATES else None,
+            # 0 for an infinite lease, as this command always answered; None when unlocked.
+            "seconds_left": (machine.seconds_left(machine.deadline(obj.lease_record, now), now)
+                             if state in machine.LOCKED_STATES else None),
             "generation": obj.lease_generation,
             "holder": obj.lease_holder or None,
             "acquired_at": obj.lease_acquired_at.isoformat() if obj.lease_acquired_at else None,

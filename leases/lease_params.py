@@ -1,0 +1,68 @@
+"""Lease parameters as the doors receive them, parsed once.
+
+The Azure door gets ``x-ms-lease-id``, ``x-ms-proposed-lease-id``,
+``x-ms-lease-duration`` and ``x-ms-lease-break-period`` as header strings;
+the JSON API gets lease ids as JSON strings and the numbers as JSON integers.
+Both parse them here, by the same rules (lease ids in any .NET GUID spelling,
+leases.guids; whole numbers), into the typed values the services take. A value
+that does not parse is 400 InvalidHeaderValue naming its field. Ranges
+(15-60 s, -1; 0-60 s) are not checked here: the state machine checks them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, fields
+
+from . import guids
+from .errors import LeaseholdError
+
+
+@dataclass(frozen=True)
+class LeaseParams:
+    lease_id: uuid.UUID | None = None
+    proposed_lease_id: uuid.UUID | None = None
+    duration: int | None = None  # seconds, or machine.INFINITE
+    break_period: int | None = None  # seconds
+
+    def as_kwargs(self) -> dict:
+        return asdict(self)
+
+
+NAMES = tuple(f.name for f in fields(LeaseParams))  # as the services' keyword arguments are named
+
+
+def lease_id(value: str | None, *, noun: str, field: str = "lease_id") -> uuid.UUID | None:
+    """An optional lease id (None when absent)."""
+    return guids.parse(value, field, noun=noun)
+
+
+def parse_int(value: str | int | None, field: str, *, noun: str) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    text = value.strip()
+    # isascii: str.isdigit() accepts digits int() refuses, such as "²".
+    if not (text.isascii() and text.lstrip("-").isdigit()) or len(text) > 12:
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value)
+    return int(text)
+
+
+def parse(*, noun: str, lease_id: str | None = None, proposed_lease_id: str | None = None,
+          duration: str | int | None = None, break_period: str | int | None = None) -> LeaseParams:
+    """The parameters of a lease action; the first that does not parse
+    raises, in this order (Azure's)."""
+    return LeaseParams(lease_id=guids.parse(lease_id, "lease_id", noun=noun),
+                       proposed_lease_id=guids.parse(proposed_lease_id, "proposed_lease_id", noun=noun),
+                       duration=parse_int(duration, "duration", noun=noun),
+                       break_period=parse_int(break_period, "break_period", noun=noun))
+
+
+def parse_for_action(*, noun: str, **raw) -> tuple[LeaseParams, LeaseholdError | None]:
+    """``parse(**raw)``, or no parameters and the 400 to refuse the action
+    with: the services record a lease action refused for its parameters in
+    the history, as every refused attempt (services.lease_action's
+    ``unparsed``), after checking the action itself, as Azure does."""
+    try:
+        return parse(noun=noun, **raw), None
+    except LeaseholdError as err:
+        return LeaseParams(), err

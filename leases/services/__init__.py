@@ -1,0 +1,36 @@
+"""Services: every change to containers, blobs and leases goes through here.
+
+Each service opens one short write transaction (BEGIN IMMEDIATE on SQLite, a
+row lock on PostgreSQL), loads the row, asks the pure state machine, saves,
+and appends the history event in the same transaction. A refused lease
+action is recorded too: the refusal event commits, then the error is raised
+to the caller. The Azure endpoint, the JSON API, the admin and management
+commands all call these functions with keyword-only arguments.
+
+    common.py         ResourceRef, Actor, loading a row by its names
+    statements.py     the lease hot path's statements, compiled once per connection
+    history.py        appending history events (and refused tampering)
+    access.py         reads and writes under a lease; refusals that commit
+    lease_actions.py  acquire, renew, change, release, break
+    containers.py     containers (and accounts)
+    blobs.py          blobs
+"""
+
+from .. import clock, machine  # noqa: F401  (callers and tests reach them as services.clock, ...)
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from .common import NO_CONDITIONS, Actor, ResourceRef
+from .lease_actions import (REFUSAL_DETAIL_CODES, SUCCESS_STATUS, LeaseResult, lease_acquire, lease_action,
+                            lease_break, lease_change, lease_release, lease_renew)
+from .history import history_tamper_refused
+from .containers import (CONTAINER_NAME_CHARS, account_ensure, container_create, container_delete, container_read,
+                         container_set_metadata, validate_container_name)
+from .blobs import blob_delete, blob_put, blob_read, blob_set_metadata, blob_snapshot, validate_blob_name
+
+__all__ = [
+    "Conditions", "LeaseholdError", "NO_CONDITIONS", "Actor", "ResourceRef", "LeaseResult", "SUCCESS_STATUS", "REFUSAL_DETAIL_CODES",
+    "lease_acquire", "lease_renew", "lease_change", "lease_release", "lease_break", "lease_action",
+    "history_tamper_refused", "account_ensure", "CONTAINER_NAME_CHARS", "validate_container_name",
+    "container_create", "container_delete", "container_read", "container_set_metadata", "validate_blob_name",
+    "blob_put", "blob_read", "blob_set_metadata", "blob_delete", "blob_snapshot",
+]

@@ -1,0 +1,94 @@
+"""Reads and writes under a lease, and refusals whose history event must commit."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import datetime
+
+from django.db import transaction
+
+from .. import machine
+from ..errors import LeaseholdError
+from ..models import Blob
+from .common import Actor, ResourceRef
+from .history import _record
+
+
+# ------------------------------------------------------------------ use under a lease
+
+def _check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_id, write: bool,
+                  operation: str) -> None:
+    """Raise the 412 a lease imposes on this read or write; a refusal caused
+    by a lease is an event auditors want ("who tried to write while X held
+    it"), recorded in the caller's transaction."""
+    try:
+        machine.check_access(obj.lease_record, now, lease_id=lease_id, write=write, noun=ref.noun)
+    except LeaseholdError as err:
+        # Inside a write service this is a savepoint of its transaction; for a
+        # read, the only write transaction the read opens.
+        with _recording_refusal(err), transaction.atomic():
+            _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
+                    lease_id=lease_id, state_before=obj.effective_lease_state(now),
+                    state_after=obj.effective_lease_state(now), generation=obj.lease_generation)
+        raise _Recorded(err) from None
+
+
+@contextmanager
+def _recording_refusal(err: LeaseholdError):
+    """A refusal whose event cannot be written (a full disk, ...) fails
+    with the database's error, which the doors answer as a storage fault;
+    the note puts the refusal it hid in that log line."""
+    try:
+        yield
+    except Exception as exc:  # the driver's own error on the hot path, Django's elsewhere
+        exc.add_note(f"while recording the refusal {err.status} {err.code}, which is not in the history")
+        raise
+
+
+class _Recorded(Exception):
+    """A refusal whose event must commit before the error goes out."""
+
+    def __init__(self, error: LeaseholdError):
+        self.error = error
+
+
+def _committing_refusals(fn):
+    """Run ``fn`` in one transaction; if it refuses with an event already
+    written, commit that event and then raise the refusal."""
+    def wrapper(*args, **kwargs):
+        refusal = None
+        with transaction.atomic():
+            try:
+                result = fn(*args, **kwargs)
+            except _Recorded as rec:
+                refusal = rec.error
+        if refusal is not None:
+            raise refusal
+        return result
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _reading(fn):
+    """A read takes no write lock; a refusal it records has committed by the
+    time the error goes out."""
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except _Recorded as rec:
+            raise rec.error from None
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def _after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: datetime) -> list[str]:
+    """A blob write ends an expired or broken lease; record that it did."""
+    before = blob.effective_lease_state(now)
+    record = machine.after_write(blob.lease_record, now, noun=machine.BLOB)
+    if record == blob.lease_record:
+        return []
+    _record(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
+            state_before=before, state_after=machine.AVAILABLE, generation=blob.lease_generation)
+    return list(blob.set_lease_record(record))

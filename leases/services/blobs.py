@@ -1,0 +1,159 @@
+"""Blobs: create or overwrite, read, metadata, delete, snapshot."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import uuid
+
+from django.db import IntegrityError, transaction
+
+from .. import clock, names
+from .. import metadata as metadata_rules
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..models import Blob, Container, FencingGeneration, new_etag
+from .access import _after_blob_write, _check_access, _committing_refusals, _reading
+from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
+
+
+def validate_blob_name(name: str) -> None:
+    names.validate_blob_name(name)
+
+
+# -- blobs
+
+@_committing_refusals
+def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: str = "",
+             metadata: dict | None = None, properties: dict | None = None, lease_id: uuid.UUID | None = None,
+             conditions: Conditions = NO_CONDITIONS) -> Blob:
+    """Put Blob: create or overwrite. The lease is checked before the
+    conditions, so an If-None-Match: * upload onto a leased blob is 412
+    LeaseIdMissing as on Azure, not 409."""
+    validate_blob_name(ref.blob)
+    metadata = metadata_rules.validate(metadata)
+    now = clock.now()
+    container = _container_must_exist(ref)
+    blob = _blob_for_write(container, ref)
+    md5 = base64.b64encode(hashlib.md5(content).digest()).decode()
+    props = {k: v for k, v in (properties or {}).items() if v is not None}
+    fields = {"content": content, "size": len(content), "content_md5": md5,
+              "content_type": content_type or "application/octet-stream", "metadata": metadata or {},
+              "content_encoding": props.get("content_encoding", ""),
+              "content_language": props.get("content_language", ""),
+              "content_disposition": props.get("content_disposition", ""),
+              "cache_control": props.get("cache_control", "")}
+    if blob is None:
+        if conditions.if_match is not None:  # nothing to match
+            raise LeaseholdError("ConditionNotMet")
+        conditions.check_write(None, None)
+        generation = _last_generation(ref)
+        stamp = now.replace(microsecond=0)
+        try:
+            with transaction.atomic():  # a savepoint: a concurrent create of the name may get there first
+                return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(),
+                                           last_modified=stamp, created_at=stamp, lease_generation=generation,
+                                           **fields)
+        except IntegrityError:
+            # Another server instance created the name since the read above
+            # (PostgreSQL; SQLite's write lock excludes that). Its row has
+            # committed, so a new read sees it: as on Azure, the later write
+            # wins, and this one goes on as an overwrite.
+            blob = _blob_for_write(container, ref)
+            if blob is None:  # the container went instead
+                _container_must_exist(ref)
+                raise
+    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="put-blob")
+    if conditions.if_none_match == ["*"] and conditions.if_match is None:
+        raise LeaseholdError("BlobAlreadyExists")
+    conditions.check_write(blob.etag, blob.last_modified)
+    for name, value in fields.items():
+        setattr(blob, name, value)
+    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=[*fields, *_now_etag(blob, now), *changed])
+    return blob
+
+
+def _blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
+    """The base blob, row-locked (PostgreSQL; SQLite's write transaction
+    already excludes other writers) so that lease columns saved from this read
+    cannot overwrite a lease granted meanwhile; its old content is not read."""
+    return (Blob.objects.select_for_update().defer("content")
+            .filter(container=container, name=ref.blob, snapshot="").first())
+
+
+def _last_generation(ref: ResourceRef) -> int:
+    """A re-created blob continues its name's fencing-token sequence, so a
+    token is never handed out twice for the same name."""
+    return FencingGeneration.last(ref.account, ref.container, ref.blob)
+
+
+@_reading
+def blob_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
+              content: bool = True) -> Blob:
+    """Get Blob / Get Blob Properties: an optional lease id must match.
+    ``content=False`` when only properties are answered."""
+    obj = _load(ref, for_update=False, content=content)
+    if lease_id is not None:
+        _check_access(obj, ref=ref, actor=actor, now=clock.now(), lease_id=lease_id,
+                      write=False, operation="read-blob")
+    return obj
+
+
+@_committing_refusals
+def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
+                      lease_id: uuid.UUID | None = None,
+                      conditions: Conditions = NO_CONDITIONS) -> Blob:
+    metadata = metadata_rules.validate(metadata)
+    now = clock.now()
+    if ref.snapshot:
+        raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
+    blob = _load(ref, for_update=True)
+    conditions.check_write(blob.etag, blob.last_modified)
+    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="set-metadata")
+    blob.metadata = metadata
+    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=["metadata", *_now_etag(blob, now), *changed])
+    return blob
+
+
+@_committing_refusals
+def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
+                delete_snapshots: str | None = None,
+                conditions: Conditions = NO_CONDITIONS) -> None:
+    now = clock.now()
+    if delete_snapshots not in (None, "include", "only"):
+        raise LeaseholdError("InvalidHeaderValue", field="delete_snapshots", value=delete_snapshots)
+    blob = _load(ref, for_update=True)
+    conditions.check_write(blob.etag, blob.last_modified)
+    if ref.snapshot:  # a snapshot carries no lease of its own
+        blob.delete()
+        return
+    snapshots = Blob.objects.filter(container_id=blob.container_id, name=blob.name).exclude(snapshot="")
+    if delete_snapshots is None and snapshots.exists():
+        raise LeaseholdError("SnapshotsPresent")
+    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-blob")
+    snapshots.delete()
+    if delete_snapshots != "only":
+        blob.delete()
+
+
+@_committing_refusals
+def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id: uuid.UUID | None = None,
+                  conditions: Conditions = NO_CONDITIONS) -> Blob:
+    metadata = None if metadata is None else metadata_rules.validate(metadata)
+    now = clock.now()
+    blob = _load(ref, for_update=True)
+    conditions.check_write(blob.etag, blob.last_modified)
+    if lease_id is not None:
+        _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="snapshot")
+    stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}0Z"
+    snap = Blob(container_id=blob.container_id, name=blob.name, snapshot=stamp, content=blob.content,
+                size=blob.size, content_type=blob.content_type, content_encoding=blob.content_encoding,
+                content_language=blob.content_language, content_disposition=blob.content_disposition,
+                cache_control=blob.cache_control, content_md5=blob.content_md5,
+                metadata=blob.metadata if metadata is None else metadata,
+                etag=blob.etag, last_modified=blob.last_modified, created_at=blob.created_at)
+    snap.save(force_insert=True)
+    snap.container = blob.container
+    return snap

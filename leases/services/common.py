@@ -1,0 +1,87 @@
+"""What every service shares: the names of a resource, who asks, loading a row."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .. import machine
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..models import Blob, Container, new_etag
+
+
+NO_CONDITIONS = Conditions()
+
+@dataclass(frozen=True)
+class ResourceRef:
+    """Names a container (``blob`` None) or a blob, by account and names."""
+
+    account: str
+    container: str
+    blob: str | None = None
+    snapshot: str = ""
+
+    def __post_init__(self):
+        # No such resource can exist (names are checked when created), and a
+        # NUL is a 500 on PostgreSQL, whose text cannot hold one: refuse the
+        # name before any query, on every door.
+        if any("\x00" in part for part in (self.account, self.container, self.blob or "", self.snapshot)):
+            raise LeaseholdError("InvalidResourceName", noun=self.noun)
+
+    @property
+    def noun(self) -> str:
+        return machine.CONTAINER if self.blob is None else machine.BLOB
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who asks, and from where: copied onto every history event."""
+
+    name: str = ""  # "account:devstoreaccount1", "user:alice", "cli"
+    via: str = ""  # azure | api | admin | cli
+    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    client_request_id: str = ""
+    remote_addr: str = ""
+    user_agent: str = ""
+
+
+# ------------------------------------------------------------------ loading
+
+def _load(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Container | Blob:
+    """The row named by ``ref``, or 404 ContainerNotFound / BlobNotFound;
+    ``content=False`` leaves a blob's body (up to 64 MiB) unread."""
+    if ref.blob is None:
+        qs = Container.objects.select_related("account")
+        if for_update:
+            qs = qs.select_for_update(of=("self",))
+        obj = qs.filter(account__name=ref.account, name=ref.container).first()
+        if obj is None:
+            raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+        return obj
+    qs = Blob.objects.select_related("container__account")
+    if not content:
+        qs = qs.defer("content")
+    if for_update:
+        qs = qs.select_for_update(of=("self",))
+    obj = qs.filter(container__account__name=ref.account, container__name=ref.container,
+                    name=ref.blob, snapshot=ref.snapshot).first()
+    if obj is None:
+        _container_must_exist(ref)
+        raise LeaseholdError("BlobNotFound")
+    return obj
+
+
+def _container_must_exist(ref: ResourceRef) -> Container:
+    container = Container.objects.select_related("account").filter(
+        account__name=ref.account, name=ref.container).first()
+    if container is None:
+        raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+    return container
+
+
+def _now_etag(obj, now: datetime) -> list[str]:
+    obj.etag = new_etag()
+    obj.last_modified = now.replace(microsecond=0)
+    return ["etag", "last_modified"]

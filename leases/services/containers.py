@@ -1,0 +1,92 @@
+"""Containers (and the accounts that hold them)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+from django.db import IntegrityError, transaction
+
+from .. import clock, machine
+from .. import metadata as metadata_rules
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..models import Account, Container, FencingGeneration, new_etag
+from .access import _check_access, _committing_refusals, _reading
+from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
+
+
+CONTAINER_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+
+
+def validate_container_name(name: str) -> None:
+    if name.startswith("$") and name in ("$root", "$logs", "$web"):
+        return
+    if not 3 <= len(name) <= 63:
+        raise LeaseholdError("OutOfRangeInput", noun=machine.CONTAINER)
+    if (set(name) - CONTAINER_NAME_CHARS or name[0] == "-" or name[-1] == "-" or "--" in name):
+        raise LeaseholdError("InvalidResourceName", noun=machine.CONTAINER)
+
+
+def container_create(*, account: str, name: str, metadata: dict | None = None, public_access: str = "",
+                     actor: Actor | None = None) -> Container:
+    validate_container_name(name)
+    metadata = metadata_rules.validate(metadata)
+    now = clock.now().replace(microsecond=0)
+    acct = Account.objects.filter(name=account).first()
+    if acct is None:
+        raise LeaseholdError("ResourceNotFound")
+    try:
+        with transaction.atomic():
+            return Container.objects.create(account=acct, name=name, metadata=metadata or {},
+                                            public_access=public_access, etag=new_etag(),
+                                            last_modified=now, created_at=now,
+                                            lease_generation=FencingGeneration.last(account, name))
+    except IntegrityError:
+        raise LeaseholdError("ContainerAlreadyExists", noun=machine.CONTAINER) from None
+
+
+@_committing_refusals
+def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
+                     conditions: Conditions = NO_CONDITIONS) -> None:
+    now = clock.now()
+    obj = _load(ref, for_update=True)
+    conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
+    _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
+    # Blob leases do not protect a container: its blobs go with it.
+    obj.delete()
+
+
+@_reading
+def container_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None) -> Container:
+    """Get Container Properties/Metadata: an optional lease id must match."""
+    obj = _load(ref, for_update=False)
+    if lease_id is not None:
+        _check_access(obj, ref=ref, actor=actor, now=clock.now(),
+                      lease_id=lease_id, write=False,
+                      operation="read-container")
+    return obj
+
+
+@_committing_refusals
+def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
+                           lease_id: uuid.UUID | None = None,
+                           conditions: Conditions = NO_CONDITIONS) -> Container:
+    metadata = metadata_rules.validate(metadata)
+    now = clock.now()
+    obj = _load(ref, for_update=True)
+    Conditions(if_modified_since=conditions.if_modified_since).check_write(
+        obj.etag, obj.last_modified, noun=machine.CONTAINER)
+    # A container lease does not guard container writes; an id, if given, must match.
+    _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="set-metadata")
+    obj.metadata = metadata
+    obj.save(update_fields=["metadata", *_now_etag(obj, now)])
+    return obj
+
+
+# ------------------------------------------------------------------ accounts
+
+def account_ensure(*, name: str, key1: str, key2: str = "") -> Account:
+    base64.b64decode(key1, validate=True)  # refuse a key that cannot sign
+    account, _ = Account.objects.update_or_create(name=name, defaults={"key1": key1, "key2": key2})
+    return account

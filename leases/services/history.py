@@ -1,0 +1,64 @@
+"""Appending history events, in the caller's transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+
+from .. import clock
+from ..errors import LeaseholdError
+from ..models import LeaseEvent
+from ..storage.statements import RowInsert
+from .common import Actor, ResourceRef
+
+EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection
+
+
+def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
+                 conn) -> list:
+    """A history row's values known before the resource is read -- when, what,
+    on what, by whom -- prepared for the database, so that the lease hot path
+    builds them before it takes the write lock, not while holding it."""
+    return EVENTS.start(
+        conn, occurred_at=now, action=(action or "")[:16], resource_type=ref.noun, account=ref.account,
+        container=ref.container, blob=ref.blob or "", actor=actor.name[:200], via=actor.via,
+        reason=reason[:500], request_id=actor.request_id,
+        client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
+        user_agent=actor.user_agent[:512])
+
+
+def _event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
+                  proposed_id=None, duration=None, break_period=None, lease_time=None, state_before="",
+                  state_after="", generation=None, expires_at=None, cursor=None, conn=None) -> None:
+    """Complete a row from ``_event_start`` with the outcome and append it in
+    the caller's transaction (on ``cursor`` of ``conn`` if given)."""
+    conn = conn or transaction.get_connection()
+    EVENTS.set(values, conn,
+               outcome=LeaseEvent.Outcome.REFUSED.value if error else LeaseEvent.Outcome.SUCCESS.value,
+               status_code=error.status if error else status, error_code=error.code if error else "",
+               lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
+               lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after,
+               generation=generation)
+    EVENTS.insert(values, conn=conn, cursor=cursor)
+
+
+def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
+            **outcome) -> None:
+    """Append one history event in the caller's transaction."""
+    values = _event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
+                          conn=transaction.get_connection())
+    _event_finish(values, **outcome)
+
+
+def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: str = "") -> None:
+    """Record a refused attempt to change or delete lease history (a DELETE
+    on the events API, a POST to an event's admin page): the database would
+    refuse it anyway, and auditors want to know someone tried."""
+    with transaction.atomic():
+        LeaseEvent.objects.create(
+            occurred_at=clock.now(), action=attempt[:16], outcome=LeaseEvent.Outcome.REFUSED,
+            resource_type="history", account="", container="", blob="", status_code=status,
+            error_code="HistoryIsAppendOnly", actor=actor.name[:200], via=actor.via, reason=target[:500],
+            request_id=actor.request_id, client_request_id=actor.client_request_id[:1024],
+            remote_addr=actor.remote_addr[:64], user_agent=actor.user_agent[:512])

@@ -1,0 +1,228 @@
+"""Lease actions: acquire, renew, change, release, break."""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from .. import clock, machine, metrics
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..models import Blob, Container, FencingGeneration
+from ..storage import statements
+from ..storage.transactions import write_transaction
+from .access import _recording_refusal
+from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
+from .history import _event_finish, _event_start
+
+
+@dataclass(frozen=True)
+class LeaseResult:
+    """What a lease action answers: the resource as saved and the outcome."""
+
+    resource: Container | Blob
+    outcome: machine.Outcome
+
+    @property
+    def lease_id(self) -> uuid.UUID | None:
+        return self.outcome.lease_id
+
+    @property
+    def lease_time(self) -> int | None:
+        return self.outcome.lease_time
+
+    @property
+    def generation(self) -> int:
+        return self.outcome.record.generation
+
+
+def _with_generation(outcome: machine.Outcome, generation: int) -> machine.Outcome:
+    if generation == outcome.record.generation:
+        return outcome
+    return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, generation=generation))
+
+
+# ------------------------------------------------------------------ the lease row, through compiled statements
+
+_LOOKUPS = {Container: ("account__name", "name"),
+            Blob: ("container__account__name", "container__name", "name", "snapshot")}
+_DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease action reads neither
+
+
+def _load_for_lease(ref: ResourceRef, conn, cursor) -> Container | Blob:
+    """``_load(ref, for_update=True)`` in one compiled statement."""
+    if ref.blob is None:
+        obj = statements.load_locked(Container, _LOOKUPS[Container], (ref.account, ref.container),
+                                     deferred=_DEFERRED[Container], conn=conn, cursor=cursor)
+        if obj is None:
+            raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+        return obj
+    obj = statements.load_locked(Blob, _LOOKUPS[Blob], (ref.account, ref.container, ref.blob, ref.snapshot),
+                                 deferred=_DEFERRED[Blob], conn=conn, cursor=cursor)
+    if obj is None:
+        _container_must_exist(ref)
+        raise LeaseholdError("BlobNotFound")
+    return obj
+
+
+def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str, conn, cursor) -> None:
+    """``obj.save(update_fields=[changed lease columns, *extra])`` as one
+    compiled UPDATE; none if nothing changed."""
+    columns = (*obj.set_lease_record(record), *extra)
+    if columns:
+        statements.save_columns(obj, columns, conn=conn, cursor=cursor)
+
+
+def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
+    """The fencing token of a new lease on ``ref``, recorded for its name in
+    the lease transaction: one statement, run only when a lease is new (not
+    on renew, change, release or break)."""
+    return statements.next_generation(
+        FencingGeneration, key=FencingGeneration.key_for(ref.account, ref.container, ref.blob),
+        account=ref.account, container=ref.container, blob=ref.blob or "", proposed=proposed,
+        conn=conn, cursor=cursor)
+
+
+# ------------------------------------------------------------------ lease actions
+
+SUCCESS_STATUS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "break": 202}
+
+
+def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
+                  reason: str = "", legacy: bool = False, lease_id: uuid.UUID | None = None,
+                  proposed_id: uuid.UUID | None = None, duration: int | None = None,
+                  break_period: int | None = None, unparsed: LeaseholdError | None = None) -> LeaseResult:
+    """One transaction: read the row (locked), decide, write it, append the
+    event; a refusal appends its event and commits, then is raised. Checks
+    that need no database run before the write lock is taken. ``legacy``:
+    the semantics of x-ms-version before 2012-02-12 (machine.py).
+    ``unparsed``: the 400 of a parameter the door could not parse
+    (leases.lease_params), refused and recorded like any other refusal."""
+    noun = ref.noun
+    now = clock.now()
+    facts: dict = {}  # what the event records, filled in as it becomes known
+    refusal = None
+    try:
+        machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
+        if unparsed is not None:
+            raise unparsed
+        params = {"lease_id": lease_id, "proposed_id": proposed_id, "duration": duration,
+                  "break_period": break_period}
+        facts.update(lease_id=params["lease_id"], proposed_id=params["proposed_id"],
+                     duration=params["duration"], break_period=params["break_period"])
+        machine.validate(action, noun=noun, legacy=legacy, **params)
+        if ref.snapshot:
+            raise LeaseholdError("InvalidOperation", noun=noun)
+        new_id = uuid.uuid4()
+        checked = conditions.dates_only() if noun == machine.CONTAINER else conditions
+    except LeaseholdError as err:
+        refusal = err
+    event = _event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
+                         conn=transaction.get_connection())
+
+    def write(refusal=refusal):
+        obj = outcome = None
+        conn = transaction.get_connection()
+        with statements.driver_cursor(conn) as cursor:
+            if refusal is None:
+                try:
+                    obj = _load_for_lease(ref, conn, cursor)
+                    facts["state_before"] = obj.effective_lease_state(now)
+                    facts["generation"] = obj.lease_generation
+                    checked.check_write(obj.etag, obj.last_modified, noun=noun)
+                    outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id,
+                                            legacy=legacy, **params)
+                    if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
+                        outcome = _with_generation(outcome, _next_generation(
+                            ref, outcome.record.generation, conn=conn, cursor=cursor))
+                except LeaseholdError as err:
+                    refusal = err
+            if refusal is not None:
+                with _recording_refusal(refusal):
+                    _event_finish(event, status=refusal.status, error=refusal,
+                                  state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
+                if refusal.code in REFUSAL_DETAIL_CODES and obj is not None:
+                    refusal.detail.update(_refusal_detail(obj, now))
+            else:
+                previous_id = obj.lease_id
+                holder = ()
+                if action == "acquire" and outcome.state_before != machine.LEASED:  # a new lease
+                    obj.lease_acquired_at = now
+                    obj.lease_holder = actor.name[:200]
+                    obj.lease_holder_address = actor.remote_addr[:64]
+                    obj.lease_holder_request_id = actor.client_request_id[:1024]
+                    holder = obj.HOLDER_COLUMNS
+                _save_lease(obj, outcome.record, *holder, conn=conn, cursor=cursor)
+                facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
+                             lease_time=outcome.lease_time, expires_at=machine.deadline(outcome.record, now),
+                             lease_id=params["lease_id"] or outcome.lease_id or previous_id,
+                             duration=outcome.record.duration if action != "break" else None)
+                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
+        return obj, outcome, refusal
+
+    obj, outcome, refusal = write_transaction(write)
+    if refusal is not None:
+        raise refusal
+    return LeaseResult(resource=obj, outcome=outcome)
+
+
+_lease_action = metrics.timed_lease_action(_lease_action)  # requests by action, door, outcome; latency
+
+
+REFUSAL_DETAIL_CODES = {"LeaseAlreadyPresent", "LeaseIsBreakingAndCannotBeAcquired"}
+
+
+def _refusal_detail(obj, now) -> dict:
+    """Why an acquire was refused: the state, when it can next be acquired
+    (None: only after a release or break), and the generation."""
+    record = obj.lease_record
+    return {"lease_state": machine.effective_state(record, now), "retry_after": machine.seconds_remaining(record, now),
+            "generation": obj.lease_generation}
+
+
+def lease_acquire(*, ref: ResourceRef, actor: Actor, duration: int | None,
+                  proposed_lease_id: uuid.UUID | None = None, conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    """``duration``: seconds (15-60) or machine.INFINITE; the machine checks the range."""
+    return _lease_action("acquire", ref=ref, actor=actor, conditions=conditions,
+                         duration=duration, proposed_id=proposed_lease_id)
+
+
+def lease_renew(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None,
+                conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("renew", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id)
+
+
+def lease_change(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None,
+                 proposed_lease_id: uuid.UUID | None, conditions: Conditions = NO_CONDITIONS) -> LeaseResult:
+    return _lease_action("change", ref=ref, actor=actor, conditions=conditions,
+                         lease_id=lease_id, proposed_id=proposed_lease_id)
+
+
+def lease_release(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None,
+                  conditions: Conditions = NO_CONDITIONS, reason: str = "") -> LeaseResult:
+    return _lease_action("release", ref=ref, actor=actor, conditions=conditions, lease_id=lease_id, reason=reason)
+
+
+def lease_break(*, ref: ResourceRef, actor: Actor, break_period: int | None = None,
+                conditions: Conditions = NO_CONDITIONS, reason: str = "") -> LeaseResult:
+    """``break_period``: seconds (0-60); None: a fixed lease breaks when it
+    would expire, an infinite one at once."""
+    return _lease_action("break", ref=ref, actor=actor, conditions=conditions, break_period=break_period,
+                         reason=reason)
+
+
+def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
+                 lease_id: uuid.UUID | None = None, proposed_lease_id: uuid.UUID | None = None,
+                 duration: int | None = None, break_period: int | None = None, reason: str = "",
+                 legacy: bool = False, unparsed: LeaseholdError | None = None) -> LeaseResult:
+    """Dispatch on an action name taken from the wire (may be unknown).
+    ``legacy``: the request's x-ms-version is before 2012-02-12.
+    ``unparsed``: the door could not parse a parameter (leases.lease_params.
+    parse_for_action): the action is checked, then refused with this error,
+    and the refusal recorded, as Azure orders its checks."""
+    return _lease_action((action or "").lower() or None, ref=ref, actor=actor, conditions=conditions,
+                         lease_id=lease_id, proposed_id=proposed_lease_id, duration=duration,
+                         break_period=break_period, reason=reason, legacy=legacy, unparsed=unparsed)

@@ -1,0 +1,91 @@
+"""Group commit: one commit for the write transactions of a process's threads.
+
+With synchronous=FULL every commit waits for an fsync, and the
+writer lock is held meanwhile, so on a slow disk writers queue behind one
+fsync each. ``group_commit(fn)`` runs write transactions of the threads of
+one process together: whoever finds no transaction running takes the lock,
+runs every transaction queued by then -- each inside its own savepoint, so
+one's failure undoes only its own writes -- and commits them all with one
+fsync; nobody's call returns before the commit that covers it. Each caller
+still gets its own result or exception, and every acknowledged write is as
+durable as with one transaction each.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from django.db import transaction
+from django.db.transaction import TransactionManagementError
+
+
+class _Pending:
+    __slots__ = ("fn", "result", "error", "done")
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.result = None
+        self.error: BaseException | None = None
+        self.done = False
+
+
+class GroupCommit:
+    """Write transactions of one process's threads, committed together."""
+
+    def __init__(self, alias: str):
+        self.alias = alias
+        self.cond = threading.Condition(threading.Lock())
+        self.queue: list[_Pending] = []
+        self.busy = False
+
+    def run(self, fn):
+        op = _Pending(fn)
+        with self.cond:
+            self.queue.append(op)
+            while self.busy and not op.done:
+                self.cond.wait()
+            leader = not op.done
+            if leader:
+                self.busy = True
+                batch, self.queue = self.queue, []
+        if leader:
+            try:
+                self._execute(batch)
+            finally:
+                with self.cond:
+                    self.busy = False
+                    self.cond.notify_all()
+        if op.error is not None:
+            raise op.error
+        return op.result
+
+    def _execute(self, batch: list[_Pending]) -> None:
+        try:
+            with transaction.atomic(using=self.alias):
+                if len(batch) == 1:
+                    batch[0].result = batch[0].fn()
+                else:
+                    for op in batch:
+                        try:
+                            with transaction.atomic(using=self.alias):  # a savepoint each
+                                op.result = op.fn()
+                        except Exception as exc:
+                            op.error = exc
+                    if transaction.get_connection(self.alias).needs_rollback:
+                        # a savepoint could not be rolled back: the whole
+                        # transaction will be, so nobody may report success
+                        raise TransactionManagementError("the group's transaction was rolled back")
+        except BaseException as exc:  # BEGIN or COMMIT failed (or the only transaction did)
+            shared = exc if isinstance(exc, Exception) else RuntimeError("the write transaction was interrupted")
+            for op in batch:
+                if op.error is None:
+                    op.error, op.result = shared, None
+            if shared is not exc:
+                raise
+        finally:
+            for op in batch:
+                op.done = True
+
+
+_groups: dict[str, GroupCommit] = {}
+_groups_lock = threading.Lock()

@@ -1,0 +1,128 @@
+"""The writer lock: fair hand-over between the processes writing one file.
+
+SQLite's busy handler polls with growing sleeps, so under load two processes
+writing to one file can starve each other for seconds. Here every write
+transaction first takes an exclusive ``flock`` on ``<db>.writer-lock`` and
+then ``BEGIN IMMEDIATE``: waiters block in the kernel and are woken as soon as
+the holder commits, so hand-over is prompt and nobody spins. The lock is
+released on commit, rollback or close, and by the kernel if the process dies.
+
+Bounded waits: a writer that cannot take the writer lock within
+``write_wait`` seconds (OPTIONS, LEASEHOLD_WRITE_WAIT) gets ``WriterBusy``
+(leases.sqlite_backend.busy; the doors answer 503 ServerBusy), and so does
+one whose ``BEGIN IMMEDIATE`` finds SQLite's own lock held by another program
+past what is left of that wait. flock() cannot time out, so a contended lock
+is waited for by a helper thread of the connection, blocked in the kernel as
+before (hand-over stays prompt and fair); the writer waits for the helper at
+most the rest of its time. The wait counts from when the server had the
+whole request (``busy.received_at``, set by config/asgi.py), so time spent
+queued behind other waiting writers is part of it. Reads take no lock and
+never wait for a writer (WAL); their busy timeout is bounded by the same wait.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from contextlib import contextmanager
+
+
+def writer_lock_path(name: str) -> str | None:
+    """The writer lock's file beside database ``name``; None for an
+    in-memory database (its connections share nothing to lock)."""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return name + ".writer-lock"
+
+
+def open_lock_file(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+
+@contextmanager
+def writer_lock(path: str):
+    """The writer lock, for a thread that has no DatabaseWrapper."""
+    fd = open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+class FlockWaiter:
+    """Takes the writer lock on descriptor ``fd`` for its connection within
+    a time bound. A helper thread blocks in flock() (woken by the kernel as
+    soon as the holder lets go); the connection's thread waits for it at most
+    its timeout. If it gave up, the helper lets go of the lock as soon as it
+    gets it. The descriptor is closed by whoever is last: ``close()`` while
+    the helper is still blocked leaves that to the helper (closing it under
+    a blocked flock would let the number be reused by another file)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.cond = threading.Condition(threading.Lock())
+        self.waiting = 0  # threads in acquire()
+        self.wanted = False  # the helper is, or is about to be, blocked in flock
+        self.granted = False  # the helper got the lock for a waiter
+        self.closing = False
+        self.thread: threading.Thread | None = None
+
+    def acquire(self, timeout: float) -> bool:
+        with self.cond:
+            # Free and nobody's request pending on this descriptor: take it
+            # now. (With the helper blocked, a second flock on the same open
+            # file would succeed as a conversion and the helper's LOCK_UN
+            # would then drop it under us, hence only here, under cond.)
+            if not self.wanted:
+                try:
+                    fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return True
+                except BlockingIOError:
+                    pass
+            self.waiting += 1
+            try:
+                if not self.wanted:
+                    self.wanted = True
+                    if self.thread is None:
+                        self.thread = threading.Thread(target=self._run, name="writer-lock-wait", daemon=True)
+                        self.thread.start()
+                    self.cond.notify_all()
+                if self.cond.wait_for(lambda: self.granted, timeout):
+                    self.granted = False
+                    return True
+                return False
+            finally:
+                self.waiting -= 1
+
+    def close(self) -> None:
+        """Close the descriptor now, or when the blocked helper returns."""
+        with self.cond:
+            self.closing = True
+            if self.wanted:
+                return
+            self.cond.notify_all()
+        os.close(self.fd)
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self.wanted or self.closing)
+                if self.closing and not self.wanted:
+                    return
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX)
+                failed = False
+            except OSError:
+                failed = True
+            with self.cond:
+                self.wanted = False
+                if self.closing:
+                    os.close(self.fd)  # releases the lock too
+                    return
+                if self.waiting and not failed:
+                    self.granted = True
+                    self.cond.notify_all()
+                elif not failed:
+                    fcntl.flock(self.fd, fcntl.LOCK_UN)  # its waiter gave up

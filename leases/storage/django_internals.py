@@ -1,0 +1,53 @@
+"""Every Django-internal name the project relies on, in one place.
+
+Django documents the QuerySet and Model APIs, but not the pieces below; a
+minor release may rename or reshape them (hence the ``Django<5.3`` pin).
+tests/test_storage_contract.py checks each of them against what the ORM
+itself does, so an upgrade that changes one fails there, by name, rather
+than as a wrong row somewhere else. Nothing outside leases/storage and
+leases/sqlite_backend may import a private Django name.
+
+Imported names:
+
+- ``FORMAT_QMARK_REGEX``: Django's SQLite cursor rewrites ``%s`` into ``?``
+  with this expression on every execute; the compiled statements are
+  rewritten once instead (statements.native_sql).
+- ``InsertQuery``, ``UpdateQuery``: the ORM's INSERT and UPDATE queries, which
+  compile to exactly the SQL ``Model.save()`` sends (statements).
+- ``SQLiteDatabaseWrapper``: the SQLite backend that leases.sqlite_backend
+  extends (documented as subclassable; its hooks below are not).
+
+Methods used on ORM objects (not importable, listed for the contract test):
+
+- ``Query.get_compiler(connection=...)``, ``SQLCompiler.as_sql()``,
+  ``SQLCompiler.select`` (the selected columns, in order) and
+  ``SQLCompiler.get_converters(expressions)`` (position -> (converters,
+  expression)): a compiled SELECT and how to turn its raw row into Python values.
+- ``UpdateQuery.add_update_values(dict)``, ``Query.add_filter(name, value)``,
+  ``InsertQuery.insert_values(fields, objs)``.
+- ``BaseDatabaseWrapper.wrap_database_errors`` and ``.connection`` (the
+  driver's connection): statements run on a driver cursor, errors still
+  come out as django.db exceptions.
+
+Private hooks of BaseDatabaseWrapper that leases.sqlite_backend overrides
+(PRIVATE_BACKEND_HOOKS); Django calls each of them, and only them, for:
+
+- ``_start_transaction_under_autocommit()``: the BEGIN of an outermost
+  ``atomic()`` (SQLite backend: ``BEGIN <transaction_mode>``). Overridden to
+  take the writer lock first and relax synchronous for the fsync after it.
+- ``_commit()``, ``_rollback()``: COMMIT / ROLLBACK on the driver's
+  connection. Overridden to release the writer lock, and to fsync the WAL
+  after the commit.
+- ``_close()``: closing the driver's connection. Overridden to release the
+  writer lock and close its descriptors.
+"""
+
+from __future__ import annotations
+
+from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
+from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
+
+PRIVATE_BACKEND_HOOKS = ("_start_transaction_under_autocommit", "_commit", "_rollback", "_close")
+
+__all__ = ["FORMAT_QMARK_REGEX", "InsertQuery", "UpdateQuery", "SQLiteDatabaseWrapper", "PRIVATE_BACKEND_HOOKS"]

@@ -211,11 +211,13 @@ LOGGING = {
     "formatters": {"line": {"()": "leases.logformat.OneLineFormatter", "tracebacks": LOG_TRACEBACKS},
                    "json": {"()": "leases.logformat.JsonFormatter", "tracebacks": LOG_TRACEBACKS}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    # A storage fault's 503 is logged once with its cause, not again by Django.
+    "filters": {"skip_logged_faults": {"()": "leases.logformat.SkipLoggedFaults"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
     # 412 ...) are normal outcomes, recorded in the lease history, and under
     # contention come by the thousand. 5xx are still logged.
-    "loggers": {"django.request": {"level": "ERROR"}},
+    "loggers": {"django.request": {"level": "ERROR", "filters": ["skip_logged_faults"]}},
 }
 
 # ------------------------------------------------------------------ Leasehold

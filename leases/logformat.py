@@ -81,3 +81,21 @@ class JsonFormatter(logging.Formatter):
             if self.tracebacks:
                 entry["traceback"] = self.formatException(record.exc_info)
         return json.dumps(entry, default=str)
+
+
+# A storage fault is logged once, with its cause, by the door's exception
+# handler; Django's request logger would log the 503 again. The handler
+# marks the request with this attribute and SkipLoggedFaults drops Django's
+# line for it (config/settings.py LOGGING).
+FAULT_LOGGED = "leasehold_fault_logged"
+
+
+def mark_fault_logged(request) -> None:
+    """Mark ``request`` (DRF's Request or Django's HttpRequest) as logged."""
+    if request is not None:
+        setattr(getattr(request, "_request", request), FAULT_LOGGED, True)
+
+
+class SkipLoggedFaults(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(getattr(record, "request", None), FAULT_LOGGED, False)

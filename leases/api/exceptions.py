@@ -20,6 +20,7 @@ from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 
 from .. import faults
+from ..logformat import mark_fault_logged
 from ..errors import MESSAGES, LeaseholdError
 from ..sqlite_backend.busy import server_busy
 
@@ -61,7 +62,7 @@ def api_exception_handler(exc, context) -> JsonResponse:
         log.error("storage fault on %s %s: %s", getattr(request, "method", "?"), getattr(request, "path", "?"),
                   fault.cause)
         response = _domain_error(fault.error(), request_id)
-        response._has_been_logged = True  # not again by django.request
+        mark_fault_logged(request)  # not again by django.request
     elif isinstance(exc, LeaseholdError):
         response = _domain_error(exc, request_id)
     elif isinstance(exc, drf.APIException):

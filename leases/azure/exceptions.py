@@ -9,6 +9,7 @@ import uuid
 from rest_framework import exceptions as drf
 
 from .. import clock, faults
+from ..logformat import mark_fault_logged
 from ..errors import LeaseholdError
 from ..sqlite_backend.busy import server_busy
 from . import wire
@@ -51,5 +52,5 @@ def azure_exception_handler(exc, context):
         exc, request_id=getattr(view, "request_id", None) or str(uuid.uuid4()), now=clock.now(),
         head=getattr(request, "method", "") == "HEAD")
     if fault is not None:
-        response._has_been_logged = True  # logged above with its cause; not again by django.request
+        mark_fault_logged(request)  # logged above with its cause; not again by django.request
     return response

@@ -84,12 +84,13 @@ def test_get_blob_streams_one_chunk_at_a_time(container, azure_server, monkeypat
     and no chunk is read ahead of the one being sent."""
     data = _content()
     container.upload_blob("big", data)
-    read, second_may_go = [], threading.Event()
+    read, second_asked, second_may_go = [], threading.Event(), threading.Event()
     real_read = blob_content.read_chunk
 
     def read_chunk(version, seq):
         read.append(seq)
         if seq == 1:
+            second_asked.set()
             assert second_may_go.wait(20), "the test never let the second chunk be read"
         return real_read(version, seq)
 
@@ -100,6 +101,7 @@ def test_get_blob_streams_one_chunk_at_a_time(container, azure_server, monkeypat
         assert response.headers["Content-Length"] == str(SIZE)
         first = response.raw.read(CHUNK_BYTES)
         assert first == data[:CHUNK_BYTES]
+        assert second_asked.wait(20)
         assert read == [0, 1]  # the second is being read, nothing beyond it
         second_may_go.set()
         rest = response.raw.read()

@@ -314,3 +314,44 @@ def test_put_blob_of_large_content_through_the_service(make_blob):
     blob = services.blob_put(ref=ref, actor=ACTOR, content=data)
     assert blob_content.read_all(Blob.objects.get(pk=blob.pk)) == data
     assert blob.content_md5 and blob.size == SIZE
+
+
+# ------------------------------------------------------------------ the migration
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_moves_large_content_into_chunks_and_back(clock):
+    import importlib
+
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    this = importlib.import_module("leases.migrations.0008_blob_chunks").Migration
+    parent = ("leases", this.dependencies[0][1])
+    executor = MigrationExecutor(connection)
+    executor.migrate([parent])
+    old = executor.loader.project_state([parent]).apps
+    account = old.get_model("leases", "Account").objects.create(name="mig", key1="a2V5")
+    container = old.get_model("leases", "Container").objects.create(
+        account=account, name="c", etag='"0x1"', last_modified=timezone.now(), created_at=timezone.now())
+    big, small = _content(), b"small"
+    for name, data in (("big", big), ("small", small)):
+        old.get_model("leases", "Blob").objects.create(
+            container=container, name=name, content=data, size=len(data), etag='"0x1"',
+            last_modified=timezone.now(), created_at=timezone.now())
+
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    moved = Blob.objects.get(name="big")
+    assert moved.content_version is not None and bytes(moved.content) == b""
+    assert blob_content.read_all(moved) == big
+    assert BlobChunk.objects.filter(version=moved.content_version).count() == 4
+    assert Blob.objects.get(name="small").content_version is None
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([parent])  # and back: the content returns to the row
+    back = MigrationExecutor(connection).loader.project_state([parent]).apps.get_model("leases", "Blob")
+    assert bytes(back.objects.get(name="big").content) == big
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())

@@ -689,7 +689,8 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     validate_blob_name(ref.blob)
     metadata = metadata_rules.validate(metadata)
     lease_id = _guid_header(lease_id, machine.BLOB)
-    args = dict(ref=ref, actor=actor, content=content, content_type=content_type, metadata=metadata,
+    md5 = base64.b64encode(hashlib.md5(content).digest()).decode()  # before, not under, the writer lock
+    args = dict(ref=ref, actor=actor, content=content, md5=md5, content_type=content_type, metadata=metadata,
                 properties=properties, lease_id=lease_id, conditions=conditions)
     staged = None
     try:
@@ -737,15 +738,14 @@ def _put_refused_now(ref: ResourceRef, lease_id, conditions: Conditions) -> bool
 
 
 @_committing_refusals
-def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: str, metadata: dict,
-                   properties: dict | None, lease_id, conditions: Conditions, staged) -> Blob:
+def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, content_type: str,
+                   metadata: dict, properties: dict | None, lease_id, conditions: Conditions, staged) -> Blob:
     """Put Blob's one transaction: load the blob row locked, check the lease
     and conditions, write the content (inline) or point at the ``staged``
     version, append the history event."""
     now = clock.now()
     container = _container_must_exist(ref)
     blob = _blob_for_write(container, ref)
-    md5 = base64.b64encode(hashlib.md5(content).digest()).decode()
     props = {k: v for k, v in (properties or {}).items() if v is not None}
     large = not blob_content.inline(len(content))
     fields = {"content": b"" if large else content, "content_version": staged, "size": len(content),

@@ -48,6 +48,8 @@ def renew_loop(server, signer, name: str, stop: threading.Event, out: list) -> N
 def upload(server, signer, name: str, size: int, out: list) -> None:
     body = os.urandom(1 << 20) * (size >> 20)
     conn = Connection("127.0.0.1", server.port)
+    conn._connect()
+    conn.sock.settimeout(300)  # queued behind the other uploads in the server's lane: not a failure
     t0 = time.monotonic()
     status, _, _ = conn.request(signer.build("PUT", server.host, f"/{ACCOUNT}/{CONTAINER}/{name}",
                                              headers={"x-ms-blob-type": "BlockBlob"}, body=body))
@@ -86,16 +88,17 @@ def main() -> int:
     ap.add_argument("--uploads", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--port", type=int, default=10121)
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="for the server")
     args = ap.parse_args()
     servers.BENCH.joinpath("var").mkdir(exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="upload-", dir=servers.BENCH / "var"))
-    server = servers.Leasehold(args.port, workdir)
+    server = servers.Leasehold(args.port, workdir, extra_env=dict(e.split("=", 1) for e in args.env))
     server.prepare()
     server.start()
     try:
         signer = Signer(ACCOUNT, KEY)
         setup_blobs(server, [f"holder-{i:02d}" for i in range(16)])
-        print(f"# Leasehold ({server.settings_summary()}), {os.cpu_count()} CPUs, "
+        print(f"# Leasehold ({server.settings_summary()}{' '.join([''] + args.env)}), {os.cpu_count()} CPUs, "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for rnd in range(args.rounds):
             base, _ = phase(server, signer, 0, 0)

@@ -194,10 +194,12 @@ def _delete_some(version: uuid.UUID) -> int:
         if BlobContent.objects.filter(id=version, state=BlobContent.LIVE).exists():
             return 0  # a blob names it: never deleted under a reader (a caller's mistake)
         ids = list(BlobChunk.objects.filter(version=version).order_by("seq")
-                   .values_list("pk", flat=True)[:DELETE_BATCH])
+                   .values_list("pk", flat=True)[:DELETE_BATCH + 1])
+        last = len(ids) <= DELETE_BATCH
+        ids = ids[:DELETE_BATCH]
         if ids:
             BlobChunk.objects.filter(pk__in=ids).delete()
-        else:
+        if last:  # the version's last chunks: its row goes with them
             BlobContent.objects.filter(id=version).delete()
         return len(ids)
 
@@ -209,7 +211,7 @@ def discard(version: uuid.UUID) -> bool:
     in bounded batches, now. Best effort: if the writer stays busy or the
     disk fails, ``collect`` finds it after STAGED_TTL. Whether it is gone."""
     try:
-        while _delete_some(version):
+        while _delete_some(version) == DELETE_BATCH:
             pass
         return True
     except Exception as exc:  # never hide the upload's own outcome behind the clean-up's
@@ -238,11 +240,14 @@ def collect(*, now: datetime | None = None, max_batches: int | None = COLLECT_BA
     return deleted
 
 
-def collect_after_request() -> None:
-    """``collect`` a few batches after a write was answered for: its
-    failure (the writer busy, ...) is logged, never the request's."""
+def collect_after_request(written: int = 0) -> None:
+    """``collect`` a few batches after a write was answered for -- twice as
+    many chunks as it wrote, and at least COLLECT_BATCHES batches, so that
+    removal keeps ahead of what uploads release; its failure (the writer
+    busy, ...) is logged, never the request's."""
+    chunks = (written + CHUNK_BYTES - 1) // CHUNK_BYTES if not inline(written) else 0
     try:
-        collect()
+        collect(max_batches=COLLECT_BATCHES + 2 * chunks // DELETE_BATCH)
     except Exception as exc:
         if not is_writer_busy(exc):
             log.warning("blob content clean-up failed: %s", exc)

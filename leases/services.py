@@ -705,7 +705,7 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
         if staged is not None:
             blob_content.discard(staged)
         raise
-    blob_content.collect_after_request()
+    blob_content.collect_after_request(written=len(content))
     return blob
 
 

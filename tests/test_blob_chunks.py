@@ -279,18 +279,20 @@ def test_deleting_blobs_and_containers_releases_their_content(container, service
     service.delete_container("chunks")
     assert BlobContent.objects.filter(state=BlobContent.RELEASED).count() == 2
     clock.advance(blob_content.RELEASED_GRACE.total_seconds() + 1)
-    assert blob_content.collect(max_batches=1) == 4  # bounded: one transaction, one version's chunks
-    assert _stored() == (2, 4)
+    assert blob_content.collect(max_batches=1) == 4  # bounded: one transaction, one version's chunks and row
+    assert _stored() == (1, 4)
     blob_content.collect(max_batches=None)
     assert _stored() == (0, 0)
 
 
 def test_a_dead_uploads_staged_content_is_collected_after_its_time(transactional_db, clock):
-    version = blob_content.stage(_content())  # an upload that died before its swap
+    version = blob_content.stage(_content(10 * CHUNK_BYTES))  # an upload that died before its swap
     assert BlobContent.objects.get(id=version).state == BlobContent.STAGED
     assert blob_content.collect(max_batches=None) == 0
     clock.advance(blob_content.STAGED_TTL.total_seconds() + 1)
-    assert blob_content.collect(max_batches=None) == 4
+    assert blob_content.collect(max_batches=1) == blob_content.DELETE_BATCH  # bounded
+    assert _stored() == (1, 10 - blob_content.DELETE_BATCH)
+    assert blob_content.collect(max_batches=None) == 10 - blob_content.DELETE_BATCH
     assert _stored() == (0, 0)
 
 
@@ -355,3 +357,18 @@ def test_the_migration_moves_large_content_into_chunks_and_back(clock):
     executor = MigrationExecutor(connection)
     executor.loader.build_graph()
     executor.migrate(executor.loader.graph.leaf_nodes())
+
+
+def test_each_put_blob_removes_more_than_it_may_release(container, clock):
+    """Content replaced more than the grace ago goes with the next uploads,
+    twice the chunks each upload wrote: removal keeps ahead."""
+    for i in range(3):
+        container.upload_blob(f"b{i}", _content(seed=bytes([i])))
+    for i in range(3):
+        container.upload_blob(f"b{i}", b"small now", overwrite=True)
+    assert BlobContent.objects.filter(state=BlobContent.RELEASED).count() == 3
+    clock.advance(blob_content.RELEASED_GRACE.total_seconds() + 1)
+    services.blob_put(ref=ResourceRef(DEV_ACCOUNT, "chunks", "next"), actor=ACTOR, content=_content())
+    # up to 4 + 2 * 4 // 8 = 5 transactions; each old version's 4 chunks and row go in one
+    assert not BlobContent.objects.filter(state=BlobContent.RELEASED).exists()
+    assert BlobChunk.objects.exclude(version=_row("next").content_version).count() == 0

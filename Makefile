@@ -47,7 +47,7 @@ PG_TESTS ?= tests/test_api_leases.py tests/test_cli.py tests/test_fencing.py \
 	tests/test_faults.py tests/test_startup.py \
 	tests/test_pg_race.py tests/test_history_append_only.py tests/test_retention.py \
 	tests/test_api_events.py tests/test_api_input.py tests/test_azure_input.py tests/test_azure_legacy.py \
-	tests/test_storage_contract.py
+	tests/test_storage_contract.py tests/test_blob_chunks.py
 
 test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
 	$(BIN)/pytest -q -n auto -m "not postgres" $(PYTEST_ARGS)

@@ -129,7 +129,11 @@ class Blob(LeaseFields):
     name = models.CharField(max_length=1024)
     # "" for the base blob; the snapshot's timestamp string otherwise.
     snapshot = models.CharField(max_length=32, blank=True, default="")
+    # Content up to one chunk (leases.blob_content.CHUNK_BYTES) is kept here,
+    # in the row; larger content is a stored version of chunks
+    # (BlobContent/BlobChunk), named by ``content_version``, and this is b"".
     content = models.BinaryField(default=b"")
+    content_version = models.UUIDField(null=True, blank=True, editable=False)
     size = models.BigIntegerField(default=0)
     content_type = models.CharField(max_length=255, default="application/octet-stream")
     content_encoding = models.CharField(max_length=255, blank=True)
@@ -150,6 +154,7 @@ class Blob(LeaseFields):
             models.Index(fields=["lease_state", "lease_break_at"], name="blob_break_idx"),
             models.Index(fields=["lease_id"], name="blob_lease_id_idx"),
             models.Index(fields=["name"], name="blob_name_idx"),
+            models.Index(fields=["content_version"], name="blob_content_version_idx"),
         ]
         ordering = ["container__name", "name", "snapshot"]
         permissions = [("break_blob_lease", "Can break blob lease")]
@@ -157,6 +162,42 @@ class Blob(LeaseFields):
     def __str__(self) -> str:
         suffix = f"?snapshot={self.snapshot}" if self.snapshot else ""
         return f"{self.container.account.name}/{self.container.name}/{self.name}{suffix}"
+
+
+class BlobContent(models.Model):
+    """One stored version of a large blob's content (leases.blob_content):
+    written as ``staged`` chunks in short transactions of their own, made
+    ``live`` in the one transaction that points a blob at it, ``released``
+    when no blob or snapshot points at it any more; released and abandoned
+    staged versions are deleted in bounded batches afterwards."""
+
+    STAGED, LIVE, RELEASED = "staged", "live", "released"
+
+    id = models.UUIDField(primary_key=True)
+    state = models.CharField(max_length=8, choices=[(s, s) for s in (STAGED, LIVE, RELEASED)])
+    size = models.BigIntegerField()
+    chunk_bytes = models.IntegerField()
+    staged_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "staged_at"], name="blobcontent_state_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.state}, {self.size} bytes)"
+
+
+class BlobChunk(models.Model):
+    """Bytes ``seq * chunk_bytes`` onwards of a content version. No foreign
+    key: chunks are written before their version may be used, and deleted
+    in batches before it."""
+
+    version = models.UUIDField()
+    seq = models.IntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["version", "seq"], name="blobchunk_unique_seq")]
 
 
 class AppendOnlyQuerySet(models.QuerySet):

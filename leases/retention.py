@@ -43,7 +43,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from . import clock, metrics
+from . import blob_content, clock, metrics
 from .env import env_float, env_int, env_str
 from .models import HistoryHorizon, LeaseEvent
 
@@ -223,6 +223,10 @@ class Pruner(threading.Thread):
             try:
                 if self._hold_lock():
                     prune(self.policy, stop=self.stopping)
+                    if not self.stopping.is_set():
+                        # Large blobs' released and abandoned chunks, in the same bounded batches
+                        # (they are also collected after every Put Blob).
+                        blob_content.prune()
             except Exception:  # a locked or full disk must not end pruning for good
                 log.exception("retention: pruning failed; retrying in %.0f s", self.idle)
             finally:

@@ -15,8 +15,10 @@ from django.urls import path, reverse
 
 from leases.errors import LeaseholdError
 from leases.services import lease_break, lease_release
+from leases.sqlite_backend.busy import is_writer_busy
 
 from . import display
+from .busy import MESSAGE as BUSY_MESSAGE
 from .common import BREAKABLE, admin_actor, lease_now, resource_ref
 from .forms import BreakForm, ReleaseForm
 
@@ -82,11 +84,13 @@ class LeaseActionsMixin:
         break. The service re-checks each lease in its own transaction."""
         seen = form.cleaned_data["seen"]
         current = self.get_queryset(request).in_bulk(seen)
-        broken, gone, renewed, refused = 0, 0, [], []
+        broken, gone, renewed, refused, busy = 0, 0, [], [], []
         for pk, generation in seen.items():
             obj = current.get(pk)
             if obj is None:
                 gone += 1
+            elif busy:  # the writer was busy: the rest are left for the operator to retry
+                busy.append(str(obj))
             elif obj.lease_generation != generation:
                 renewed.append(str(obj))
             else:
@@ -95,10 +99,14 @@ class LeaseActionsMixin:
                                 break_period=form.break_period, reason=form.cleaned_data["reason"])
                 except LeaseholdError as err:
                     refused.append(f"{obj} ({err.code})")
+                except Exception as exc:
+                    if not is_writer_busy(exc) or not (broken or refused):
+                        raise  # nothing done yet: the busy page says so (leases/admin/busy.py)
+                    busy.append(str(obj))
                 else:
                     broken += 1
                     # "Recent actions" on the admin index, as Django's own changes are.
-                    self.log_change(request, obj, f"Broke the lease ({form.when_text}). "
+                    self._log_change(request, obj, f"Broke the lease ({form.when_text}). "
                                     f"Reason: {form.cleaned_data['reason'] or '–'}")
         if broken:
             self.message_user(request, f"Broke the lease of {self._count(broken)}.", messages.SUCCESS)
@@ -109,6 +117,19 @@ class LeaseActionsMixin:
             self.message_user(request, f"The break was refused: {_names(refused)}.", messages.ERROR)
         if gone:
             self.message_user(request, f"Not broken, deleted since: {self._count(gone)}.", messages.WARNING)
+        if busy:
+            self.message_user(request, f"Not broken, the database was busy: {_names(busy)}. {BUSY_MESSAGE}",
+                              messages.ERROR)
+
+    def _log_change(self, request, obj, message: str) -> None:
+        """Django's "Recent actions" entry, unless the writer became busy
+        after the lease action committed: the lease history has the
+        action, and the operator must not be told it did not happen."""
+        try:
+            self.log_change(request, obj, message)
+        except Exception as exc:
+            if not is_writer_busy(exc):
+                raise
 
     def _count(self, n: int) -> str:
         return f"{n} {self.opts.verbose_name if n == 1 else self.opts.verbose_name_plural}"
@@ -133,7 +154,7 @@ class LeaseActionsMixin:
                                   "changed after you looked.", messages.ERROR)
             else:
                 self.message_user(request, f"Released the lease of {obj}.", messages.SUCCESS)
-                self.log_change(request, obj, f"Released the lease. Reason: {form.cleaned_data['reason'] or '–'}")
+                self._log_change(request, obj, f"Released the lease. Reason: {form.cleaned_data['reason'] or '–'}")
             return HttpResponseRedirect(self.object_url(obj))
         return self.confirmation(request, "release", [obj], form)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import uuid
 
-from django.http import HttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
-from .. import client_headers, clock, lease_params, machine, selectors, services
+from .. import blob_content, client_headers, clock, lease_params, machine, selectors, services
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
@@ -323,6 +323,7 @@ class AzureBlobView(APIView):
             return self._properties(response, blob)
         content = blob.content if not head else b""
         status, content_range = 200, None
+        start, end = 0, blob.size - 1
         rng = _header(self.request, "x-ms-range") or _header(self.request, "Range")
         if rng and not head and self.request.GET.get("comp") != "metadata":
             start, end = inputs.parse_range(rng, blob.size)
@@ -330,7 +331,13 @@ class AzureBlobView(APIView):
             status, content_range = 206, f"bytes {start}-{end}/{blob.size}"
         if self.request.GET.get("comp") == "metadata":
             content = b""
-        response = HttpResponse(bytes(content), status=status, content_type=blob.content_type)
+        if blob.content_version is not None and not head and self.request.GET.get("comp") != "metadata":
+            # Chunked content (leases.blob_content): streamed a chunk (one short read) at a time.
+            response = StreamingHttpResponse(blob_content.stream(blob.content_version, start, end),
+                                             status=status, content_type=blob.content_type)
+            content = range(end - start + 1)  # only its length is used below
+        else:
+            response = HttpResponse(bytes(content), status=status, content_type=blob.content_type)
         self._properties(response, blob)
         if content_range:
             response["Content-Range"] = content_range

@@ -8,7 +8,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, names
+from .. import blob_content, clock, machine, names
 from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
@@ -23,21 +23,79 @@ def validate_blob_name(name: str) -> None:
 
 # -- blobs
 
-@_committing_refusals
 def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: str = "",
              metadata: dict | None = None, properties: dict | None = None, lease_id: uuid.UUID | None = None,
              conditions: Conditions = NO_CONDITIONS) -> Blob:
     """Put Blob: create or overwrite. The lease is checked before the
     conditions, so an If-None-Match: * upload onto a leased blob is 412
-    LeaseIdMissing as on Azure, not 409."""
+    LeaseIdMissing as on Azure, not 409. Content over one chunk is first
+    staged in pieces, each its own short write transaction, then made
+    visible by one short transaction (leases.blob_content); an upload the
+    blob's state refuses stages nothing, or has its pieces discarded."""
     validate_blob_name(ref.blob)
     metadata = metadata_rules.validate(metadata)
+    md5 = base64.b64encode(hashlib.md5(content).digest()).decode()  # before, not under, the writer lock
+    args = dict(ref=ref, actor=actor, content=content, md5=md5, content_type=content_type, metadata=metadata,
+                properties=properties, lease_id=lease_id, conditions=conditions)
+    staged = None
+    try:
+        if not blob_content.inline(len(content)) and not _put_refused_now(ref, lease_id, conditions):
+            staged = blob_content.stage(content)
+        try:
+            blob = _blob_put_swap(**args, staged=staged)
+        except _NeedsStaging:  # allowed after all: the state changed since the look
+            staged = blob_content.stage(content)
+            blob = _blob_put_swap(**args, staged=staged)
+    except BaseException:
+        if staged is not None:
+            blob_content.discard(staged)
+        raise
+    blob_content.collect_after_request(written=len(content))
+    return blob
+
+
+class _NeedsStaging(Exception):
+    """The swap found a large upload allowed whose content was not staged."""
+
+
+def _put_refused_now(ref: ResourceRef, lease_id: uuid.UUID | None, conditions: Conditions) -> bool:
+    """Whether Put Blob's checks refuse it now, read without any lock: then
+    its content is not staged (the swap's transaction checks again, and
+    records the refusal)."""
+    now = clock.now()
+    blob = (Blob.objects.defer("content", "metadata")
+            .filter(container__account__name=ref.account, container__name=ref.container, name=ref.blob,
+                    snapshot="").first())
+    try:
+        if blob is None:
+            if conditions.if_match is not None:
+                return True
+            conditions.check_write(None, None)
+            _container_must_exist(ref)
+            return False
+        machine.check_access(blob.lease_record, now, lease_id=lease_id, write=True, noun=machine.BLOB)
+        if conditions.if_none_match == ["*"] and conditions.if_match is None:
+            return True
+        conditions.check_write(blob.etag, blob.last_modified)
+    except LeaseholdError:
+        return True
+    return False
+
+
+@_committing_refusals
+def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, content_type: str,
+                   metadata: dict, properties: dict | None, lease_id: uuid.UUID | None, conditions: Conditions,
+                   staged) -> Blob:
+    """Put Blob's one transaction: load the blob row locked, check the lease
+    and conditions, write the content (inline) or point at the ``staged``
+    version, append the history event."""
     now = clock.now()
     container = _container_must_exist(ref)
     blob = _blob_for_write(container, ref)
-    md5 = base64.b64encode(hashlib.md5(content).digest()).decode()
     props = {k: v for k, v in (properties or {}).items() if v is not None}
-    fields = {"content": content, "size": len(content), "content_md5": md5,
+    large = not blob_content.inline(len(content))
+    fields = {"content": b"" if large else content, "content_version": staged, "size": len(content),
+              "content_md5": md5,
               "content_type": content_type or "application/octet-stream", "metadata": metadata or {},
               "content_encoding": props.get("content_encoding", ""),
               "content_language": props.get("content_language", ""),
@@ -47,13 +105,18 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
         if conditions.if_match is not None:  # nothing to match
             raise LeaseholdError("ConditionNotMet")
         conditions.check_write(None, None)
+        if large and staged is None:
+            raise _NeedsStaging
         generation = _last_generation(ref)
         stamp = now.replace(microsecond=0)
         try:
             with transaction.atomic():  # a savepoint: a concurrent create of the name may get there first
-                return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(),
-                                           last_modified=stamp, created_at=stamp, lease_generation=generation,
-                                           **fields)
+                created = Blob.objects.create(container=container, name=ref.blob, etag=new_etag(),
+                                              last_modified=stamp, created_at=stamp, lease_generation=generation,
+                                              **fields)
+            if staged is not None:
+                blob_content.make_live(staged)
+            return created
         except IntegrityError:
             # Another server instance created the name since the read above
             # (PostgreSQL; SQLite's write lock excludes that). Its row has
@@ -67,10 +130,16 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     if conditions.if_none_match == ["*"] and conditions.if_match is None:
         raise LeaseholdError("BlobAlreadyExists")
     conditions.check_write(blob.etag, blob.last_modified)
+    if large and staged is None:
+        raise _NeedsStaging
+    replaced = blob.content_version
     for name, value in fields.items():
         setattr(blob, name, value)
     changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
     blob.save(update_fields=[*fields, *_now_etag(blob, now), *changed])
+    if staged is not None:
+        blob_content.make_live(staged)
+    blob_content.release_unreferenced([replaced], now=now)
     return blob
 
 
@@ -124,18 +193,21 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = 
     now = clock.now()
     if delete_snapshots not in (None, "include", "only"):
         raise LeaseholdError("InvalidHeaderValue", field="delete_snapshots", value=delete_snapshots)
-    blob = _load(ref, for_update=True)
+    blob = _load(ref, for_update=True, content=False)
     conditions.check_write(blob.etag, blob.last_modified)
     if ref.snapshot:  # a snapshot carries no lease of its own
         blob.delete()
+        blob_content.release_unreferenced([blob.content_version], now=now)
         return
     snapshots = Blob.objects.filter(container_id=blob.container_id, name=blob.name).exclude(snapshot="")
     if delete_snapshots is None and snapshots.exists():
         raise LeaseholdError("SnapshotsPresent")
     _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-blob")
+    versions = {blob.content_version, *snapshots.values_list("content_version", flat=True)}
     snapshots.delete()
     if delete_snapshots != "only":
         blob.delete()
+    blob_content.release_unreferenced(versions, now=now)
 
 
 @_committing_refusals
@@ -148,8 +220,9 @@ def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = Non
     if lease_id is not None:
         _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="snapshot")
     stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}0Z"
+    # A large content's chunks are shared, not copied: a version never changes.
     snap = Blob(container_id=blob.container_id, name=blob.name, snapshot=stamp, content=blob.content,
-                size=blob.size, content_type=blob.content_type, content_encoding=blob.content_encoding,
+                content_version=blob.content_version, size=blob.size, content_type=blob.content_type, content_encoding=blob.content_encoding,
                 content_language=blob.content_language, content_disposition=blob.content_disposition,
                 cache_control=blob.cache_control, content_md5=blob.content_md5,
                 metadata=blob.metadata if metadata is None else metadata,

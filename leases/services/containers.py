@@ -7,11 +7,11 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import clock, machine
+from .. import blob_content, clock, machine
 from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
-from ..models import Account, Container, FencingGeneration, new_etag
+from ..models import Account, Blob, Container, FencingGeneration, new_etag
 from .access import _check_access, _committing_refusals, _reading
 from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 
@@ -54,7 +54,10 @@ def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | No
     conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
     _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
     # Blob leases do not protect a container: its blobs go with it.
+    versions = set(Blob.objects.filter(container=obj, content_version__isnull=False)
+                   .values_list("content_version", flat=True))
     obj.delete()
+    blob_content.release_unreferenced(versions, now=now)
 
 
 @_reading

@@ -43,10 +43,11 @@ $(BIN)/.postgres: $(BIN)/.installed
 # cluster tests/pg_cluster.py starts (installing Debian's postgresql package
 # if missing) and removes. The rest (the pure state machine, SQLite's own
 # machinery, the browser, the admin's scale data) is not repeated there.
-PG_TESTS ?= tests/test_api_leases.py tests/test_cli.py tests/test_fencing.py \
-	tests/test_faults.py tests/test_startup.py \
-	tests/test_pg_race.py tests/test_history_append_only.py tests/test_retention.py \
-	tests/test_api_events.py tests/test_api_input.py tests/test_azure_input.py tests/test_azure_legacy.py
+PG_TESTS ?= tests/api/test_api_leases.py tests/management/test_cli.py tests/services/test_fencing.py \
+	tests/processes/test_faults.py tests/processes/test_startup.py \
+	tests/processes/test_pg_race.py tests/services/test_history_append_only.py tests/services/test_retention.py \
+	tests/api/test_api_events.py tests/api/test_api_input.py tests/azure/test_azure_input.py \
+	tests/azure/test_azure_legacy.py
 
 test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
 	$(BIN)/pytest -q -n auto -m "not postgres" $(PYTEST_ARGS)

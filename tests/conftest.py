@@ -1,5 +1,28 @@
-"""Shared fixtures: the clock seam, a live Azure endpoint in this process
-(real HTTP, real SQLite file), and SDK clients pointed at it."""
+"""Fixtures every folder may use: the clock seam, a live Azure endpoint in
+this process (real HTTP, real SQLite file) and SDK clients pointed at it, the
+JSON API's accounts and superuser client, and PostgreSQL for the tests that
+need it whatever the run's database.
+
+Where a test goes (tests/README.md has the whole map):
+
+  tests/machine/     the pure state machine (no Django, no database)
+  tests/services/    services, selectors, history, retention, fencing
+  tests/storage/     the SQLite backend and the storage layer's SQL
+  tests/azure/       the Azure door, through the official SDK or raw requests
+  tests/api/         the JSON API door
+  tests/admin/       the admin (its Chromium tests: marker ``browser``)
+  tests/management/  the management commands
+  tests/serving/     the server around the doors: ASGI front, health, metrics
+  tests/processes/   real server processes (marker ``processes``)
+  tests/client/      leasehold_client, against Leasehold and Azurite
+
+Fixtures live in conftest.py files: here if more than one folder uses them,
+else in that folder's conftest.py. Plain helpers a test imports by name live
+in modules (helpers.py in a folder; azure_raw.py, server_process.py and
+pg_cluster.py here), never fixtures shared through ``import *``.
+A test that starts a server process is marked ``processes``, one that drives
+Chromium ``browser``.
+"""
 
 from __future__ import annotations
 
@@ -131,6 +154,34 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ------------------------------------------------------------------ the JSON API
+# (tests/api/, and the few tests elsewhere that call it; helpers: tests/api/helpers.py)
+
+@pytest.fixture
+def throttle_file(settings, tmp_path):
+    """A throttle counter file of this test's own, so runs never share counts
+    (autouse for every test under tests/api/)."""
+    settings.LEASEHOLD_THROTTLE_DATABASE = str(tmp_path / "throttle.sqlite3")
+
+
+@pytest.fixture
+def accounts(db):
+    """The development account and a second one (OTHER_ACCOUNT)."""
+    from leases import services
+    from tests.api.helpers import OTHER_ACCOUNT, OTHER_KEY
+
+    services.account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
+    services.account_ensure(name=OTHER_ACCOUNT, key1=OTHER_KEY)
+
+
+@pytest.fixture
+def api(accounts):
+    """A client whose token belongs to a superuser (token "root")."""
+    from tests.api.helpers import make_user, token_client
+
+    return token_client(make_user("root", superuser=True), "root")
 
 
 @pytest.fixture(scope="session")

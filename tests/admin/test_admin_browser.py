@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.admin.helpers"]  # its fixtures
-
 
 ARTIFACTS = Path(__file__).parents[1] / "artifacts"
 CHROMIUM = "/usr/bin/chromium"

@@ -20,8 +20,6 @@ from leases.services import Actor, ResourceRef, lease_acquire, lease_break, leas
 
 from .helpers import ACCOUNT, CONTAINER, app
 
-pytest_plugins = ["tests.admin.helpers"]  # its fixtures
-
 HISTORY = "/admin/leases/leaseevent/"
 BLOBS = "/admin/leases/blob/"
 DASHBOARD = "/admin/leases/leaseevent/dashboard/"

@@ -13,8 +13,6 @@ from leases.services import Actor, ResourceRef, blob_put, container_create, leas
 
 from .helpers import ACCOUNT, CONTAINER, app
 
-pytest_plugins = ["tests.admin.helpers"]  # its fixtures
-
 BLOBS = "/admin/leases/blob/"
 CONTAINERS = "/admin/leases/container/"
 

@@ -17,8 +17,6 @@ from leases.services import Actor, blob_delete, lease_acquire, lease_release
 
 from .helpers import ACCOUNT, CONTAINER, app
 
-pytest_plugins = ["tests.admin.helpers"]  # its fixtures
-
 BLOBS = "/admin/leases/blob/"
 CONTAINERS = "/admin/leases/container/"
 HISTORY = "/admin/leases/leaseevent/"

@@ -18,8 +18,6 @@ import pytest
 from .helpers import VIEW_ALL, _staff
 from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
 
-pytest_plugins = ["tests.admin.helpers"]  # its fixtures
-
 SCREENS = Path(os.environ.get("LEASEHOLD_SCREENS", Path(__file__).parents[1] / "artifacts"))
 PASSWORD = "correct horse"
 

@@ -19,8 +19,6 @@ from leases.models import LeaseEvent
 
 from .helpers import VIEW_ALL, _staff
 
-pytest_plugins = ["tests.admin.helpers"]  # its fixtures
-
 BLOBS = "/admin/leases/blob/"
 CONTAINERS = "/admin/leases/container/"
 

@@ -17,8 +17,6 @@ from leases.models import Blob, LeaseEvent
 
 from .helpers import load_scale_data, scale_pages
 
-pytest_plugins = ["tests.admin.helpers"]  # its fixtures
-
 # Queries per page, session and user included: the list pages run their
 # filters' choices, one capped count and one page of rows (with its
 # containers and accounts joined in); the dashboard ten capped state counts.

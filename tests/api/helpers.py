@@ -1,9 +1,7 @@
-"""Fixtures and helpers shared by the JSON API tests; this module holds no
-tests. Test modules take the fixtures (``__all__``) with one ``import *``
-and import the helpers they call by name.
-
-Every API test gets its own throttle counter file, so runs never share
-counts, and API clients authenticate with real tokens."""
+"""Helpers for calling the JSON API in tests (the fixtures are in
+tests/conftest.py and tests/api/conftest.py): users and their token clients,
+resources made through the services, lease calls, SharedKey signing. API
+clients authenticate with real tokens."""
 
 from __future__ import annotations
 
@@ -13,31 +11,17 @@ import hmac
 from email.utils import formatdate
 from urllib.parse import parse_qsl, urlsplit
 
-import pytest
 from django.contrib.auth.models import Permission, User
 from rest_framework.test import APIClient
 
 from leases import services
-from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
+from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY  # noqa: F401 (for the tests)
 from leases.services import Actor, ResourceRef
 from leases.tokens import ApiToken
-
-__all__ = ["throttle_file", "accounts", "api", "client_with", "resource"]
 
 API = "/api/v1"
 OTHER_ACCOUNT, OTHER_KEY = "otheraccount", base64.b64encode(b"another account's key").decode()
 TEST_ACTOR = Actor(name="cli", via="cli")
-
-
-@pytest.fixture(autouse=True)
-def throttle_file(settings, tmp_path):
-    settings.LEASEHOLD_THROTTLE_DATABASE = str(tmp_path / "throttle.sqlite3")
-
-
-@pytest.fixture
-def accounts(db):
-    services.account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
-    services.account_ensure(name=OTHER_ACCOUNT, key1=OTHER_KEY)
 
 
 def make_user(username: str, *perms: str, superuser: bool = False) -> User:
@@ -56,26 +40,6 @@ def token_client(user: User, token_name: str | None = None) -> APIClient:
     return client
 
 
-@pytest.fixture
-def api(accounts) -> APIClient:
-    """A client whose token belongs to a superuser (token "root")."""
-    return token_client(make_user("root", superuser=True), "root")
-
-
-@pytest.fixture
-def client_with(accounts):
-    """client_with("leases.view_blob", ...): a token client of a user with
-    exactly these permissions."""
-    count = 0
-
-    def make(*perms: str) -> APIClient:
-        nonlocal count
-        count += 1
-        return token_client(make_user(f"user{count}", *perms))
-
-    return make
-
-
 def make_container(name: str, account: str = DEV_ACCOUNT):
     return services.container_create(account=account, name=name, actor=TEST_ACTOR)
 
@@ -88,15 +52,6 @@ def resource_path(kind: str) -> str:
     """The account/container[/blob] path of the resource a kind-parametrised
     test works on (see the ``resource`` fixture)."""
     return f"{DEV_ACCOUNT}/box" if kind == "container" else f"{DEV_ACCOUNT}/box/dir/a b.txt"
-
-
-@pytest.fixture(params=["container", "blob"])
-def resource(request, accounts) -> str:
-    """A leasable resource, once a container and once a blob."""
-    make_container("box")
-    if request.param == "blob":
-        make_blob("box", "dir/a b.txt", b"hello")
-    return resource_path(request.param)
 
 
 def lease(client: APIClient, action: str, path: str, body: dict | None = None, **headers):

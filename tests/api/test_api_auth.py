@@ -15,7 +15,6 @@ from rest_framework.test import APIClient
 
 from leases.models import LeaseEvent
 from leases.tokens import ApiToken
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import (API, DEV_ACCOUNT, DEV_KEY, OTHER_ACCOUNT, OTHER_KEY, lease, make_blob,
     make_container, make_user, shared_key_headers, token_client)
 

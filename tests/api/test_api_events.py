@@ -16,7 +16,6 @@ from leases import services
 from leases.api.serializers import EVENT_FIELDS
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, DEV_ACCOUNT, OTHER_ACCOUNT, lease, make_blob, make_container
 
 ID1 = "11111111-1111-1111-1111-111111111111"

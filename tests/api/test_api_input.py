@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from leases.models import Blob, Container
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, DEV_ACCOUNT, lease, make_blob, make_container
 
 GUID = "0f8fad5b-d9cb-469f-a165-70867728950e"

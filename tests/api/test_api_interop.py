@@ -11,7 +11,6 @@ from azure.storage.blob import BlobLeaseClient
 
 from leases.models import LeaseEvent
 from leases.tokens import ApiToken
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, DEV_ACCOUNT, make_user
 
 BLOB = f"{DEV_ACCOUNT}/shared/locks/job.lock"

@@ -12,7 +12,6 @@ from leases.api import lease_actions
 from leases.api.parsers import BoundedJSONParser
 from leases.errors import LeaseholdError
 from leases.models import LeaseEvent
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, DEV_ACCOUNT, lease, make_blob, make_container
 
 NEW_ID = "3c7e72eb-b430-4526-bc53-d8ecef03798f"

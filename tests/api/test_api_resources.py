@@ -10,7 +10,6 @@ import pytest
 from leases import services
 from leases.models import Blob, Container, LeaseEvent
 from leases.services import ResourceRef
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, DEV_ACCOUNT, OTHER_ACCOUNT, TEST_ACTOR, lease, make_blob, make_container
 
 ID = "3c7e72eb-b430-4526-bc53-d8ecef03798f"

@@ -20,7 +20,6 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
 
 from leases.models import Blob, Container
 from leases.tokens import ApiToken
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, DEV_ACCOUNT, make_blob, make_container, make_user
 
 NOT_OPERATIONS = {"schema/", "docs/", "redoc/", ""}  # the schema, its two viewers, the JSON 404

@@ -13,7 +13,6 @@ import pytest
 from rest_framework.settings import api_settings
 
 from leases.api.throttling import SlidingWindowCounter
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, make_container
 
 WINDOW_START = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

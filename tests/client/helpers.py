@@ -1,6 +1,5 @@
-"""Fixtures and helpers shared by the client-helper tests (leasehold_client);
-this module holds no tests. Test modules take the fixtures (``__all__``) with
-one ``import *`` and import the helpers they call by name.
+"""Helpers for the client-helper tests (leasehold_client); the fixtures
+(``backend``, ``leasehold``, ``azurite``, ``mclock``) are in conftest.py.
 
 Two backends: the live in-process Leasehold server, whose clock is frozen and
 moved together with the client's ManualClock (no sleeping), and Azurite
@@ -9,29 +8,18 @@ waits are kept short."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
 import traceback
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import pytest
 from azure.core.exceptions import ServiceRequestError
 from azure.storage.blob import BlobClient, BlobServiceClient
 
 from leasehold_client.clock import ManualClock, SystemClock
-from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
-from tests.conftest import CONNECTION, free_port
-
-__all__ = ["mclock", "leasehold", "azurite_url", "azurite", "backend"]
 
 REPO = Path(__file__).resolve().parents[2]
 AZURITE_MAIN = REPO / "bench" / "node_modules" / "azurite" / "dist" / "src" / "blob" / "main.js"
@@ -80,76 +68,6 @@ class Backend:
                 raise AssertionError(f"not done within {limit} s of {self.name} time\n{stacks}")
             self.advance(step)
         return self.clock.monotonic() - start
-
-
-@pytest.fixture
-def mclock(clock):
-    """A ManualClock moving the frozen server clock (leases.clock) in step."""
-    clock.freeze()
-    return ManualClock(on_advance=clock.advance)
-
-
-@pytest.fixture
-def leasehold(azure_server, mclock) -> Backend:
-    def advance(seconds: float) -> None:
-        mclock.advance(seconds)
-        mclock.settle()
-
-    return Backend("leasehold", CONNECTION.format(a=DEV_ACCOUNT, k=DEV_KEY, url=azure_server), mclock, advance)
-
-
-# One Azurite for the whole session: every test module that star-imports the
-# fixtures gets its own copy of the fixture, so the process is kept here.
-_AZURITE: dict = {}
-
-
-@pytest.fixture(scope="session")
-def azurite_url(tmp_path_factory):
-    """Azurite's blob service from bench/node_modules, started once per session."""
-    if "url" in _AZURITE:
-        yield _AZURITE["url"]
-        return
-    node = shutil.which("node")
-    if node is None or not AZURITE_MAIN.exists():
-        pytest.fail("Azurite is not installed: run `make azurite` (npm install in bench/)")
-    port = free_port()
-    location = tmp_path_factory.mktemp("azurite")
-    proc = subprocess.Popen(
-        [node, str(AZURITE_MAIN), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(location),
-         "--silent", "--loose", "--skipApiVersionCheck", "--disableTelemetry"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"Azurite exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail("Azurite did not listen within 60 s")
-            time.sleep(0.1)
-    _AZURITE["url"] = f"http://127.0.0.1:{port}"
-    try:
-        yield _AZURITE["url"]
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        proc.stderr.close()
-        _AZURITE.clear()
-
-
-@pytest.fixture
-def azurite(azurite_url) -> Backend:
-    return Backend("azurite", CONNECTION.format(a=DEV_ACCOUNT, k=DEV_KEY, url=azurite_url), SystemClock(), time.sleep)
-
-
-@pytest.fixture(params=["leasehold", "azurite"])
-def backend(request, transactional_db) -> Backend:
-    # transactional_db asked statically: pytest-django sets the test database
-    # up only for tests that name a database fixture before they run.
-    return request.getfixturevalue(request.param)
 
 
 class Partition:

@@ -11,7 +11,6 @@ from azure.storage.blob.aio import BlobClient, BlobLeaseClient
 
 from leasehold_client import LeaseLostError
 from leasehold_client.aio import AutoRenewLease, LeaderElection, OncePer, do_once
-from tests.client.helpers import *  # noqa: F403 (the fixtures)
 from tests.client.helpers import Partition
 
 

@@ -13,7 +13,6 @@ import sys
 import pytest
 
 from leasehold_client import LeaderElection, LeaseLostError
-from tests.client.helpers import *  # noqa: F403 (the fixtures)
 from tests.client.helpers import REPO, Partition
 
 LEADER_PROCESS = """

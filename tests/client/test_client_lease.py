@@ -8,7 +8,6 @@ from azure.storage.blob import BlobLeaseClient
 from azure.core.pipeline.transport import RequestsTransport
 
 from leasehold_client import AutoRenewLease, LeaseLostError
-from tests.client.helpers import *  # noqa: F403 (the fixtures)
 from tests.client.helpers import Partition
 
 

@@ -10,7 +10,6 @@ import time
 from azure.storage.blob import BlobLeaseClient
 
 from leasehold_client import OncePer, do_once
-from tests.client.helpers import *  # noqa: F403 (the fixtures)
 from tests.client.helpers import REPO
 
 

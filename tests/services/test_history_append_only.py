@@ -14,10 +14,10 @@ from django.db import DatabaseError, connection, transaction
 from leases import retention, services
 from leases.models import HistoryHorizon, LeaseEvent
 from leases.services import Actor, ResourceRef
-from tests.api.helpers import *  # noqa: F403 (the fixtures)
 from tests.api.helpers import API, DEV_ACCOUNT, make_container
 
-pytestmark = pytest.mark.django_db
+# Its API checks count requests in a throttle file of their own, as every API test does.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_file")]
 APP = Actor(name="account:devstoreaccount1", via="azure")
 
 

@@ -15,13 +15,17 @@ Where a test goes (tests/README.md has the whole map):
   tests/serving/     the server around the doors: ASGI front, health, metrics
   tests/processes/   real server processes (marker ``processes``)
   tests/client/      leasehold_client, against Leasehold and Azurite
+  tests/test_structure.py  module sizes, layers, private Django names
 
 Fixtures live in conftest.py files: here if more than one folder uses them,
 else in that folder's conftest.py. Plain helpers a test imports by name live
 in modules (helpers.py in a folder; azure_raw.py, server_process.py and
 pg_cluster.py here), never fixtures shared through ``import *``.
 A test that starts a server process is marked ``processes``, one that drives
-Chromium ``browser``.
+Chromium ``browser``, one that runs for many seconds without either ``slow``
+(``make test-fast`` runs none of these); a module whose behaviour depends on
+the database is marked ``also_postgres`` so that ``make test`` runs it again
+on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -201,6 +205,10 @@ def django_db_setup(django_db_setup, django_db_blocker):
 def pytest_configure(config):
     config.addinivalue_line("markers", "postgres: needs PostgreSQL whatever the run's database "
                             "(make test runs these in its PostgreSQL pass)")
+    config.addinivalue_line("markers", "also_postgres: behaviour that depends on the database; make test "
+                            "runs the module again on PostgreSQL")
+    config.addinivalue_line("markers", "slow: many seconds without a server process (scale data, the big "
+                            "fuzz runs); make test-fast leaves it out")
 
 
 @pytest.fixture(scope="session")

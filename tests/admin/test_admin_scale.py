@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -16,6 +17,8 @@ from leases.admin.paging import CappedCountPaginator
 from leases.models import Blob, LeaseEvent
 
 from .helpers import load_scale_data, scale_pages
+
+pytestmark = pytest.mark.slow  # 100,000 blobs and 1,000,000 events to load
 
 # Queries per page, session and user included: the list pages run their
 # filters' choices, one capped count and one page of rows (with its

@@ -18,6 +18,8 @@ from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 from tests.api.helpers import API, DEV_ACCOUNT, OTHER_ACCOUNT, lease, make_blob, make_container
 
+pytestmark = pytest.mark.also_postgres
+
 ID1 = "11111111-1111-1111-1111-111111111111"
 ID2 = "22222222-2222-2222-2222-222222222222"
 BOX = f"{DEV_ACCOUNT}/box"

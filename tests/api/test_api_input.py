@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from leases.models import Blob, Container
 from tests.api.helpers import API, DEV_ACCOUNT, lease, make_blob, make_container
 
+pytestmark = pytest.mark.also_postgres
+
 GUID = "0f8fad5b-d9cb-469f-a165-70867728950e"
 
 
@@ -119,6 +121,7 @@ TARGETS = [("put", "containers/{a}/box"), ("put", "containers/{a}/new"), ("put",
            ("post", "leases/change/{a}/box/b"), ("post", "leases/renew/{a}/box")]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(target=st.sampled_from(TARGETS), body=BODIES)
 def test_fuzzed_json_bodies_never_500(api, accounts, target, body):

@@ -14,6 +14,8 @@ from leases.errors import LeaseholdError
 from leases.models import LeaseEvent
 from tests.api.helpers import API, DEV_ACCOUNT, lease, make_blob, make_container
 
+pytestmark = pytest.mark.also_postgres
+
 NEW_ID = "3c7e72eb-b430-4526-bc53-d8ecef03798f"
 OTHER_ID = "ca761232-ed42-11ce-bacd-00aa0057b223"
 

@@ -108,6 +108,7 @@ def ensure_real_resources():
         make_blob(REAL["container"], REAL["blob"], b"fuzz")
 
 
+@pytest.mark.slow
 def test_fuzzing_finds_no_server_error_and_no_undocumented_response(accounts, wsgi_app):
     _, token = ApiToken.issue(user=make_user("fuzzer", superuser=True), name="fuzzer")
     schema = schemathesis.openapi.from_wsgi(f"{API}/schema/", wsgi_app)

@@ -21,6 +21,8 @@ from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from tests import azure_raw
 from tests.azure_raw import error_code, signed
 
+pytestmark = pytest.mark.also_postgres
+
 BOX = f"/{DEV_ACCOUNT}/box"
 BLOB = f"{BOX}/b"
 PUT = {"x-ms-blob-type": "BlockBlob"}
@@ -436,6 +438,7 @@ def test_a_legacy_blob_name_is_listed_encoded_as_azure_does(azure_server, box, s
     assert [b.name for b in box.list_blobs()] == ["bad\x01name"]
 
 
+@pytest.mark.processes
 def test_cut_off_upload_against_the_production_server(tmp_path):
     """The same cut, against granian (python -m config.serve) in its own
     process: the connection is reset mid-body, and the blob is untouched."""
@@ -560,6 +563,7 @@ def check_azure_answer(response) -> None:
         ElementTree.fromstring(response.content.decode("utf-8-sig"))  # listings: valid XML
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                     HealthCheck.too_slow])
 @given(request=azure_requests())

@@ -24,6 +24,8 @@ from leases.models import Blob, Container, LeaseEvent
 
 from tests.machine.test_machine_legacy import ACQUIRE, BREAK, RELEASE, RENEW, STATES, A, B, X
 
+pytestmark = pytest.mark.also_postgres
+
 LEGACY = ["2011-08-18", "2009-09-19"]
 GUIDS = {A: "ca761232-ed42-11ce-bacd-00aa0057b223", B: "3c7e72eb-b430-4526-bc53-d8ecef03798f"}
 BLOB = "/devstoreaccount1/old/item.bin"

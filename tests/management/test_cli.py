@@ -8,6 +8,8 @@ from django.core.management import CommandError, call_command
 
 from leases.models import LeaseEvent
 
+pytestmark = pytest.mark.also_postgres
+
 
 def run(*args) -> str:
     out = StringIO()

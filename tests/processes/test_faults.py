@@ -18,7 +18,7 @@ import pytest
 from tests import azure_raw
 from tests.server_process import Instance, prepare
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.also_postgres]
 # Faults of a SQLite file: not repeated in make test's PostgreSQL pass, which
 # runs this module for its PostgreSQL tests.
 sqlite_file = pytest.mark.skipif(os.environ.get("LEASEHOLD_DATABASE", "").startswith("postgres"),

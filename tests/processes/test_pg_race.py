@@ -18,7 +18,7 @@ from tests.conftest import CONNECTION
 from tests.server_process import Instance, prepare
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 
-pytestmark = [pytest.mark.processes, pytest.mark.postgres]
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.also_postgres]
 
 LEASE_TRIALS = 400
 CREATE_TRIALS = 200

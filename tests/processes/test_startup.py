@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import free_port
 from tests.server_process import prepare
 
-pytestmark = pytest.mark.processes
+pytestmark = [pytest.mark.processes, pytest.mark.also_postgres]
 # Faults of a SQLite file: not repeated in make test's PostgreSQL pass, which
 # runs this module for its PostgreSQL tests.
 sqlite_file = pytest.mark.skipif(os.environ.get("LEASEHOLD_DATABASE", "").startswith("postgres"),

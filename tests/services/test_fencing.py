@@ -16,6 +16,8 @@ from leases import services
 from leases.models import FencingGeneration, LeaseEvent
 from leases.services import Actor, ResourceRef
 
+pytestmark = pytest.mark.also_postgres
+
 ACCOUNT = "devstoreaccount1"
 ACTOR = Actor(name=f"account:{ACCOUNT}", via="azure")
 CONTAINER = ResourceRef(ACCOUNT, "fence")

@@ -17,7 +17,7 @@ from leases.services import Actor, ResourceRef
 from tests.api.helpers import API, DEV_ACCOUNT, make_container
 
 # Its API checks count requests in a throttle file of their own, as every API test does.
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_file")]
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_file"), pytest.mark.also_postgres]
 APP = Actor(name="account:devstoreaccount1", via="azure")
 
 

@@ -17,6 +17,8 @@ from leases.models import HistoryHorizon, LeaseEvent
 from leases.retention import Policy, parse_duration
 from leases.services import Actor, ResourceRef
 
+pytestmark = pytest.mark.also_postgres
+
 ACCOUNT = "devstoreaccount1"
 APP = Actor(name=f"account:{ACCOUNT}", via="azure")
 BOX = ResourceRef(ACCOUNT, "box")

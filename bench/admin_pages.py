@@ -47,7 +47,7 @@ def main() -> None:
 
     from leases import clock
     from leases.models import LeaseEvent
-    from tests.admin_fixtures import load_scale_data, scale_pages
+    from tests.admin.helpers import load_scale_data, scale_pages
 
     call_command("migrate", verbosity=0)
     with connection.cursor() as cursor:

@@ -1,5 +1,32 @@
-"""Shared fixtures: the clock seam, a live Azure endpoint in this process
-(real HTTP, real SQLite file), and SDK clients pointed at it."""
+"""Fixtures every folder may use: the clock seam, a live Azure endpoint in
+this process (real HTTP, real SQLite file) and SDK clients pointed at it, the
+JSON API's accounts and superuser client, and PostgreSQL for the tests that
+need it whatever the run's database.
+
+Where a test goes (tests/README.md has the whole map):
+
+  tests/machine/     the pure state machine (no Django, no database)
+  tests/services/    services, selectors, history, retention, fencing
+  tests/storage/     the SQLite backend and the storage layer's SQL
+  tests/azure/       the Azure door, through the official SDK or raw requests
+  tests/api/         the JSON API door
+  tests/admin/       the admin (its Chromium tests: marker ``browser``)
+  tests/management/  the management commands
+  tests/serving/     the server around the doors: ASGI front, health, metrics
+  tests/processes/   real server processes (marker ``processes``)
+  tests/client/      leasehold_client, against Leasehold and Azurite
+  tests/test_structure.py  module sizes, layers, private Django names
+
+Fixtures live in conftest.py files: here if more than one folder uses them,
+else in that folder's conftest.py. Plain helpers a test imports by name live
+in modules (helpers.py in a folder; azure_raw.py, server_process.py and
+pg_cluster.py here), never fixtures shared through ``import *``.
+A test that starts a server process is marked ``processes``, one that drives
+Chromium ``browser``, one that runs for many seconds without either ``slow``
+(``make test-fast`` runs none of these); a module whose behaviour depends on
+the database is marked ``also_postgres`` so that ``make test`` runs it again
+on PostgreSQL.
+"""
 
 from __future__ import annotations
 
@@ -133,6 +160,34 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# ------------------------------------------------------------------ the JSON API
+# (tests/api/, and the few tests elsewhere that call it; helpers: tests/api/helpers.py)
+
+@pytest.fixture
+def throttle_file(settings, tmp_path):
+    """A throttle counter file of this test's own, so runs never share counts
+    (autouse for every test under tests/api/)."""
+    settings.LEASEHOLD_THROTTLE_DATABASE = str(tmp_path / "throttle.sqlite3")
+
+
+@pytest.fixture
+def accounts(db):
+    """The development account and a second one (OTHER_ACCOUNT)."""
+    from leases import services
+    from tests.api.helpers import OTHER_ACCOUNT, OTHER_KEY
+
+    services.account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
+    services.account_ensure(name=OTHER_ACCOUNT, key1=OTHER_KEY)
+
+
+@pytest.fixture
+def api(accounts):
+    """A client whose token belongs to a superuser (token "root")."""
+    from tests.api.helpers import make_user, token_client
+
+    return token_client(make_user("root", superuser=True), "root")
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's test database; on PostgreSQL, the connections that the
@@ -150,6 +205,10 @@ def django_db_setup(django_db_setup, django_db_blocker):
 def pytest_configure(config):
     config.addinivalue_line("markers", "postgres: needs PostgreSQL whatever the run's database "
                             "(make test runs these in its PostgreSQL pass)")
+    config.addinivalue_line("markers", "also_postgres: behaviour that depends on the database; make test "
+                            "runs the module again on PostgreSQL")
+    config.addinivalue_line("markers", "slow: many seconds without a server process (scale data, the big "
+                            "fuzz runs); make test-fast leaves it out")
 
 
 @pytest.fixture(scope="session")

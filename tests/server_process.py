@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from .conftest import free_port
-from .test_processes import wait_for_port
+from tests.processes.test_processes import wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

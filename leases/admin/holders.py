@@ -89,7 +89,7 @@ class HolderViewsMixin:
             name = model._meta.model_name
             if not request.user.has_perm(f"leases.view_{name}"):
                 continue
-            model_admin = self.admin_site._registry[model]
+            model_admin = self.admin_site.get_model_admin(model)  # public since Django 5.0
             for row in holder_rows(model, now):
                 entry = holders.setdefault(row["lease_holder"], {"holder": row["lease_holder"], "kinds": {}})
                 query = urlencode({"holder": row["lease_holder"]})

@@ -1,0 +1,97 @@
+"""Rate limits: per principal, on the lease clock, and exact across
+processes sharing the counter file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from rest_framework.settings import api_settings
+
+from leases.api.throttling import SlidingWindowCounter
+from tests.api.helpers import API, make_container
+
+WINDOW_START = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def three_per_minute(settings):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api": "3/minute"}}
+    assert api_settings.DEFAULT_THROTTLE_RATES == {"api": "3/minute"}
+
+
+def test_a_principal_over_its_rate_gets_429_with_retry_after(client_with, three_per_minute, clock):
+    clock.freeze(WINDOW_START)
+    alice, bob = client_with("leases.view_container"), client_with("leases.view_container")
+    assert [alice.get(f"{API}/containers/").status_code for _ in range(3)] == [200, 200, 200]
+    refused = alice.get(f"{API}/containers/")
+    assert (refused.status_code, refused.json()["code"]) == (429, "TooManyRequests")
+    assert refused["Retry-After"] == "60"  # the whole window's hits weigh on until it has slid past
+    assert bob.get(f"{API}/containers/").status_code == 200  # counted per principal
+    clock.advance(59)
+    assert alice.get(f"{API}/containers/").status_code == 429
+    clock.advance(2)
+    assert alice.get(f"{API}/containers/").status_code == 200
+
+
+def test_an_empty_rate_means_no_limit(client_with, settings):
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api": ""}}
+    alice = client_with("leases.view_container")
+    assert {alice.get(f"{API}/containers/").status_code for _ in range(5)} == {200}
+    assert not (Path(settings.LEASEHOLD_THROTTLE_DATABASE)).exists()  # nothing was counted
+
+
+def test_refusals_count_too_but_refused_requests_do_not(client_with, three_per_minute, clock):
+    """A refused lease action is a request like any other; a 429 is not."""
+    clock.freeze(WINDOW_START)
+    make_container("box")
+    alice = client_with("leases.change_container")
+    statuses = [alice.post(f"{API}/leases/renew/devstoreaccount1/box", {}, format="json").status_code
+                for _ in range(5)]
+    assert statuses == [400, 400, 400, 429, 429]
+
+
+def test_the_window_slides(tmp_path):
+    counter = SlidingWindowCounter(str(tmp_path / "t.sqlite3"))
+    start = WINDOW_START.timestamp()
+    assert [counter.hit("k", limit=4, period=60, now=start + 50) for _ in range(4)] == [None] * 4
+    # 2 s into the next window, 58/60 of the previous one still counts: 4 * 58/60 < 4.
+    assert counter.hit("k", limit=4, period=60, now=start + 62) is None
+    # Now 4 * 58/60 + 1 >= 4, until the previous window weighs less than 3/4: at start + 75.
+    wait = counter.hit("k", limit=4, period=60, now=start + 62)
+    assert wait == pytest.approx(13)
+    assert counter.hit("k", limit=4, period=60, now=start + 62 + wait - 0.5) is not None
+    assert counter.hit("k", limit=4, period=60, now=start + 62 + wait + 0.01) is None
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+import django
+django.setup()
+from leases.api.throttling import SlidingWindowCounter
+path, go, now = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+counter = SlidingWindowCounter(path)
+while not go.exists():
+    time.sleep(0.005)
+print(sum(counter.hit("shared", limit=50, period=3600, now=now) is None for _ in range(40)))
+"""
+
+
+def test_the_limit_is_exact_across_processes(tmp_path):
+    """Four processes hammer one key at once: exactly the limit is admitted
+    (a get-then-set cache counter would let overlapping hits through)."""
+    go = tmp_path / "go"
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "t.sqlite3"), str(go),
+                                  str(WINDOW_START.timestamp())], stdout=subprocess.PIPE, text=True,
+                                 cwd=Path(__file__).resolve().parents[2])
+                for _ in range(4)]
+    time.sleep(0.2)  # let them start; they wait for the go file, then race
+    go.touch()
+    admitted = [int(child.communicate(timeout=60)[0]) for child in children]
+    assert sum(admitted) == 50 and all(child.returncode == 0 for child in children)
+    assert max(admitted) < 50  # they really did share the work

@@ -1,0 +1,61 @@
+"""The operator's shell commands go through the same services and history."""
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from leases.models import LeaseEvent
+
+pytestmark = pytest.mark.also_postgres
+
+
+def run(*args) -> str:
+    out = StringIO()
+    call_command("leasehold_lease", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_show_break_release(service, clock):
+    clock.freeze()
+    blob = service.create_container("ops").upload_blob("stuck", b"x")
+    lease = blob.acquire_lease(lease_duration=30)
+    shown = json.loads(run("show", "devstoreaccount1/ops/stuck"))
+    assert (shown["state"], shown["lease_id"], shown["seconds_left"], shown["holder"]) == (
+        "leased", lease.id, 30, "account:devstoreaccount1")
+    assert run("break", "devstoreaccount1/ops/stuck", "--period", "0", "--reason", "stuck job") == "broken in 0 s\n"
+    event = LeaseEvent.objects.order_by("-id").first()
+    assert (event.action, event.via, event.reason, event.actor[:4]) == ("break", "cli", "stuck job", "cli:")
+    assert blob.get_blob_properties().lease.state == "broken"
+    assert run("release", "devstoreaccount1/ops/stuck") == "released\n"
+    assert blob.get_blob_properties().lease.state == "available"
+
+
+def test_cli_refusals_are_clear(service):
+    service.create_container("ops")
+    with pytest.raises(CommandError, match="409 LeaseNotPresentWithLeaseOperation"):
+        run("break", "devstoreaccount1/ops")
+    with pytest.raises(CommandError, match="404 BlobNotFound"):
+        run("show", "devstoreaccount1/ops/none")
+    with pytest.raises(CommandError, match="400 InvalidHeaderValue"):
+        run("break", "devstoreaccount1/ops", "--period", "99")
+    with pytest.raises(CommandError, match="account/container"):
+        run("show", "justone")
+
+
+@pytest.mark.parametrize("level, ok", [("info", True), ("WARNING", True), ("debug", True), ("loud", False)])
+def test_log_level_setting_is_checked_at_start(level, ok):
+    """LEASEHOLD_LOG_LEVEL as the README writes it (lower case) starts the
+    server's Django; a misspelt level stops it with a message saying why."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "LEASEHOLD_LOG_LEVEL": level}
+    done = subprocess.run([sys.executable, "manage.py", "check"], cwd=Path(__file__).resolve().parents[2],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert (done.returncode == 0) == ok, done.stderr[-2000:]
+    if not ok:
+        assert "LEASEHOLD_LOG_LEVEL must be one of" in done.stderr

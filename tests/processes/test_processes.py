@@ -1,0 +1,224 @@
+"""Real server processes on real SQLite files: contention across worker
+processes of the production server (config/serve.py), durability across SIGKILL, and the README's own start command."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests import azure_raw
+from tests.conftest import CONNECTION, free_port
+
+pytestmark = pytest.mark.processes
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DEV = CONNECTION.split(";")[0]
+
+
+class Server:
+    """The production server (python -m config.serve), on its own database file."""
+
+    def __init__(self, tmp: Path, *, workers: int):
+        self.db = tmp / "leasehold.sqlite3"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "LEASEHOLD_DATABASE": str(self.db), "LEASEHOLD_VAR_DIR": str(tmp),
+                    "LEASEHOLD_BIND": f"127.0.0.1:{self.port}", "LEASEHOLD_WORKERS": str(workers),
+                    "DJANGO_SETTINGS_MODULE": "config.settings"}
+        self.proc = None
+
+    def migrate(self):
+        for args in (["migrate", "--noinput", "-v0"], ["leasehold_setup", "--admin-password", "x" * 12]):
+            subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, check=True,
+                           capture_output=True)
+        return self
+
+    def start(self):
+        # A file, not a pipe: a pipe nobody reads would stall a chatty server.
+        self.log = open(self.db.with_name("server.log"), "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=self.env,
+                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, self.proc, output=self.output)
+        return self
+
+    def kill(self):
+        """SIGKILL the whole process group: master and workers, no clean-up."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            self.log.close()
+            # The workers inherited the listening socket and may outlive the
+            # master by a moment: wait until nothing answers on the port, or
+            # the next start() could mistake a dying worker for the new server.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                with socket.socket() as s:
+                    if s.connect_ex(("127.0.0.1", self.port)) != 0:
+                        return
+                time.sleep(0.02)
+            raise AssertionError("the killed server's port still answers")
+
+    def output(self) -> str:
+        return self.db.with_name("server.log").read_bytes().decode(errors="replace")
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60, output=None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            text = output() if output else proc.stdout.read().decode(errors="replace")
+            raise AssertionError(f"server exited: {text[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)  # waiting for a process to come up, not passing lease time
+    raise AssertionError("server did not start")
+
+
+@pytest.fixture
+def server_factory(tmp_path):
+    servers = []
+
+    def make(workers=1):
+        server = Server(tmp_path, workers=workers)
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.kill()
+
+
+def test_many_processes_never_grant_one_blob_twice(server_factory):
+    """4 worker processes, 32 clients contending for one blob: a client that
+    got 201 holds the lease until it releases; no other 201 may arrive while
+    it does. Zero 5xx, and every granted lease is in the history."""
+    server = server_factory(workers=4).migrate().start()
+    base = server.url
+    assert azure_raw.signed("PUT", base, "/devstoreaccount1/race?restype=container").status_code == 201
+    assert azure_raw.signed("PUT", base, "/devstoreaccount1/race/one", body=b"x",
+                            headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+    path = "/devstoreaccount1/race/one"
+
+    lock = threading.Lock()
+    holder: list[str | None] = [None]
+    granted, double, statuses, errors = [], [], {}, []
+    stop = time.monotonic() + 6
+
+    def client(n: int):
+        me = str(uuid.UUID(int=n + 1))
+        try:
+            while time.monotonic() < stop:
+                r = azure_raw.lease(base, path, "acquire", duration=15, proposed_lease_id=me)
+                with lock:
+                    statuses[r.status_code] = statuses.get(r.status_code, 0) + 1
+                    if r.status_code == 201:
+                        if holder[0] is not None:
+                            double.append((holder[0], me))
+                        holder[0] = me
+                        granted.append(me)
+                if r.status_code != 201:
+                    assert r.status_code == 409 and azure_raw.error_code(r) == "LeaseAlreadyPresent", r.content
+                    continue
+                renewed = azure_raw.lease(base, path, "renew", lease_id=me)
+                assert renewed.status_code == 200, renewed.content
+                with lock:
+                    holder[0] = None  # give up the belief before the release goes out
+                released = azure_raw.lease(base, path, "release", lease_id=me)
+                assert released.status_code == 200, released.content
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors[:3]
+    assert not double
+    assert not any(s >= 500 for s in statuses), statuses
+    # real contention: hundreds of attempts, the lease handed between clients
+    assert sum(statuses.values()) > 200 and len(set(granted)) >= 3, (statuses, len(granted))
+    server.kill()
+    log = server.output()
+    assert "database is locked" not in log and "Traceback" not in log, log[-3000:]
+
+    db = sqlite3.connect(server.db)
+    rows = db.execute("SELECT action, outcome, lease_id FROM leases_leaseevent WHERE blob='one' ORDER BY id").fetchall()
+    acquires = [lid for action, outcome, lid in rows if action == "acquire" and outcome == "success"]
+    assert sorted(uuid.UUID(x) for x in acquires) == sorted(uuid.UUID(x) for x in granted)
+    # replayed from the history, leases alternate: acquire, (renew), release, acquire, ...
+    holding = None
+    for action, outcome, lid in rows:
+        if outcome != "success":
+            continue
+        if action == "acquire":
+            assert holding is None
+            holding = lid
+        elif action == "release":
+            assert holding == lid
+            holding = None
+    assert sum(statuses.values()) == len([r for r in rows if r[0] == "acquire"])
+
+
+def test_acknowledged_acquire_survives_sigkill(server_factory):
+    server = server_factory(workers=1).migrate().start()
+    base = server.url
+    azure_raw.signed("PUT", base, "/devstoreaccount1/dur?restype=container")
+    azure_raw.signed("PUT", base, "/devstoreaccount1/dur/b", body=b"x", headers={"x-ms-blob-type": "BlockBlob"})
+    response = azure_raw.lease(base, "/devstoreaccount1/dur/b", "acquire", duration=-1)
+    assert response.status_code == 201
+    server.kill()  # straight after the 201 reached us
+    server.start()
+    props = azure_raw.signed("HEAD", server.url, "/devstoreaccount1/dur/b")
+    assert props.headers["x-ms-lease-state"] == "leased" and props.headers["x-ms-lease-duration"] == "infinite"
+    # the holder still holds it: renew with its id works, a newcomer is refused
+    assert azure_raw.lease(server.url, "/devstoreaccount1/dur/b", "renew",
+                           lease_id=response.headers["x-ms-lease-id"]).status_code == 200
+    assert azure_raw.lease(server.url, "/devstoreaccount1/dur/b", "acquire", duration=15).status_code == 409
+
+
+def test_readme_start_command_serves_development_storage(tmp_path):
+    """`make run` as the README says, then the SDK with UseDevelopmentStorage=true's
+    account and key. On a free port (LEASEHOLD_BIND), so that a `make run` on
+    10000 and `make test` work side by side."""
+    from azure.storage.blob import BlobServiceClient
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "LEASEHOLD_VAR_DIR": str(tmp_path), "LEASEHOLD_WORKERS": "2",
+           "LEASEHOLD_BIND": f"127.0.0.1:{port}"}
+    env.pop("LEASEHOLD_DATABASE", None)
+    proc = subprocess.Popen(["make", "run"], cwd=ROOT, env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(port, proc, timeout=120)
+        development = BlobServiceClient.from_connection_string("UseDevelopmentStorage=true")
+        assert development.url.startswith("http://127.0.0.1:10000/devstoreaccount1")
+        # the same account and credential, on this server's port
+        client = BlobServiceClient(f"{base}/{development.account_name}", credential=development.credential,
+                                   retry_total=0)
+        blob = client.create_container("readme").upload_blob("hello.txt", b"hi")
+        lease = blob.acquire_lease(lease_duration=15)
+        assert blob.get_blob_properties().lease.state == "leased"
+        lease.release()
+        assert requests.get(f"{base}/admin/login/", timeout=10).status_code == 200
+        css = requests.get(f"{base}/static/admin/css/base.css", timeout=10)
+        assert css.status_code == 200 and "text/css" in css.headers["Content-Type"]
+        assert (tmp_path / "leasehold.sqlite3").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        out = proc.communicate(timeout=30)[0].decode(errors="replace")
+    assert "Password:" in out  # the first admin password is shown once

@@ -1,0 +1,200 @@
+"""Metadata names keep their case through the production server (python -m
+config.serve: uvicorn + config/front.py), as on Azure: set with the official
+SDK, read back through properties and listings exactly; two names that
+differ only in case are one name. Plus the front's own duties: a header read
+timeout, keep-alive, a graceful stop on SIGTERM.
+
+The in-process test server (tests/conftest.py, wsgiref) loses header case as
+any WSGI server does, so these checks need the real server process."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import signal
+import socket
+import uuid
+from email.utils import formatdate
+
+import pytest
+from azure.storage.blob import BlobServiceClient
+
+from tests import azure_raw
+from tests.processes.test_processes import Server
+
+pytestmark = pytest.mark.processes
+
+CONNECTION = ("DefaultEndpointsProtocol=http;AccountName={a};AccountKey={k};"
+              "BlobEndpoint={url}/{a};")
+HANG = 30  # seconds: a socket read not answered by then fails the test
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("case"), workers=2)
+    s.env["LEASEHOLD_HEADER_TIMEOUT"] = "1"
+    s.migrate().start()
+    yield s
+    s.kill()
+
+
+@pytest.fixture
+def sdk(server):
+    return BlobServiceClient.from_connection_string(
+        CONNECTION.format(a=azure_raw.DEV_ACCOUNT, k=azure_raw.DEV_KEY, url=server.url), retry_total=0)
+
+
+@pytest.fixture
+def box(sdk):
+    return sdk.create_container(f"case-{uuid.uuid4().hex}")
+
+
+def test_blob_metadata_keeps_its_case_on_upload_set_and_every_read(sdk, box):
+    blob = box.upload_blob("b", b"x", metadata={"BuildId": "42", "lower": "l", "UPPER_ONE": "U", "mIxEd_2": "m"})
+    assert blob.get_blob_properties().metadata == {"BuildId": "42", "lower": "l", "UPPER_ONE": "U", "mIxEd_2": "m"}
+    blob.set_blob_metadata({"RunId": "7", "Owner": "ops"})
+    assert blob.get_blob_properties().metadata == {"RunId": "7", "Owner": "ops"}
+    assert blob.download_blob().properties.metadata == {"RunId": "7", "Owner": "ops"}
+    assert [(b.name, b.metadata) for b in box.list_blobs(include=["metadata"])] == [
+        ("b", {"RunId": "7", "Owner": "ops"})]
+
+
+def test_container_metadata_keeps_its_case_on_create_set_and_list(sdk):
+    box = sdk.create_container("case-container", metadata={"TeamName": "ops"})
+    assert box.get_container_properties().metadata == {"TeamName": "ops"}
+    box.set_container_metadata({"CostCenter": "42", "env": "prod"})
+    assert box.get_container_properties().metadata == {"CostCenter": "42", "env": "prod"}
+    listed = {c.name: c.metadata for c in sdk.list_containers(name_starts_with="case-container", include_metadata=True)}
+    assert listed == {"case-container": {"CostCenter": "42", "env": "prod"}}
+
+
+def test_the_response_header_names_are_the_stored_names_byte_for_byte(server, box):
+    box.upload_blob("raw", b"x", metadata={"BuildId": "42"})
+    response = _raw_request(server, "HEAD", f"/{azure_raw.DEV_ACCOUNT}/{box.container_name}/raw", {})
+    assert b"\r\nx-ms-meta-BuildId: 42\r\n" in response
+
+
+def test_the_sdk_sends_names_differing_only_in_case_as_one_name_the_last(box):
+    # The SDK's headers are a case-insensitive dict: the later name wins, in its case.
+    blob = box.upload_blob("b", b"x", metadata={"RunId": "7", "runid": "8"})
+    assert blob.get_blob_properties().metadata == {"runid": "8"}
+
+
+@pytest.mark.parametrize("names", [("RunId", "runid"), ("RunId", "RunId"), ("a", "A")])
+@pytest.mark.parametrize("operation", ["set-blob-metadata", "put-blob", "set-container-metadata"])
+def test_a_name_sent_twice_in_any_case_is_refused_and_changes_nothing(server, box, names, operation):
+    blob = box.upload_blob("b", b"old", metadata={"Keep": "me"})
+    box.set_container_metadata({"Keep": "me"})
+    path = f"/{azure_raw.DEV_ACCOUNT}/{box.container_name}"
+    target, query, extra, body = {
+        "set-blob-metadata": (path + "/b", "?comp=metadata", {}, b""),
+        "put-blob": (path + "/b", "", {"x-ms-blob-type": "BlockBlob"}, b"new"),
+        "set-container-metadata": (path, "?restype=container&comp=metadata", {}, b""),
+    }[operation]
+    headers = [*extra.items(), (f"x-ms-meta-{names[0]}", "1"), (f"x-ms-meta-{names[1]}", "2")]
+    response = _raw_request(server, "PUT", target + query, headers, body)
+    assert response.startswith(b"HTTP/1.1 400 ") and b"x-ms-error-code: InvalidMetadata\r\n" in response
+    assert blob.get_blob_properties().metadata == {"Keep": "me"}
+    assert blob.download_blob().readall() == b"old"
+    assert box.get_container_properties().metadata == {"Keep": "me"}
+
+
+def test_a_non_ascii_metadata_value_is_refused_not_stored_empty(server, box):
+    # granian, the previous front, handed such a value over as "" (stored empty).
+    blob = box.upload_blob("b", b"x", metadata={"Keep": "me"})
+    path = f"/{azure_raw.DEV_ACCOUNT}/{box.container_name}/b?comp=metadata"
+    response = _raw_request(server, "PUT", path, [("x-ms-meta-Note", "caf\u00e9")])
+    assert response.startswith(b"HTTP/1.1 400 ") and b"x-ms-error-code: InvalidHeaderValue\r\n" in response
+    assert blob.get_blob_properties().metadata == {"Keep": "me"}
+
+
+def test_a_client_slow_with_its_headers_is_cut_off_and_others_are_served(server):
+    silent = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
+    slow = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
+    slow.sendall(b"GET /devstoreaccount1?comp=list HTTP/1.1\r\nHost: x\r\n")
+    try:
+        # LEASEHOLD_HEADER_TIMEOUT is 1 s here: both are closed (recv gives
+        # b"" or a reset) long before HANG, while a prompt client is answered.
+        assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
+        for sock in (silent, slow):
+            try:
+                assert sock.recv(65536) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        silent.close()
+        slow.close()
+
+
+def test_one_connection_carries_many_requests(server):
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
+    try:
+        for _ in range(3):
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            head = _read_response(sock)
+            assert head.startswith(b"HTTP/1.1 200 ") and b"connection: close" not in head.lower()
+    finally:
+        sock.close()
+
+
+def test_sigterm_stops_the_server_cleanly(tmp_path):
+    s = Server(tmp_path, workers=2).migrate().start()
+    try:
+        assert azure_raw.signed("GET", s.url, "/devstoreaccount1?comp=list").status_code == 200
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(timeout=HANG) == 0, s.output()
+    finally:
+        s.kill()
+
+
+# ------------------------------------------------------------------ raw HTTP
+
+
+def _raw_request(server, method: str, target: str, headers, body: bytes = b"") -> bytes:
+    """A signed request whose header names go out exactly as given (repeated
+    names included: clients other than requests can send them); the response
+    as bytes."""
+    headers = list(headers.items()) if isinstance(headers, dict) else list(headers)
+    headers += [("x-ms-date", formatdate(usegmt=True)), ("x-ms-version", "2025-11-05")]
+    # SharedKey: names lower-cased, values of one name joined with ',' (as a
+    # server that folds repeated headers sees them).
+    folded: dict[str, list[str]] = {}
+    for name, value in headers:
+        folded.setdefault(name.lower(), []).append(value)
+    canon = "".join(f"{k}:{','.join(v)}\n" for k, v in sorted(folded.items()) if k.startswith("x-ms-"))
+    path, _, query = target.partition("?")
+    resource = f"/{azure_raw.DEV_ACCOUNT}{path}" + "".join(
+        f"\n{k.lower()}:{v}" for k, v in sorted(kv.split("=", 1) for kv in query.split("&") if kv))
+    length = str(len(body)) if body else ""
+    text = f"{method}\n\n\n{length}\n\n\n\n\n\n\n\n\n" + canon + resource
+    mac = hmac.new(base64.b64decode(azure_raw.DEV_KEY), text.encode(), hashlib.sha256).digest()
+    headers.append(("Authorization", f"SharedKey {azure_raw.DEV_ACCOUNT}:{base64.b64encode(mac).decode()}"))
+    head = f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Length: {len(body)}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in headers) + "Connection: close\r\n\r\n"
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
+    try:
+        sock.sendall(head.encode("latin-1") + body)
+        data = b""
+        while piece := sock.recv(65536):
+            data += piece
+        return data
+    finally:
+        sock.close()
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One response's head, its body read off by Content-Length."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = sock.recv(65536)
+        assert piece, "connection closed"
+        data += piece
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return head
+
+

@@ -1,0 +1,217 @@
+"""No client can stall the lease holders (issue 11), on the production server
+(python -m config.serve) with one worker process, so that anything that
+held a worker's thread would stall the renewal outright.
+
+Nothing here asserts a duration: each check is "answered while the other
+client is still stalled", with a generous socket timeout only as the bound
+that turns a hang into a failure."""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import hmac
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from email.utils import formatdate
+
+import pytest
+
+from tests import azure_raw
+from .test_processes import ROOT, Server
+
+pytestmark = pytest.mark.processes
+
+BLOB = "/devstoreaccount1/serving/b"
+HANG = 30  # seconds: a request not answered by then is stalled
+
+
+@pytest.fixture
+def server(tmp_path):
+    made = []
+
+    def make(**env):
+        s = Server(tmp_path, workers=1)
+        s.env.update({k: str(v) for k, v in env.items()})
+        made.append(s.migrate().start())
+        assert azure_raw.signed("PUT", s.url, "/devstoreaccount1/serving?restype=container").status_code == 201
+        assert azure_raw.signed("PUT", s.url, BLOB, body=b"x",
+                                headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+        return s
+
+    yield make
+    for s in made:
+        s.kill()
+
+
+def _open(server, head: str) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
+    sock.sendall(head.encode())
+    return sock
+
+
+def _response(sock: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        piece = sock.recv(65536)
+        if not piece:
+            break
+        data += piece
+    return data
+
+
+def _renew_cycle(server) -> None:
+    me = str(uuid.uuid4())
+    acquired = azure_raw.lease(server.url, BLOB, "acquire", duration=15, proposed_lease_id=me)
+    assert acquired.status_code == 201, acquired.content
+    renewed = azure_raw.lease(server.url, BLOB, "renew", lease_id=me)
+    assert renewed.status_code == 200, renewed.content
+    assert azure_raw.lease(server.url, BLOB, "release", lease_id=me).status_code == 200
+
+
+def _signed_put_head(path: str, length: int) -> str:
+    """The request line and headers of a signed Put Blob of ``length``
+    bytes (signed as tests/azure_raw.py signs, without sending anything)."""
+    date = formatdate(usegmt=True)
+    headers = {"x-ms-blob-type": "BlockBlob", "x-ms-date": date, "x-ms-version": "2025-11-05"}
+    canon = "".join(f"{k}:{headers[k]}\n" for k in sorted(headers))
+    slots = [str(length) if n == "content-length" else "" for n in azure_raw.SLOTS]
+    text = "PUT\n" + "\n".join(slots) + "\n" + canon + f"/{azure_raw.DEV_ACCOUNT}{path}"
+    mac = hmac.new(base64.b64decode(azure_raw.DEV_KEY), text.encode(), hashlib.sha256).digest()
+    headers["Authorization"] = f"SharedKey {azure_raw.DEV_ACCOUNT}:{base64.b64encode(mac).decode()}"
+    return (f"PUT {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {length}\r\n"
+            + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n")
+
+
+def test_slow_bodies_do_not_delay_a_renewal(server):
+    """Two signed Put Blobs send their headers and one byte of their body,
+    then nothing (under a WSGI server each holds the thread that reads its
+    body): a lease holder is served meanwhile, and the slow ones are refused
+    with 408 once their body stops coming; neither blob was written."""
+    s = server(LEASEHOLD_BODY_IDLE_TIMEOUT=3)
+    slow = [_open(s, _signed_put_head(f"/devstoreaccount1/serving/slow{i}", 100) + "u") for i in range(2)]
+    _renew_cycle(s)
+    for sock in slow:  # still open, still not answered: the renewal did not wait for them
+        sock.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            sock.recv(1)
+        sock.setblocking(True)
+    for sock in slow:
+        assert _response(sock).startswith(b"HTTP/1.1 408"), "a stalled body is refused"
+        sock.close()
+    _renew_cycle(s)
+    for i in range(2):
+        assert azure_raw.signed("HEAD", s.url, f"/devstoreaccount1/serving/slow{i}").status_code == 404
+
+
+def test_oversized_body_is_refused_before_it_is_read(server):
+    s = server(LEASEHOLD_MAX_BLOB_BYTES=1024)
+    sock = _open(s, f"PUT {BLOB} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {10 * 2**20}\r\n\r\n")
+    assert _response(sock).startswith(b"HTTP/1.1 413")
+    sock.close()
+
+
+def _grow_history(db_path, rows: int) -> int:
+    """Copies of the history's rows (the table is append-only: inserts only)
+    until it has at least ``rows``; returns the count."""
+    db = sqlite3.connect(db_path, timeout=30)
+    columns = [r[1] for r in db.execute("PRAGMA table_info(leases_leaseevent)") if r[1] != "id"]
+    listed = ", ".join(f'"{c}"' for c in columns)
+    while (count := db.execute("SELECT count(*) FROM leases_leaseevent").fetchone()[0]) < rows:
+        with db:
+            db.execute(f"INSERT INTO leases_leaseevent ({listed}) SELECT {listed} FROM leases_leaseevent "
+                       f"LIMIT {rows - count}")
+    db.close()
+    return count
+
+
+def test_a_long_export_does_not_delay_a_renewal(server):
+    """An NDJSON export of the history, read by a client that stops reading
+    after the first bytes: a renewal is answered while the export is
+    unfinished, and the export, read to its end, is complete and in order."""
+    s = server()
+    _renew_cycle(s)
+    total = _grow_history(s.db, 40_000)
+    sock = _open(s, "GET /api/v1/events/export/?format=ndjson HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Authorization: Bearer {_token(s)}\r\nConnection: close\r\n\r\n")
+    head = _response(sock)
+    assert head.startswith(b"HTTP/1.1 200"), head[:300]
+    _renew_cycle(s)  # the exporting client has read almost nothing yet
+    rest = head.split(b"\r\n\r\n", 1)[1]
+    while piece := sock.recv(1 << 20):
+        rest += piece
+    sock.close()
+    body = _dechunk(rest)
+    ids = [json.loads(line)["id"] for line in body.splitlines()]
+    assert len(ids) == total  # as of the export's start: the renewals after it are not in it
+    assert ids == sorted(ids) and len(set(ids)) == total
+
+
+def _dechunk(data: bytes) -> bytes:
+    out, pos = [], 0
+    while True:
+        end = data.index(b"\r\n", pos)
+        size = int(data[pos:end], 16)
+        if size == 0:
+            return b"".join(out)
+        out.append(data[end + 2:end + 2 + size])
+        pos = end + 2 + size + 2
+
+
+def _token(s) -> str:
+    out = subprocess.run([sys.executable, "manage.py", "shell", "-c",
+                          "from django.contrib.auth import get_user_model\n"
+                          "from leases.tokens import ApiToken\n"
+                          "u = get_user_model().objects.get(username='admin')\n"
+                          "print(ApiToken.issue(user=u, name='export')[1])"],
+                         cwd=ROOT, env=s.env, check=True,
+                         capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("holder", ["writer-lock", "sqlite-lock"])
+def test_a_waiting_writer_gets_503_and_reads_go_on(server, holder):
+    """Another process holds the writer lock (Leasehold's flock, or SQLite's
+    own lock as any program would): lease actions on both doors are refused
+    with 503 ServerBusy and Retry-After instead of waiting without bound,
+    reads are answered, and service is whole again once the lock is let go."""
+    s = server(LEASEHOLD_WRITE_WAIT=1)
+    me = str(uuid.uuid4())
+    if holder == "writer-lock":
+        fd = os.open(f"{s.db}.writer-lock", os.O_RDWR | os.O_CREAT)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    else:
+        other = sqlite3.connect(s.db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        refused = azure_raw.lease(s.url, BLOB, "acquire", duration=15, proposed_lease_id=me)
+        assert refused.status_code == 503, refused.content
+        assert azure_raw.error_code(refused) == "ServerBusy"
+        assert refused.headers["Retry-After"] == "1"
+        api = azure_raw.signed("POST", s.url, "/api/v1/leases/acquire/devstoreaccount1/serving/b",
+                               body=b'{"duration": 15}', headers={"Content-Type": "application/json"})
+        assert api.status_code == 503, api.content
+        assert api.json()["code"] == "ServerBusy" and api.headers["Retry-After"] == "1"
+        assert time.monotonic() - started < HANG  # bounded, not a figure
+        read = azure_raw.signed("HEAD", s.url, BLOB)
+        assert read.status_code == 200 and read.headers["x-ms-lease-state"] == "available"
+        listed = azure_raw.signed("GET", s.url, "/devstoreaccount1/serving?restype=container&comp=list")
+        assert listed.status_code == 200 and b"<Name>b</Name>" in listed.content
+    finally:
+        if holder == "writer-lock":
+            os.close(fd)
+        else:
+            other.execute("ROLLBACK")
+            other.close()
+    _renew_cycle(s)
+    db = sqlite3.connect(s.db)
+    assert db.execute("SELECT count(*) FROM leases_leaseevent WHERE lease_id=?",
+                      (me.replace("-", ""),)).fetchone()[0] == 0  # the refused acquire wrote nothing

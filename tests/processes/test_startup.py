@@ -1,0 +1,139 @@
+"""The server (python -m config.serve) refuses to start on a database it
+cannot serve -- missing, unmigrated, older schema, history trigger gone,
+read-only -- and says what to run; real processes on real databases."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+from tests.server_process import prepare
+
+pytestmark = [pytest.mark.processes, pytest.mark.also_postgres]
+# Faults of a SQLite file: not repeated in make test's PostgreSQL pass, which
+# runs this module for its PostgreSQL tests.
+sqlite_file = pytest.mark.skipif(os.environ.get("LEASEHOLD_DATABASE", "").startswith("postgres"),
+                                 reason="a SQLite file's own test")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _start(database, var_dir: Path) -> str:
+    """Start the server; it must exit 1 on its own. Its output."""
+    env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(var_dir),
+           "LEASEHOLD_BIND": f"127.0.0.1:{free_port()}", "DJANGO_SETTINGS_MODULE": "config.settings"}
+    proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out = proc.communicate(timeout=60)[0].decode(errors="replace")
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise AssertionError("the server started on a database it should have refused") from None
+    assert proc.returncode == 1, out
+    assert "Leasehold will not start: " in out and "Traceback" not in out, out
+    return out
+
+
+def _manage(database, var_dir, *args):
+    env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(var_dir),
+           "DJANGO_SETTINGS_MODULE": "config.settings"}
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True)
+
+
+@sqlite_file
+def test_a_missing_database_is_refused_and_not_created(tmp_path):
+    db = tmp_path / "leasehold.sqlite3"
+    out = _start(db, tmp_path)
+    assert f"the database {db} does not exist" in out and "manage.py migrate" in out, out
+    assert not db.exists()
+
+
+@sqlite_file
+def test_an_unmigrated_database_is_refused(tmp_path):
+    db = tmp_path / "leasehold.sqlite3"
+    sqlite3.connect(db).close()
+    out = _start(db, tmp_path)
+    assert "the database lacks migrations (" in out and "leases.0001_initial" in out, out
+    assert "manage.py migrate" in out
+
+
+@sqlite_file
+def test_an_older_schema_is_refused(tmp_path):
+    db = tmp_path / "leasehold.sqlite3"
+    _manage(db, tmp_path, "migrate", "leases", "0001_initial", "--noinput", "-v0")
+    out = _start(db, tmp_path)
+    assert "leases.0002_history_append_only" in out and "leases.0001_initial" not in out, out
+
+
+@sqlite_file
+def test_a_missing_history_trigger_is_refused(tmp_path):
+    db = tmp_path / "leasehold.sqlite3"
+    prepare(db, tmp_path)
+    with sqlite3.connect(db) as conn:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"
+                                    " AND tbl_name = 'leases_leaseevent'").fetchall():
+            conn.execute(f"DROP TRIGGER {name}")
+    out = _start(db, tmp_path)
+    assert "the lease history has no append-only trigger" in out, out
+    # with the trigger back (migration 0002's own SQL), the check passes
+    with sqlite3.connect(db) as conn:
+        conn.executescript(importlib.import_module("leases.migrations.0002_history_append_only").SQLITE_UP)
+    env = {**os.environ, "LEASEHOLD_DATABASE": str(db), "LEASEHOLD_VAR_DIR": str(tmp_path),
+           "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run([sys.executable, "-m", "leases.startup"], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+@sqlite_file
+def test_a_read_only_database_is_refused(tmp_path):
+    """On a volume mounted read-only (as root), else a file and directory
+    without write permission."""
+    if os.geteuid() == 0:
+        volume = tmp_path / "volume"
+        volume.mkdir()
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(volume)]).returncode != 0:
+            pytest.skip("cannot mount a tmpfs here")
+        try:
+            db = volume / "leasehold.sqlite3"
+            prepare(db, tmp_path)
+            subprocess.run(["mount", "-o", "remount,ro", str(volume)], check=True)
+            out = _start(db, tmp_path)
+        finally:
+            subprocess.run(["umount", "-l", str(volume)], check=False)
+    else:
+        data = tmp_path / "data"
+        data.mkdir()
+        db = data / "leasehold.sqlite3"
+        prepare(db, tmp_path)
+        for name in os.listdir(data):
+            os.chmod(data / name, 0o444)
+        os.chmod(data, 0o555)
+        try:
+            out = _start(db, tmp_path)
+        finally:
+            os.chmod(data, 0o755)
+    assert "read-only" in out, out
+
+
+@pytest.mark.postgres
+def test_postgresql_unmigrated_or_read_only_is_refused(postgres, tmp_path):
+    import psycopg
+    from urllib.parse import urlsplit, urlunsplit
+
+    database = postgres()
+    out = _start(database, tmp_path)
+    assert "the database lacks migrations (" in out, out
+    prepare(database, tmp_path)
+    parts = urlsplit(database)
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{parts.path[1:]}" SET default_transaction_read_only = on')
+    out = _start(database, tmp_path)
+    assert "the database is read-only" in out, out

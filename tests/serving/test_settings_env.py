@@ -1,0 +1,110 @@
+"""LEASEHOLD_* variables are read through leases/env.py: every bad value is
+refused with a message naming the variable, an unset or empty one takes the
+default, and the settings module stops the start on a bad value."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from leases.env import SettingError, env_bool, env_choice, env_float, env_int, env_log_level, env_str
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_unset_and_empty_take_the_default():
+    for helper, default in ((env_int, 7), (env_float, 0.5), (env_bool, True), (env_str, "x")):
+        assert helper("LEASEHOLD_X", default, environ={}) == default
+        assert helper("LEASEHOLD_X", default, environ={"LEASEHOLD_X": ""}) == default
+    assert env_choice("LEASEHOLD_X", "b", ("a", "b"), environ={"LEASEHOLD_X": ""}) == "b"
+    assert env_str("LEASEHOLD_X", "x", allow_empty=True, environ={"LEASEHOLD_X": ""}) == ""
+
+
+@pytest.mark.parametrize("text, value", [("5", 5), (" 12 ", 12), ("0", 0), ("+3", 3)])
+def test_env_int(text, value):
+    assert env_int("LEASEHOLD_X", 1, at_least=0, environ={"LEASEHOLD_X": text}) == value
+
+
+@pytest.mark.parametrize("text", ["two", "1.5", "1e3", "1_000", "\u0663", "-1"])
+def test_env_int_refusals_name_the_variable(text):
+    with pytest.raises(SettingError, match=r"^LEASEHOLD_X must be a whole number >= 0, not " + re.escape(repr(text))):
+        env_int("LEASEHOLD_X", 1, at_least=0, environ={"LEASEHOLD_X": text})
+
+
+@pytest.mark.parametrize("text, value", [("0.1", 0.1), ("5", 5.0), (" 1e3 ", 1000.0), ("0", 0.0)])
+def test_env_float(text, value):
+    assert env_float("LEASEHOLD_X", 1, at_least=0, environ={"LEASEHOLD_X": text}) == value
+
+
+@pytest.mark.parametrize("text, expected", [("soon", ">= 0"), ("nan", ">= 0"), ("inf", ">= 0"), ("-0.5", ">= 0")])
+def test_env_float_refusals(text, expected):
+    with pytest.raises(SettingError, match=f"^LEASEHOLD_X must be a number {expected}, not"):
+        env_float("LEASEHOLD_X", 1, at_least=0, environ={"LEASEHOLD_X": text})
+    with pytest.raises(SettingError, match="^LEASEHOLD_Y must be a number > 0, not '0'"):
+        env_float("LEASEHOLD_Y", 1, above=0, environ={"LEASEHOLD_Y": "0"})
+
+
+@pytest.mark.parametrize("text, value", [("1", True), ("TRUE", True), ("yes", True), (" on ", True),
+                                         ("0", False), ("False", False), ("no", False), ("off", False)])
+def test_env_bool(text, value):
+    assert env_bool("LEASEHOLD_X", not value, environ={"LEASEHOLD_X": text}) is value
+
+
+def test_env_bool_refuses_anything_else():
+    with pytest.raises(SettingError, match="^LEASEHOLD_X must be 1, true, yes or on, or 0, false, no or off, not '2'"):
+        env_bool("LEASEHOLD_X", environ={"LEASEHOLD_X": "2"})
+
+
+def test_env_choice_and_log_level():
+    assert env_choice("LEASEHOLD_X", "FULL", ("FULL", "NORMAL"), environ={"LEASEHOLD_X": "normal"}) == "NORMAL"
+    assert env_log_level({"LEASEHOLD_LOG_LEVEL": "INFO"}) == "info"
+    assert env_log_level({}) == "warning"
+    with pytest.raises(SettingError, match="^LEASEHOLD_X must be FULL or NORMAL, not 'fast'"):
+        env_choice("LEASEHOLD_X", "FULL", ("FULL", "NORMAL"), environ={"LEASEHOLD_X": "fast"})
+    with pytest.raises(SettingError, match="^LEASEHOLD_LOG_LEVEL must be one of critical, error, warning, info, "
+                                           "debug, not 'loud'"):
+        env_log_level({"LEASEHOLD_LOG_LEVEL": "loud"})
+
+
+def test_env_str_pattern():
+    assert env_str("LEASEHOLD_X", "a", pattern="[a-z]+", environ={"LEASEHOLD_X": "abc"}) == "abc"
+    with pytest.raises(SettingError, match="^LEASEHOLD_X must be letters, not 'ab1'"):
+        env_str("LEASEHOLD_X", "a", pattern="[a-z]+", expected="letters", environ={"LEASEHOLD_X": "ab1"})
+
+
+def test_a_setting_error_is_both_improperly_configured_and_a_value_error():
+    assert issubclass(SettingError, ImproperlyConfigured) and issubclass(SettingError, ValueError)
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("LEASEHOLD_SQLITE_MMAP_MB", "lots", "LEASEHOLD_SQLITE_MMAP_MB must be a whole number >= 0, not 'lots'"),
+    ("LEASEHOLD_WRITE_WAIT", "-1", "LEASEHOLD_WRITE_WAIT must be a number >= 0, not '-1'"),
+    ("LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK", "maybe", "LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK must be 1, true"),
+    ("LEASEHOLD_SQLITE_SYNCHRONOUS", "fast", "LEASEHOLD_SQLITE_SYNCHRONOUS must be one of FULL, NORMAL, EXTRA"),
+    ("LEASEHOLD_API_RATE", "lots", "LEASEHOLD_API_RATE must be requests/period, e.g. 1200/minute"),
+    ("LEASEHOLD_LOG_TRACEBACKS", "sure", "LEASEHOLD_LOG_TRACEBACKS must be 1, true"),
+    ("LEASEHOLD_DEV_ACCOUNT", "nope", "LEASEHOLD_DEV_ACCOUNT must be 1, true"),
+])
+def test_settings_refuse_a_bad_value_at_start(tmp_path, name, value, message):
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "LEASEHOLD_VAR_DIR": str(tmp_path), name: value}
+    run = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and message in run.stderr, run.stderr[-2000:]
+
+
+def test_settings_read_typed_values(tmp_path):
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "LEASEHOLD_VAR_DIR": str(tmp_path),
+           "LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK": "off", "LEASEHOLD_WRITE_WAIT": "2.5", "LEASEHOLD_API_RATE": "",
+           "LEASEHOLD_SQLITE_SYNCHRONOUS": "normal", "LEASEHOLD_CLOCK_SKEW_SECONDS": " 60 "}
+    env.pop("LEASEHOLD_DATABASE", None)
+    code = ("from django.conf import settings as s; o = s.DATABASES['default']['OPTIONS'];"
+            "print(o['sync_outside_lock'], o['write_wait'], repr(s.REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']['api']),"
+            " 'synchronous=NORMAL' in o['init_command'], s.LEASEHOLD_CLOCK_SKEW_SECONDS)")
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert run.stdout.split() == ["False", "2.5", "''", "True", "60"], run.stderr[-2000:]

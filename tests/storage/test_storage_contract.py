@@ -1,0 +1,268 @@
+"""The storage layer's contract with Django's internals.
+
+leases/storage/django_internals.py lists every Django name below the public
+API that the project relies on: the ORM pieces the lease hot path compiles
+its statements with (leases/storage/statements.py), and the private hooks of
+the database backend that leases.sqlite_backend overrides. Each test here
+says, by its name and message, which of them a Django upgrade changed: that
+a name is gone, that the compiled SQL is no longer the SQL the ORM itself
+sends, that values no longer come back as the ORM returns them, or that
+Django no longer calls a hook where the backend expects it. Runs on SQLite
+and (make test's second pass) on PostgreSQL; the backend hooks on SQLite.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.db import connection, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models.sql.compiler import SQLCompiler
+from django.db.models.sql.query import Query
+
+from leases import clock, services
+from leases.models import Blob, LeaseEvent
+from leases.services import Actor, ResourceRef
+from leases.sqlite_backend.base import DatabaseWrapper as LeaseholdSQLite
+from leases.storage import django_internals, statements
+from leases.storage.transactions import write_transaction
+
+pytestmark = pytest.mark.also_postgres
+
+ACCOUNT = "devstoreaccount1"
+REF = ResourceRef(ACCOUNT, "contract", "row.txt")
+ACTOR = Actor(name=f"account:{ACCOUNT}", via="azure", client_request_id="contract")
+LOOKUPS = ("container__account__name", "container__name", "name", "snapshot")
+NAMES = (REF.account, REF.container, REF.blob, "")
+DEFERRED = ("content", "metadata")
+# In the model's field order, as Model.save(update_fields=...) writes them.
+LEASE_COLUMNS = ("lease_state", "lease_id", "lease_duration", "lease_expires_at", "lease_generation",
+                 "lease_acquired_at", "lease_holder")
+
+sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="leases.sqlite_backend's hooks")
+
+
+@pytest.fixture
+def leased(make_blob, clock):
+    """A blob under a live lease: a row with UUID, datetime and integer columns set."""
+    make_blob(REF, ACTOR)
+    services.lease_acquire(ref=REF, actor=ACTOR, duration=30)
+    return Blob.objects.get(name=REF.blob)
+
+
+def conn():
+    """This thread's database wrapper (not the proxy): the compiled statements are kept per wrapper."""
+    return connections["default"]
+
+
+def orm_statements(run) -> list[tuple[str, tuple]]:
+    """(sql, params) of every statement ``run()`` sends through Django's
+    cursor, before the backend's own rewriting: what the ORM compiles."""
+    seen = []
+
+    def capture(execute, sql, params, many, context):
+        seen.append((sql, tuple(params or ())))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        run()
+    return seen
+
+
+def native(sql: str) -> str:
+    return statements.native_sql(sql, conn())
+
+
+# ------------------------------------------------------------------ the names exist
+
+def test_every_django_internal_the_storage_layer_imports_still_exists():
+    missing = [name for name in ("FORMAT_QMARK_REGEX", "InsertQuery", "UpdateQuery", "SQLiteDatabaseWrapper")
+               if getattr(django_internals, name, None) is None]
+    methods = {SQLCompiler: ("as_sql", "get_converters"), Query: ("add_filter", "get_compiler"),
+               django_internals.UpdateQuery: ("add_update_values",),
+               django_internals.InsertQuery: ("insert_values",),
+               BaseDatabaseWrapper: ("wrap_database_errors",),
+               django_internals.SQLiteDatabaseWrapper: django_internals.PRIVATE_BACKEND_HOOKS}
+    missing += [f"{cls.__name__}.{name}" for cls, names in methods.items() for name in names
+                if not hasattr(cls, name)]
+    assert not missing, f"Django no longer has {missing}: see leases/storage/django_internals.py"
+
+
+def test_the_qmark_rewrite_is_the_one_djangos_sqlite_cursor_makes():
+    from django.db.backends.sqlite3.base import SQLiteCursorWrapper
+
+    sql = "SELECT %s, '100%%' FROM t WHERE a = %s AND b LIKE '%%s'"
+    assert django_internals.FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%") == \
+        "SELECT ?, '100%' FROM t WHERE a = ? AND b LIKE '%s'"
+    cursor = SQLiteCursorWrapper.__new__(SQLiteCursorWrapper)  # convert_query reads no state
+    assert cursor.convert_query(sql) == django_internals.FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%"), \
+        "Django's SQLite cursor rewrites %s differently now: statements.native_sql must follow"
+
+
+# ------------------------------------------------------------------ compiled SQL == the ORM's SQL
+
+def test_the_compiled_locked_read_is_the_sql_the_orm_sends(leased):
+    def orm_read():
+        with transaction.atomic():
+            qs = Blob.objects.filter(**dict(zip(LOOKUPS, NAMES))).defer(*DEFERRED)
+            list(qs.select_for_update(of=("self",)).order_by()[:1])
+
+    [(orm_sql, orm_params)] = orm_statements(orm_read)
+    with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
+        statements.load_locked(Blob, LOOKUPS, NAMES, deferred=DEFERRED, conn=conn(), cursor=cursor)
+        sql, order, _, _ = statements.compiled(conn(), ("load", Blob, LOOKUPS, DEFERRED), None)
+    assert sql == native(orm_sql), "the ORM compiles this SELECT differently from the QuerySet API now"
+    assert tuple(NAMES[i] for i in order) == orm_params
+
+
+def test_the_locked_read_returns_the_values_the_orm_returns(leased):
+    with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
+        row = statements.load_locked(Blob, LOOKUPS, NAMES, deferred=DEFERRED, conn=conn(), cursor=cursor)
+        missing = statements.load_locked(Blob, LOOKUPS, (ACCOUNT, "contract", "nope", ""), deferred=DEFERRED,
+                                         conn=conn(), cursor=cursor)
+    orm = Blob.objects.defer(*DEFERRED).get(pk=leased.pk)
+    assert missing is None
+    assert row.get_deferred_fields() == orm.get_deferred_fields() == set(DEFERRED)
+    assert row.lease_id is not None and row.lease_expires_at is not None
+    for field in Blob._meta.concrete_fields:
+        if field.attname in DEFERRED:
+            continue
+        mine, theirs = getattr(row, field.attname), getattr(orm, field.attname)
+        assert (mine, type(mine)) == (theirs, type(theirs)), f"{field.attname} converts differently"
+    assert row._state.adding is False and row._state.db == orm._state.db
+
+
+def test_the_compiled_update_is_the_sql_save_sends_and_round_trips(leased):
+    obj = Blob.objects.defer(*DEFERRED).get(pk=leased.pk)
+    obj.lease_id, obj.lease_expires_at = uuid.uuid4(), clock.now() + timedelta(seconds=45, microseconds=123456)
+    obj.lease_duration, obj.lease_generation, obj.lease_holder = 45, 7, "user:contract"
+    [(orm_sql, _)] = orm_statements(lambda: obj.save(update_fields=list(LEASE_COLUMNS)))
+    obj.lease_id, obj.lease_expires_at = uuid.uuid4(), clock.now() + timedelta(seconds=15, microseconds=654321)
+    obj.lease_generation, obj.lease_holder = 8, "user:other"
+    with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
+        statements.save_columns(obj, LEASE_COLUMNS, conn=conn(), cursor=cursor)
+    sql = statements.compiled(conn(), ("update", Blob, LEASE_COLUMNS), None)[0]
+    assert sql == native(orm_sql), "save(update_fields=...) sends different SQL from the compiled UPDATE now"
+    saved = Blob.objects.get(pk=obj.pk)
+    for name in LEASE_COLUMNS:
+        assert getattr(saved, name) == getattr(obj, name), f"{name} did not round-trip"
+
+
+def test_the_compiled_history_insert_is_the_sql_create_sends_and_round_trips(leased):
+    now = clock.now()
+    columns = dict(occurred_at=now, action="renew", outcome="success", resource_type="blob", account=ACCOUNT,
+                   container=REF.container, blob=REF.blob, status_code=200, lease_id=uuid.uuid4(),
+                   duration=30, expires_at=now + timedelta(seconds=30), generation=3, actor="contract",
+                   via="azure", request_id=str(uuid.uuid4()))
+    [(orm_sql, _)] = orm_statements(lambda: LeaseEvent.objects.create(**columns))
+    events = statements.RowInsert(LeaseEvent)
+    with transaction.atomic():
+        values = events.start(conn(), **columns)
+        events.set(values, conn(), generation=4, request_id="second")
+        events.insert(values, conn=conn())
+    sql = statements.compiled(conn(), ("insert", LeaseEvent), None)[0]
+    # The ORM also asks for the new primary key back; the history insert does not.
+    assert sql == native(re.sub(r" RETURNING .*$", "", orm_sql)), \
+        "Model.save() sends a different INSERT from the compiled history insert now"
+    first, second = LeaseEvent.objects.filter(action="renew").order_by("id")
+    for field in LeaseEvent._meta.concrete_fields:
+        if field.primary_key:
+            continue
+        expected = {"generation": 4, "request_id": "second"}.get(field.attname, getattr(first, field.attname))
+        assert getattr(second, field.attname) == expected, f"{field.attname} did not round-trip"
+
+
+# ------------------------------------------------------------------ the backend's private hooks
+
+class _Spy:
+    def __init__(self, monkeypatch, wrapper, names):
+        self.calls: list[str] = []
+        for name in names:
+            original = getattr(wrapper, name)
+            monkeypatch.setattr(wrapper, name, self._wrap(name, original))
+
+    def _wrap(self, name, original):
+        def call(*args, **kwargs):
+            self.calls.append(name)
+            return original(*args, **kwargs)
+        return call
+
+
+def _lock_is_held(wrapper) -> bool:
+    """Whether another open file description of the writer lock would have
+    to wait: the flock() the backend takes is real."""
+    fd = os.open(wrapper._writer_lock_path(), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+@sqlite_only
+def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, monkeypatch):
+    wrapper = connections["default"]
+    assert isinstance(wrapper, LeaseholdSQLite)
+    if wrapper._writer_lock_path() is None:
+        pytest.skip("an in-memory database has no writer lock")
+    spy = _Spy(monkeypatch, wrapper, django_internals.PRIVATE_BACKEND_HOOKS)
+    with transaction.atomic():
+        assert spy.calls == ["_start_transaction_under_autocommit"], \
+            "atomic() no longer begins through _start_transaction_under_autocommit"
+        assert _lock_is_held(wrapper)
+        Blob.objects.filter(pk=leased.pk).update(lease_holder="hooks")
+    assert spy.calls[1:] == ["_commit"], "leaving atomic() no longer commits through _commit"
+    assert not _lock_is_held(wrapper), "the writer lock outlived the commit"
+
+    spy.calls.clear()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Blob.objects.filter(pk=leased.pk).update(lease_holder="undone")
+        raise RuntimeError
+    assert spy.calls == ["_start_transaction_under_autocommit", "_rollback"], \
+        "a failed atomic() no longer rolls back through _rollback"
+    assert not _lock_is_held(wrapper) and Blob.objects.get(pk=leased.pk).lease_holder == "hooks"
+
+    spy.calls.clear()
+    with transaction.atomic():
+        assert _lock_is_held(wrapper)
+        wrapper.close()  # closing inside a transaction: Django rolls back by closing
+        assert spy.calls[-1] == "_close", "close() no longer closes through _close"
+        assert not _lock_is_held(wrapper), "the writer lock outlived its connection"
+        wrapper.needs_rollback = True
+    wrapper.connect()
+
+
+def test_a_service_write_is_group_committed_on_sqlite_and_atomic_elsewhere(db, monkeypatch):
+    wrapper = connections["default"]
+    grouped = []
+    if isinstance(wrapper, LeaseholdSQLite):
+        original = wrapper.group_commit
+        monkeypatch.setattr(wrapper, "group_commit", lambda fn: grouped.append(fn) or original(fn))
+
+    def work():
+        assert transaction.get_connection().in_atomic_block
+        return "done"
+
+    # pytest-django's db fixture holds a transaction open: a nested write is a savepoint of it.
+    assert write_transaction(work) == "done" and grouped == []
+    with transaction.atomic():
+        assert write_transaction(work) == "done" and grouped == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_sqlite_engine_groups_the_commit(monkeypatch):
+    wrapper = connections["default"]
+    grouped = []
+    if isinstance(wrapper, LeaseholdSQLite):
+        original = wrapper.group_commit
+        monkeypatch.setattr(wrapper, "group_commit", lambda fn: grouped.append(fn) or original(fn))
+    assert write_transaction(lambda: transaction.get_connection().in_atomic_block) is True
+    assert len(grouped) == (1 if connection.vendor == "sqlite" else 0)

@@ -1,0 +1,440 @@
+"""The shape of the code, checked on every run (issue 16), so that it stays
+a house a newcomer can find their way in:
+
+(a) no module under leases/, config/ or client/leasehold_client/ is over
+    MAX_LINES lines (migrations excepted: Django writes them);
+(b) no import reaches up a layer: the pure state machine and its pure
+    helpers < models and storage < services and selectors < the doors <
+    the wiring (config/, leases/apps.py); the doors never import each other;
+(c) no private Django name (an underscore name Django defines, or its
+    internal SQL compiler and database backend modules) outside the storage
+    layer, so that a Django upgrade breaks in one place.
+
+Today's exceptions are listed in the allowlists below, each with its reason.
+A new violation fails with the file, the line and what to do; an allowlist
+entry that no longer occurs fails too, so the lists only shrink.
+
+Everything is read from the source with ``ast``; none of it is imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import django
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# ------------------------------------------------------------------ (a) module size
+
+MAX_LINES = 400
+SIZED = ("leases", "config", "client/leasehold_client")
+
+# Over MAX_LINES today.
+OVERSIZED_ALLOWED = {
+    # 418: the whole pure state machine (states, actions, legacy versions,
+    # reads and writes under a lease) in one file a reader checks against
+    # Azure's tables; "about 400" (issue 16), not worth splitting the table.
+    "leases/machine.py",
+}
+
+# ------------------------------------------------------------------ (b) layers
+
+PURE, MODELS, SERVICES, DOOR, WIRING = range(5)
+LAYER_NAMES = ("pure", "models/storage", "services/selectors", "door", "wiring")
+
+# Every module under leases/ and config/ is in one layer: the longest
+# matching prefix (whole dotted components) decides. A new module fails the
+# test until it is placed here.
+LAYERS = {
+    # The state machine and helpers as pure as it: no Django, and from
+    # leases only each other.
+    "leases.machine": PURE,
+    "leases.errors": PURE,
+    "leases.clock": PURE,
+    "leases.conditions": PURE,
+    "leases.names": PURE,
+    "leases.guids": PURE,
+    "leases.metadata": PURE,
+    "leases.faults": PURE,
+    "leases.logformat": PURE,
+    "leases.env": PURE,  # LEASEHOLD_* variables, typed
+    "leases.lease_params": PURE,  # lease ids and numbers as the doors receive them
+    "leases.client_headers": PURE,  # request ids and metadata header names, for both doors
+    # The database: models, their schema and the storage underneath.
+    "leases.models": MODELS,
+    "leases.tokens": MODELS,
+    "leases.history_triggers": MODELS,
+    "leases.migrations": MODELS,
+    "leases.sqlite_backend": MODELS,
+    "leases.storage": MODELS,
+    "leases.blob_content": MODELS,  # large content in chunks: staged, live, released
+    # Services (write transactions) and selectors (reads), and what runs
+    # beside them: retention, metrics, keyset paging, the startup check.
+    "leases.services": SERVICES,
+    "leases.selectors": SERVICES,
+    "leases.retention": SERVICES,
+    "leases.metrics": SERVICES,
+    "leases.keyset": SERVICES,
+    "leases.startup": SERVICES,
+    "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
+    # The doors, each its own: none imports another.
+    "leases.azure": DOOR,
+    "leases.api": DOOR,
+    "leases.admin": DOOR,
+    "leases.management": DOOR,
+    "leases.health": DOOR,  # /health and /metrics
+    # What puts it together.
+    "leases.apps": WIRING,
+    "config": WIRING,
+}
+# What the pure layer may take from Django: exception classes only (a pure
+# settings helper may raise ImproperlyConfigured).
+PURE_MAY_IMPORT = ("django.core.exceptions",)
+# The storage module(s) issue 16 adds (leases/storage.py, leases/storage/, ...).
+STORAGE_MODULE = re.compile(r"leases\.storage\w*(\.|$)")
+
+# Imports against the layers today: (importer, imported module).
+LAYERING_ALLOWED = {
+    # /metrics authenticates as the JSON API does, with its ApiView.
+    ("leases.health", "leases.api.base"),
+    # The SQLite backend reports the writer lock's wait and the fsync to the
+    # metrics module's counters, which also reads models for its gauges.
+    ("leases.sqlite_backend.base", "leases.metrics"),
+}
+
+# ------------------------------------------------------------------ (c) private Django names
+
+# The storage layer: the only place allowed Django's internals.
+STORAGE_PATHS = ("leases/sqlite_backend/", "leases/storage")
+# Django's internal modules (besides any with a _private component).
+DJANGO_INTERNAL_MODULES = ("django.db.models.sql", "django.db.backends")
+DJANGO_PUBLIC_MODULES = ("django.db.backends.signals",)  # connection_created, documented
+# Underscore names that are documented API, not private.
+DJANGO_DOCUMENTED = {
+    "_meta", "_default_manager", "_base_manager", "_state",  # the Model API (docs: Model _meta API, managers)
+    "_request",  # rest_framework's Request._request (the Django request it wraps): DRF's, not Django's
+}
+
+# Private Django names outside the storage layer today: (path, name).
+PRIVATE_DJANGO_ALLOWED = {
+    # The history's QuerySet refuses Django's raw bulk delete too.
+    ("leases/models.py", "_raw_delete"),
+
+}
+
+
+# ------------------------------------------------------------------ reading the source
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the module imported (resolved: "from leases import services" -> leases.services)
+    names: tuple[str, ...]  # the names taken from it ("from m import a, b"), or ()
+    line: int
+
+
+def source_files(root: Path, *tops: str) -> list[Path]:
+    return sorted(p for top in tops for p in (root / top).rglob("*.py"))
+
+
+def rel(path: Path, root: Path) -> str:
+    return path.relative_to(root).as_posix()
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def is_module(dotted: str, root: Path) -> bool:
+    base = root.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def imports(path: Path, root: Path) -> list[Import]:
+    """Every import in the file, at any depth (a lazy import inside a
+    function is a dependency all the same)."""
+    found = []
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.Import):
+            found += [Import(alias.name, (), node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                package = module_name(path, root)
+                package = package if path.name == "__init__.py" else package.rpartition(".")[0]
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            names = tuple(alias.name for alias in node.names)
+            # "from leases import services": the module leases.services.
+            submodules = [n for n in names if is_module(f"{module}.{n}", root)]
+            found += [Import(f"{module}.{n}", (), node.lineno) for n in submodules]
+            rest = tuple(n for n in names if n not in submodules)
+            if rest or not submodules:
+                found.append(Import(module, rest, node.lineno))
+    return found
+
+
+def layer_of(module: str) -> int | None:
+    if STORAGE_MODULE.match(module):
+        return MODELS
+    if module == "leases":  # the package's empty __init__
+        return WIRING
+    parts = module.split(".")
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in LAYERS:
+            return LAYERS[".".join(parts[:end])]
+    return None
+
+
+def door_of(module: str) -> str:
+    """The door a door module belongs to: leases.api.base -> leases.api."""
+    return ".".join(module.split(".")[:2])
+
+
+# ------------------------------------------------------------------ (a)
+
+def oversized(root: Path = REPO) -> dict[str, int]:
+    sizes = {rel(p, root): len(p.read_text(encoding="utf-8").splitlines()) for p in source_files(root, *SIZED)}
+    return {path: n for path, n in sizes.items() if n > MAX_LINES and "/migrations/" not in path}
+
+
+def test_no_module_is_over_the_size_limit():
+    found = oversized()
+    new = {path: n for path, n in found.items() if path not in OVERSIZED_ALLOWED}
+    assert not new, (f"modules over {MAX_LINES} lines; split them by what they do:\n"
+                     + "\n".join(f"  {path}: {n} lines" for path, n in sorted(new.items())))
+    stale = OVERSIZED_ALLOWED - set(found)
+    assert not stale, f"no longer over {MAX_LINES} lines; remove from OVERSIZED_ALLOWED: {sorted(stale)}"
+
+
+# ------------------------------------------------------------------ (b)
+
+def layering_violations(root: Path = REPO) -> list[tuple[str, str, str]]:
+    """(importer, imported, why) for every import against the layers."""
+    found = []
+    for path in source_files(root, "leases", "config"):
+        importer, where = module_name(path, root), rel(path, root)
+        own = layer_of(importer)
+        if own is None:
+            found.append((importer, "", f"{where} is in no layer: place it in LAYERS"))
+            continue
+        for imp in imports(path, root):
+            if (own == PURE and imp.module.split(".")[0] in ("django", "rest_framework", "django_filters")
+                    and imp.module not in PURE_MAY_IMPORT):
+                found.append((importer, imp.module, f"{where}:{imp.line}: the pure layer imports {imp.module}"))
+            if imp.module.split(".")[0] not in ("leases", "config"):
+                continue
+            theirs = layer_of(imp.module)
+            if theirs is None:
+                continue  # reported as unplaced when its own file is checked
+            if theirs > own:
+                why = f"{LAYER_NAMES[own]} imports {LAYER_NAMES[theirs]}"
+            elif own == theirs == DOOR and door_of(importer) != door_of(imp.module):
+                why = "one door imports another"
+            else:
+                continue
+            found.append((importer, imp.module, f"{where}:{imp.line}: {importer} -> {imp.module} ({why})"))
+    return found
+
+
+def test_no_import_reaches_up_a_layer_or_across_doors():
+    found = layering_violations()
+    new = [why for importer, imported, why in found if (importer, imported) not in LAYERING_ALLOWED]
+    assert not new, "imports against the layers (see LAYERS in this file):\n" + "\n".join(f"  {w}" for w in new)
+    stale = LAYERING_ALLOWED - {(importer, imported) for importer, imported, _ in found}
+    assert not stale, f"no longer imported; remove from LAYERING_ALLOWED: {sorted(stale)}"
+
+
+def test_every_layer_is_placed():
+    """The layer table names real modules (a renamed one would silently
+    leave its imports unchecked)."""
+    missing = [name for name in LAYERS if not is_module(name, REPO)]
+    assert not missing, f"LAYERS names modules that do not exist: {missing}"
+
+
+# ------------------------------------------------------------------ (c)
+
+@cache
+def django_private_names() -> frozenset[str]:
+    """Every underscore name Django's own source uses as an attribute or
+    defines as a method (read once per run)."""
+    pattern = re.compile(r"(?:\.|\bdef )(_[A-Za-z]\w*)")
+    found = set()
+    for path in Path(django.__file__).parent.rglob("*.py"):
+        found.update(pattern.findall(path.read_text(encoding="utf-8", errors="replace")))
+    return frozenset(found)
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def is_internal_module(module: str) -> bool:
+    if module.split(".")[0] != "django" or module.startswith(DJANGO_PUBLIC_MODULES):
+        return False
+    return any(is_private(part) for part in module.split(".")) or module.startswith(DJANGO_INTERNAL_MODULES)
+
+
+def django_locals(tree: ast.Module) -> set[str]:
+    """Names this module binds to something imported from Django."""
+    bound = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bound |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "django"}
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "django":
+            bound |= {a.asname or a.name for a in node.names}
+    return bound
+
+
+def root_name(node: ast.expr) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def private_django_uses(path: Path, root: Path) -> list[tuple[str, int, str]]:
+    """(name, line, how) for each private Django name the file uses."""
+    tree = parsed(path)
+    uses = []
+    for imp in imports(path, root):
+        if is_internal_module(imp.module):
+            uses.append((imp.module, imp.line, f"imports {imp.module}"))
+        elif imp.module.split(".")[0] == "django":
+            uses += [(n, imp.line, f"imports {n} from {imp.module}") for n in imp.names if is_private(n)]
+    from_django = django_locals(tree)
+    # Classes built on a Django class: their self._x and def _x may be Django's.
+    django_classes = [node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                      and any(root_name(base) in from_django for base in node.bases)]
+    in_django_class = {id(n) for cls in django_classes for n in ast.walk(cls)}
+    candidates = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr) and node.attr not in DJANGO_DOCUMENTED:
+            on_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+            if not on_self or id(node) in in_django_class:
+                candidates.append((node.attr, node.lineno, f"uses .{node.attr}"))
+        elif (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and is_private(node.name)
+              and id(node) in in_django_class):
+            candidates.append((node.name, node.lineno, f"overrides {node.name}"))
+    return uses + [c for c in candidates if c[0] in django_private_names()]
+
+
+def private_django_outside_storage(root: Path = REPO) -> list[tuple[str, str, str]]:
+    """(path, name, where and how) outside the storage layer."""
+    found = []
+    for path in source_files(root, "leases", "config"):
+        where = rel(path, root)
+        if where.startswith(STORAGE_PATHS):
+            continue
+        found += [(where, name, f"{where}:{line}: {how}") for name, line, how in private_django_uses(path, root)]
+    return found
+
+
+def test_no_private_django_name_outside_the_storage_layer():
+    found = private_django_outside_storage()
+    new = [how for path, name, how in found if (path, name) not in PRIVATE_DJANGO_ALLOWED]
+    assert not new, ("private Django names outside the storage layer (" + ", ".join(STORAGE_PATHS)
+                     + "); move them there or use public API:\n" + "\n".join(f"  {h}" for h in new))
+    stale = PRIVATE_DJANGO_ALLOWED - {(path, name) for path, name, _ in found}
+    assert not stale, f"no longer used; remove from PRIVATE_DJANGO_ALLOWED: {sorted(stale)}"
+
+
+# ------------------------------------------------------------------ the checks catch what they are for
+
+def source_tree(root: Path, files: dict[str, str]) -> Path:
+    """A small source tree: {"leases/machine.py": source, ...}."""
+    for name, source in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for package in path.relative_to(root).parents:
+            if package.parts:
+                (root / package / "__init__.py").touch()
+        path.write_text(source)
+    return root
+
+
+def test_an_oversized_module_is_found(tmp_path):
+    root = source_tree(tmp_path, {"leases/selectors.py": "x = 1\n" * (MAX_LINES + 1),
+                           "leases/migrations/0001_initial.py": "x = 1\n" * (MAX_LINES + 1),
+                           "config/settings.py": "x = 1\n" * MAX_LINES})
+    assert oversized(root) == {"leases/selectors.py": MAX_LINES + 1}
+
+
+@pytest.mark.parametrize("files, expected", [
+    ({"leases/machine.py": "from .models import Blob\n", "leases/models.py": ""},
+     "leases/machine.py:1: leases.machine -> leases.models (pure imports models/storage)"),
+    ({"leases/machine.py": "def f():\n    from django.db import connection\n"},
+     "leases/machine.py:2: the pure layer imports django.db"),
+    ({"leases/names.py": "from rest_framework.exceptions import ValidationError\n"},
+     "leases/names.py:1: the pure layer imports rest_framework.exceptions"),
+    ({"leases/models.py": "from leases import services\n", "leases/services.py": ""},
+     "leases/models.py:1: leases.models -> leases.services (models/storage imports services/selectors)"),
+    ({"leases/services/__init__.py": "", "leases/services/lease_actions.py": "from ..azure import wire\n",
+      "leases/azure/wire.py": ""},
+     "leases/services/lease_actions.py:1: leases.services.lease_actions -> leases.azure.wire "
+     "(services/selectors imports door)"),
+    ({"leases/api/serializers.py": "from leases.admin.display import state\n", "leases/admin/display.py": ""},
+     "leases/api/serializers.py:1: leases.api.serializers -> leases.admin.display (one door imports another)"),
+    ({"leases/storage.py": "from leases.services import Actor\n", "leases/services.py": ""},
+     "leases/storage.py:1: leases.storage -> leases.services (models/storage imports services/selectors)"),
+    ({"leases/newthing.py": ""}, "leases/newthing.py is in no layer: place it in LAYERS"),
+])
+def test_an_import_against_the_layers_is_found(tmp_path, files, expected):
+    assert expected in [why for _, _, why in layering_violations(source_tree(tmp_path, files))]
+
+
+def test_imports_down_the_layers_and_within_a_door_pass(tmp_path):
+    root = source_tree(tmp_path, {
+        "leases/machine.py": "from .errors import LeaseholdError\n",
+        "leases/errors.py": "from django.core.exceptions import ImproperlyConfigured\n",
+        "leases/models.py": "from django.db import models\nfrom leases import machine\n",
+        "leases/storage.py": "from django.db.models.sql.subqueries import InsertQuery\nfrom .models import Blob\n",
+        "leases/services.py": "from . import machine, storage\nfrom .models import Blob\n",
+        "leases/api/views.py": "from leases import services\nfrom .serializers import S\n",
+        "leases/api/serializers.py": "",
+        "config/urls.py": "from leases.api import views\n",
+    })
+    assert layering_violations(root) == []
+    assert private_django_outside_storage(root) == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from django.db.models.sql.subqueries import InsertQuery\n", "django.db.models.sql.subqueries"),
+    ("from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX\n", "django.db.backends.sqlite3.base"),
+    ("from django.db.models.sql import compiler\n", "django.db.models.sql"),
+    ("from django.db.transaction import _transaction_func\n", "_transaction_func"),
+    ("from django.db import connection\nconnection._start_transaction_under_autocommit()\n",
+     "_start_transaction_under_autocommit"),
+    ("from django.core.handlers.wsgi import WSGIHandler\n"
+     "class H(WSGIHandler):\n    def load_middleware(self):\n        self._middleware_chain = None\n",
+     "_middleware_chain"),
+    ("from django.db.backends.sqlite3 import base\n"
+     "class W(base.DatabaseWrapper):\n    def _commit(self):\n        pass\n", "_commit"),
+])
+def test_a_private_django_name_is_found(tmp_path, source, expected):
+    root = source_tree(tmp_path, {"leases/services.py": source})
+    assert expected in [name for _, name, _ in private_django_outside_storage(root)]
+    # ... and allowed in the storage layer.
+    root = source_tree(tmp_path / "storage", {"leases/storage.py": source, "leases/sqlite_backend/base.py": source})
+    assert private_django_outside_storage(root) == []
+
+
+@pytest.mark.parametrize("source", [
+    "from django.db import connection, transaction\nfrom django.db.backends.signals import connection_created\n",
+    "class Counter:\n    def _commit(self):\n        self._close = None\n",  # our own names, not Django's
+    "def f(model, request):\n    return model._meta, model._default_manager, request._request\n",
+])
+def test_public_django_and_our_own_names_pass(tmp_path, source):
+    root = source_tree(tmp_path, {"leases/services.py": source})
+    assert private_django_outside_storage(root) == []

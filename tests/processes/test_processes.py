@@ -146,7 +146,7 @@ def test_many_processes_never_grant_one_blob_twice(server_factory):
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert not errors, errors[:3]
+    assert not errors, (errors[:3], double, statuses)
     assert not double
     assert not any(s >= 500 for s in statuses), statuses
     # real contention: hundreds of attempts, the lease handed between clients

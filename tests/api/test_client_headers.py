@@ -13,8 +13,6 @@ from leases.models import LeaseEvent
 from tests import azure_raw
 from tests.api.helpers import lease
 
-pytestmark = pytest.mark.also_postgres
-
 BOTH = (API_CLIENT_REQUEST_ID, AZURE_CLIENT_REQUEST_ID)
 
 

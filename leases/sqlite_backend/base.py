@@ -1,11 +1,8 @@
 """Leasehold's SQLite engine: Django's SQLite backend plus a fair writer lock across processes.
 
-SQLite's busy handler polls with growing sleeps, so under load two processes
-writing to one file can starve each other for seconds. Here every write
-transaction first takes an exclusive ``flock`` on ``<db>.writer-lock`` and
-then ``BEGIN IMMEDIATE``: waiters block in the kernel and are woken as soon as
-the holder commits, so hand-over is prompt and nobody spins. The lock is
-released on commit, rollback or close, and by the kernel if the process dies.
+Every write transaction first takes an exclusive ``flock`` on
+``<db>.writer-lock`` and then ``BEGIN IMMEDIATE`` (writer_lock.py says why:
+SQLite's own busy handler lets processes starve each other).
 
 Its parts: writer_lock.py (the lock, and bounded waits for it),
 group_commit.py (one commit for the write transactions of a process's

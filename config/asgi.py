@@ -55,7 +55,7 @@ from django.http.response import HttpResponseBase
 from config.front import RAW_HEADERS, CaseKept
 from config.wsgi import application as wsgi_application
 from leases.azure.handler import AZURE_PATH
-from leases.env import SettingError, env_float, env_int
+from leases.env import env_float, env_int, or_exit
 from leases.sqlite_backend.busy import received_at
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
@@ -64,17 +64,11 @@ API_LEASES = "/api/v1/leases/"
 
 
 def _env_float(name: str, default: float) -> float:
-    try:
-        return env_float(name, default, above=0)
-    except SettingError as err:  # stops the worker with the message, no traceback
-        raise SystemExit(str(err)) from None
+    return or_exit(env_float, name, default, above=0)
 
 
 def _env_threads(name: str, default: int) -> int:
-    try:
-        return env_int(name, default, at_least=1)
-    except SettingError as err:
-        raise SystemExit(str(err)) from None
+    return or_exit(env_int, name, default, at_least=1)
 
 
 class Lane:

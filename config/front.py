@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from leases.env import SettingError, env_float
+from leases.env import env_float, or_exit
 
 RAW_HEADERS = "leasehold.raw_headers"
 # Idle keep-alive connections cost a few KiB each and no thread; clients
@@ -48,10 +48,7 @@ class CaseKept(bytes):
 
 
 def header_timeout() -> float:
-    try:
-        return env_float("LEASEHOLD_HEADER_TIMEOUT", 10, above=0)
-    except SettingError as err:  # the message names the variable; no traceback
-        raise SystemExit(str(err)) from None
+    return or_exit(env_float, "LEASEHOLD_HEADER_TIMEOUT", 10, above=0)
 
 
 class LeaseholdHttpProtocol(HttpToolsProtocol):

@@ -122,3 +122,13 @@ def env_log_level(environ: Mapping[str, str] | None = None) -> str:
     """LEASEHOLD_LOG_LEVEL, lower-case: Django's root logger (settings) and
     the server's own log (config/serve.py) both take it from here."""
     return env_choice("LEASEHOLD_LOG_LEVEL", "warning", LOG_LEVELS, environ=environ)
+
+
+def or_exit(read, *args, **kwargs):
+    """``read(*args, **kwargs)`` (one of the helpers above), a bad value
+    ending the process with the message alone, no traceback: for the server
+    launcher and its workers, outside Django's own reporting."""
+    try:
+        return read(*args, **kwargs)
+    except SettingError as err:
+        raise SystemExit(str(err)) from None

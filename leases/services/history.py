@@ -15,11 +15,12 @@ from .common import Actor, ResourceRef
 EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection
 
 
-def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
+def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime | None, reason: str = "",
                  conn) -> list:
-    """A history row's values known before the resource is read -- when, what,
-    on what, by whom -- prepared for the database, so that the lease hot path
-    builds them before it takes the write lock, not while holding it."""
+    """A history row's values known before the resource is read -- what, on
+    what, by whom, and when if ``now`` is given -- prepared for the database,
+    so that the lease hot path builds them before it takes the write lock, not
+    while holding it (it sets ``occurred_at`` under the lock)."""
     return EVENTS.start(
         conn, occurred_at=now, action=(action or "")[:16], resource_type=ref.noun, account=ref.account,
         container=ref.container, blob=ref.blob or "", actor=actor.name[:200], via=actor.via,

@@ -16,7 +16,7 @@ from ..storage import statements
 from ..storage.transactions import write_transaction
 from .access import _recording_refusal
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
-from .history import _event_finish, _event_start
+from .history import EVENTS, _event_finish, _event_start
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,6 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
     ``unparsed``: the 400 of a parameter the door could not parse
     (leases.lease_params), refused and recorded like any other refusal."""
     noun = ref.noun
-    now = clock.now()
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
     try:
@@ -120,16 +119,24 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
         checked = conditions.dates_only() if noun == machine.CONTAINER else conditions
     except LeaseholdError as err:
         refusal = err
-    event = _event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
+    event = _event_start(ref=ref, actor=actor, action=action, now=None, reason=reason,
                          conn=transaction.get_connection())
 
     def write(refusal=refusal):
-        obj = outcome = None
+        obj = outcome = now = None
         conn = transaction.get_connection()
         with statements.driver_cursor(conn) as cursor:
             if refusal is None:
                 try:
                     obj = _load_for_lease(ref, conn, cursor)
+                    # The time of the decision is read once the row is locked
+                    # (SQLite: the writer lock, taken at BEGIN; PostgreSQL: FOR
+                    # UPDATE), not when the request arrived: a request that
+                    # waited for the lock would otherwise decide with a stale
+                    # clock -- its lease would start (and end) in the past, and
+                    # its event would be stamped before events committed ahead
+                    # of it. So a resource's history is in time order.
+                    now = clock.now()
                     facts["state_before"] = obj.effective_lease_state(now)
                     facts["generation"] = obj.lease_generation
                     checked.check_write(obj.etag, obj.last_modified, noun=noun)
@@ -140,6 +147,9 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
                             ref, outcome.record.generation, conn=conn, cursor=cursor))
                 except LeaseholdError as err:
                     refusal = err
+            if now is None:  # refused before the row was read
+                now = clock.now()
+            EVENTS.set(event, conn, occurred_at=now)
             if refusal is not None:
                 with _recording_refusal(refusal):
                     _event_finish(event, status=refusal.status, error=refusal,

@@ -158,6 +158,11 @@ def test_many_processes_never_grant_one_blob_twice(server_factory):
 
     db = sqlite3.connect(server.db)
     rows = db.execute("SELECT action, outcome, lease_id FROM leases_leaseevent WHERE blob='one' ORDER BY id").fetchall()
+    # the history is in time order: each decision's time is read under the
+    # writer lock, so no event is stamped before one committed ahead of it
+    times = [t for (t,) in db.execute("SELECT occurred_at FROM leases_leaseevent WHERE blob='one' ORDER BY id")]
+    backwards = [(a, b) for a, b in zip(times, times[1:]) if b < a]
+    assert not backwards, (len(backwards), backwards[:3])
     acquires = [lid for action, outcome, lid in rows if action == "acquire" and outcome == "success"]
     assert sorted(uuid.UUID(x) for x in acquires) == sorted(uuid.UUID(x) for x in granted)
     # replayed from the history, leases alternate: acquire, (renew), release, acquire, ...

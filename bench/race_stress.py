@@ -58,6 +58,8 @@ def client(n):
             if not (r.status_code == 409 and azure_raw.error_code(r) == "LeaseAlreadyPresent"):
                 anomalies.append(("acquire", r.status_code, r.content[:300], me, t0, r.headers.get("x-ms-request-id")))
             continue
+        if r.headers.get("x-ms-lease-id") != me:  # another request's answer?
+            anomalies.append(("wrong-id", r.headers.get("x-ms-lease-id"), me, t0, r.headers.get("x-ms-request-id")))
         t1 = time.time()
         rn = azure_raw.lease(base, path, "renew", lease_id=me)
         if rn.status_code != 200:

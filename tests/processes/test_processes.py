@@ -132,6 +132,8 @@ def test_many_processes_never_grant_one_blob_twice(server_factory):
                 if r.status_code != 201:
                     assert r.status_code == 409 and azure_raw.error_code(r) == "LeaseAlreadyPresent", r.content
                     continue
+                # the answer is this client's own (not another request's)
+                assert r.headers["x-ms-lease-id"] == me, (r.headers, me)
                 acquired_at = time.monotonic()  # a lease held past 15 s may expire and go to another
                 renewed = azure_raw.lease(base, path, "renew", lease_id=me)
                 assert renewed.status_code == 200, (renewed.content, time.monotonic() - acquired_at)

@@ -89,9 +89,9 @@ def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, 
     """Put Blob's one transaction: load the blob row locked, check the lease
     and conditions, write the content (inline) or point at the ``staged``
     version, append the history event."""
-    now = clock.now()
     container = _container_must_exist(ref)
     blob = _blob_for_write(container, ref)
+    now = clock.now()  # read once the row is locked (services.lease_actions says why)
     props = {k: v for k, v in (properties or {}).items() if v is not None}
     large = not blob_content.inline(len(content))
     fields = {"content": b"" if large else content, "content_version": staged, "size": len(content),
@@ -174,10 +174,10 @@ def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
                       lease_id: uuid.UUID | None = None,
                       conditions: Conditions = NO_CONDITIONS) -> Blob:
     metadata = metadata_rules.validate(metadata)
-    now = clock.now()
     if ref.snapshot:
         raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
     blob = _load(ref, for_update=True)
+    now = clock.now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="set-metadata")
     blob.metadata = metadata
@@ -190,10 +190,10 @@ def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
 def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
                 delete_snapshots: str | None = None,
                 conditions: Conditions = NO_CONDITIONS) -> None:
-    now = clock.now()
     if delete_snapshots not in (None, "include", "only"):
         raise LeaseholdError("InvalidHeaderValue", field="delete_snapshots", value=delete_snapshots)
     blob = _load(ref, for_update=True, content=False)
+    now = clock.now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     if ref.snapshot:  # a snapshot carries no lease of its own
         blob.delete()
@@ -214,8 +214,8 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = 
 def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id: uuid.UUID | None = None,
                   conditions: Conditions = NO_CONDITIONS) -> Blob:
     metadata = None if metadata is None else metadata_rules.validate(metadata)
-    now = clock.now()
     blob = _load(ref, for_update=True)
+    now = clock.now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     if lease_id is not None:
         _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="snapshot")

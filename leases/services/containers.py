@@ -49,8 +49,8 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
 @_committing_refusals
 def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
                      conditions: Conditions = NO_CONDITIONS) -> None:
-    now = clock.now()
     obj = _load(ref, for_update=True)
+    now = clock.now()  # read once the row is locked (services.lease_actions says why)
     conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
     _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
     # Blob leases do not protect a container: its blobs go with it.
@@ -76,8 +76,8 @@ def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
                            lease_id: uuid.UUID | None = None,
                            conditions: Conditions = NO_CONDITIONS) -> Container:
     metadata = metadata_rules.validate(metadata)
-    now = clock.now()
     obj = _load(ref, for_update=True)
+    now = clock.now()  # read once the row is locked (services.lease_actions says why)
     Conditions(if_modified_since=conditions.if_modified_since).check_write(
         obj.etag, obj.last_modified, noun=machine.CONTAINER)
     # A container lease does not guard container writes; an id, if given, must match.

@@ -74,3 +74,36 @@ def migrated_template() -> Path:
     _migrate({**os.environ, "LEASEHOLD_DATABASE": str(template), "LEASEHOLD_VAR_DIR": str(root),
               "DJANGO_SETTINGS_MODULE": "config.settings"})
     return template
+
+
+class Instance:
+    """One production server process on ``database``."""
+
+    def __init__(self, database: str, tmp: Path, name: str, workers: int = 2):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = tmp / f"{name}.log"
+        self.env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(tmp),
+                    "LEASEHOLD_BIND": f"127.0.0.1:{self.port}", "LEASEHOLD_WORKERS": str(workers),
+                    "DJANGO_SETTINGS_MODULE": "config.settings"}
+        self.proc = None
+
+    def start(self) -> "Instance":
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=self.env,
+                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, self.proc, output=self.output)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            self.log.close()
+
+    def output(self) -> str:
+        return self.log_path.read_bytes().decode(errors="replace")

@@ -3,10 +3,14 @@ test's choosing, with its log in a file of its own."""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from .conftest import free_port
@@ -15,14 +19,61 @@ from tests.processes.test_processes import wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def prepare(database: str, var_dir: Path) -> dict:
+def prepare(database: str, var_dir: Path, env: dict | None = None) -> dict:
     """Migrate ``database`` and create the development account, as `make run`
-    does; the environment a server on it needs."""
-    env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(var_dir),
-           "DJANGO_SETTINGS_MODULE": "config.settings"}
+    does; the environment a server on it needs (``env``: the server's, else
+    the run's own).
+
+    A new SQLite file is a byte copy of one this process prepared the same
+    way once (``migrated_template``): ``manage.py migrate`` and
+    ``leasehold_setup`` are two Django start-ups and a few hundred fsyncs,
+    seconds per test on a busy machine. Anything else (PostgreSQL, an
+    existing file, an environment those commands could read differently)
+    runs the commands."""
+    env = {**(os.environ if env is None else env), "LEASEHOLD_DATABASE": str(database),
+           "LEASEHOLD_VAR_DIR": str(var_dir), "DJANGO_SETTINGS_MODULE": "config.settings"}
+    path = Path(database)
+    if "://" not in str(database) and not path.exists() and _template_fits(env):
+        template = migrated_template()
+        for suffix in ("", "-wal", "-shm"):  # as the commands left them, WAL included
+            if template.with_name(template.name + suffix).exists():
+                shutil.copyfile(template.with_name(template.name + suffix), path.with_name(path.name + suffix))
+        return env
+    _migrate(env)
+    return env
+
+
+def _migrate(env: dict) -> None:
     for args in (["migrate", "--noinput", "-v0"], ["leasehold_setup", "--admin-password", "x" * 12]):
         subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True)
-    return env
+
+
+# Settings a test may give its server that migrate and leasehold_setup do not
+# read (serving, timeouts, retention): a copy of the template fits those too.
+# Any other LEASEHOLD_* setting that differs from the run's own means a real
+# migrate, so a new setting is never silently ignored.
+_PER_SERVER = {"LEASEHOLD_DATABASE", "LEASEHOLD_VAR_DIR", "LEASEHOLD_BIND", "LEASEHOLD_WORKERS"}
+_SERVING_ONLY = ("LEASEHOLD_HEADER_TIMEOUT", "LEASEHOLD_BODY_IDLE_TIMEOUT", "LEASEHOLD_MAX_BLOB_BYTES",
+                 "LEASEHOLD_WRITE_WAIT", "LEASEHOLD_RETENTION_")
+
+
+def _template_fits(env: dict) -> bool:
+    keys = {k for k in {*env, *os.environ} if k.startswith("LEASEHOLD_")} - _PER_SERVER
+    return all(env.get(k) == os.environ.get(k) or k.startswith(_SERVING_ONLY) for k in keys)
+
+
+@functools.cache
+def migrated_template() -> Path:
+    """A SQLite file migrated and set up as ``prepare`` does, once per test
+    process (removed at exit). Its -wal and -shm files stay as the commands
+    left them: a copy of the three is the database a server would find after
+    `make run`'s own commands (a server on a read-only volume needs them)."""
+    root = Path(tempfile.mkdtemp(prefix="leasehold-template-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    template = root / "leasehold.sqlite3"
+    _migrate({**os.environ, "LEASEHOLD_DATABASE": str(template), "LEASEHOLD_VAR_DIR": str(root),
+              "DJANGO_SETTINGS_MODULE": "config.settings"})
+    return template
 
 
 class Instance:

@@ -86,7 +86,10 @@ BLOB_COLUMNS = ("container_id", "name", "snapshot", "content", "size", "content_
                 "content_language", "content_disposition", "cache_control", "content_md5", "metadata", "etag",
                 "last_modified", "created_at", *LEASE_COLUMNS)
 # A random GUID as Azure request ids look, and a random UUID as a SQLite UUIDField stores it.
-SQL_GUID = "||'-'||".join(f"lower(hex(randomblob({n})))" for n in (4, 2, 2, 2, 6))
+# (printf over random(): about half the cost of five hex(randomblob()) calls
+# joined, over a million rows; the same random 8-4-4-4-12 hex digits.)
+SQL_GUID = ("printf('%%08x-%%04x-%%04x-%%04x-%%012x', random() & 4294967295, random() & 65535,"
+            " random() & 65535, random() & 65535, random() & 281474976710655)")
 SQL_UUID = "lower(hex(randomblob(16)))"
 # Each event: a shape, an actor and a blob drawn at random, at evenly spaced times.
 EVENTS_SQL = f"""

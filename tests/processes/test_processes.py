@@ -40,9 +40,11 @@ class Server:
         self.proc = None
 
     def migrate(self):
-        for args in (["migrate", "--noinput", "-v0"], ["leasehold_setup", "--admin-password", "x" * 12]):
-            subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, check=True,
-                           capture_output=True)
+        """migrate + leasehold_setup, as `make run` does (a copy of a database
+        made so, when it fits: tests/server_process.py's prepare)."""
+        from tests.server_process import prepare
+
+        prepare(self.db, self.db.parent, self.env)
         return self
 
     def start(self):

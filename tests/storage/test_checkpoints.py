@@ -26,8 +26,9 @@ def _main_file_rows(path) -> int | None:
         con.close()
 
 
-def _wait_for(predicate, timeout=10.0):
-    # waits for a thread to act, not for lease time to pass
+def _wait_for(predicate, timeout=60.0):
+    # waits for a thread to act, not for lease time to pass (the timeout only
+    # turns a hang into a failure)
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -46,16 +47,26 @@ def _wal_database(path):
     return con
 
 
+def _rounds_after_now(thread) -> bool:
+    """Wait until a whole round began after this call and ended (the one
+    under way may have started before): then the main file holds what was
+    committed before the call, and reading it (immutable, without locks)
+    races no copy, for the WAL has nothing new to copy."""
+    seen = thread.checkpoints
+    return _wait_for(lambda: thread.checkpoints >= seen + 2)
+
+
 def test_the_thread_copies_committed_transactions_into_the_database_file(tmp_path):
     path = str(tmp_path / "db.sqlite3")
     writer = _wal_database(path)
     assert _main_file_rows(path) is None  # everything is still only in the WAL
     thread = Checkpointer(path, 0.01, "FULL")
     thread.start()
-    assert _wait_for(lambda: _main_file_rows(path) == 50)
+    assert _rounds_after_now(thread)
+    assert _main_file_rows(path) == 50
     writer.execute("INSERT INTO t VALUES (50)")  # and keeps doing so
-    assert _wait_for(lambda: _main_file_rows(path) == 51)
-    assert thread.checkpoints >= 2
+    assert _rounds_after_now(thread)
+    assert _main_file_rows(path) == 51
     thread.stop()
     writer.close()
 
@@ -108,7 +119,8 @@ def test_the_thread_outlives_its_database_file(tmp_path):
     assert _wait_for(lambda: thread.rounds >= rounds + 5)
     assert thread.is_alive()
     writer = _wal_database(path)  # a new database under the same name is checkpointed too
-    assert _wait_for(lambda: _main_file_rows(path) == 50)
+    assert _rounds_after_now(thread)
+    assert _main_file_rows(path) == 50
     thread.stop()
     writer.close()
 

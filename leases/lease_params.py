@@ -27,7 +27,7 @@ class LeaseParams:
 
     def as_kwargs(self) -> dict:
         # Not dataclasses.asdict, which deep-copies every value (the UUIDs
-        # too): a tenth of the Python calls of a lease request.
+        # too), on every lease request (bench/README.md, figures).
         return {"lease_id": self.lease_id, "proposed_lease_id": self.proposed_lease_id,
                 "duration": self.duration, "break_period": self.break_period}
 

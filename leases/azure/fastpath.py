@@ -25,6 +25,7 @@ same requests both ways and compares status, headers, body and history).
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 
@@ -33,6 +34,7 @@ from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
 
 from ..services import ResourceRef
+from ..storage.transactions import write_together
 from ..sharedkey import account_keys, verify_shared_key
 from . import inputs, lease_request
 from .auth import require_account
@@ -94,6 +96,14 @@ def serve(environ: dict, names: tuple[str, str, str | None], start_response):
     # As Django's handlers do: request_started closes a connection that is
     # broken or too old; request_finished is sent by the response's close().
     signals.request_started.send(sender=LeanRequest, environ=environ)
+    response = answer(environ, names)
+    start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+    return response
+
+
+def answer(environ: dict, names: tuple[str, str, str | None]):
+    """The answer (an HttpResponse) to a lease request ``takes`` accepted:
+    every failure too is an answer, by the one exception handler."""
     path = environ["PATH_INFO"] = get_path_info(environ)  # decoded, as WSGIRequest leaves it
     environ["SCRIPT_NAME"] = ""
     request = LeanRequest("PUT", path, environ)
@@ -111,5 +121,42 @@ def serve(environ: dict, names: tuple[str, str, str | None], start_response):
     lease_request.finish(response, environ, request_id=request_id, method="PUT")
     if response.status_code >= 400:
         log_response("%s: %s", response.reason_phrase, path, response=response, request=request)
-    start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+    return response
+
+
+def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
+    """The answers to lease requests a worker received together
+    (config/lease_batch.py), their writes committed together: one write
+    transaction, each request in a savepoint of its own, one commit and one
+    fsync for all (storage.transactions.write_together); no answer before
+    that commit. If the shared transaction fails (the writer busy past the
+    wait, the commit refused), every request is answered with that failure:
+    none of them was written."""
+    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])  # once, outside the transaction
+    given: list = [None] * len(requests)  # each request's own answer, even if the transaction then fails
+
+    def answering(i, environ, names):
+        given[i] = answer(environ, names)
+        return given[i]
+
+    outcomes = write_together([functools.partial(answering, i, environ, names)
+                               for i, (environ, names) in enumerate(requests)])
+    answers = []
+    for (environ, names), own, (response, error) in zip(requests, given, outcomes):
+        if error is not None:
+            # A request that failed on its own (a storage fault, answered and
+            # logged) keeps its answer; the others get the shared failure.
+            response = own if own is not None and own.status_code >= 500 else _failed(environ, error)
+        answers.append(response)
+    return answers
+
+
+def _failed(environ: dict, error: BaseException):
+    """The answer to a request whose shared transaction failed."""
+    path = environ["PATH_INFO"]
+    request = LeanRequest("PUT", path, environ)
+    request.request_id = request_id = str(uuid.uuid4())
+    response = azure_exception_handler(error, {"view": request, "request": request})
+    lease_request.finish(response, environ, request_id=request_id, method="PUT")
+    log_response("%s: %s", response.reason_phrase, path, response=response, request=request)
     return response

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Per-request cost of the Azure lease path inside one process, without HTTP:
-the WSGI application is called directly with granian-like environs. CPU time
+the WSGI application is called directly with environs built as config/asgi.py
+builds them. CPU time
 per request is far less sensitive to a busy machine than requests/s, so this
 is the tool for judging hot-path changes; --profile shows where time goes.
 
@@ -29,29 +30,20 @@ ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 
 
-BASE_ENVIRON = {k: v for k, v in os.environ.items() if not k.startswith("HTTP_")}
-
-
 def environ_from(raw: bytes) -> dict:
-    """A WSGI environ for one raw HTTP request shaped as granian (config/serve.py)
-    builds it: the process environment plus the request, the path decoded."""
+    """The WSGI environ config/asgi.py builds for one raw HTTP request (as
+    served: uvicorn's scope, the path decoded, the raw header pairs kept)."""
+    from config.asgi import _environ
+
     head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    method, target, _ = lines[0].split(" ")
+    lines = head.split(b"\r\n")
+    method, target, _ = lines[0].decode().split(" ")
     path, _, query = target.partition("?")
-    env = {**BASE_ENVIRON, "REQUEST_METHOD": method, "PATH_INFO": unquote(path), "QUERY_STRING": query,
-           "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "10111", "SERVER_PROTOCOL": "HTTP/1.1",
-           "REMOTE_ADDR": "127.0.0.1", "REMOTE_PORT": "40000", "SCRIPT_NAME": "", "wsgi.version": (1, 0),
-           "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr,
-           "wsgi.multithread": False, "wsgi.multiprocess": True, "wsgi.run_once": False}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        key = name.strip().upper().replace("-", "_")
-        if key in ("CONTENT_LENGTH", "CONTENT_TYPE"):
-            env[key] = value.strip()
-        else:
-            env["HTTP_" + key] = value.strip()
-    return env
+    headers = [(name.strip().lower(), value.strip()) for name, _, value in (line.partition(b":") for line in lines[1:])]
+    scope = {"type": "http", "method": method, "path": unquote(path), "raw_path": path.encode(),
+             "query_string": query.encode(), "http_version": "1.1", "scheme": "http",
+             "server": ("127.0.0.1", 10111), "client": ("127.0.0.1", 40000), "headers": headers}
+    return _environ(scope, body, len(body))
 
 
 def main() -> int:

@@ -206,9 +206,11 @@ class Leasehold(Server):
     name = "Leasehold"
 
     def __init__(self, port: int, workdir: Path, *, synchronous: str = "FULL", extra_env: dict | None = None,
-                 command: str | None = None, front: str | None = None):
+                 command: str | None = None, front: str | None = None, variant: dict | None = None):
         if front:  # another HTTP front of config.serve (LEASEHOLD_FRONT), measured alongside
             self.name = f"Leasehold-{front}"
+        elif variant:  # the same server with other settings (--compare-env), measured alongside
+            self.name = "Leasehold-variant"
         super().__init__(port, workdir)
         self.command = command  # another server to try (--leasehold-cmd); default: as `make run`
         self.front = front
@@ -226,6 +228,7 @@ class Leasehold(Server):
         self.env.update(extra_env or {})
         if front:
             self.env["LEASEHOLD_FRONT"] = front
+        self.env.update(variant or {})
 
     def prepare(self) -> None:
         for argv in (["manage.py", "migrate", "--noinput", "-v0"], ["manage.py", "leasehold_setup"]):

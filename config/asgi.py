@@ -53,9 +53,13 @@ from django.conf import settings
 from django.http.response import HttpResponseBase
 
 from config.front import RAW_HEADERS, CaseKept
+from config.lease_batch import LeaseBatcher
 from config.wsgi import application as wsgi_application
+from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
-from leases.env import env_float, env_int, or_exit
+from leases.storage.transactions import commits_together
+from leases.env import env_bool, env_float, env_int, or_exit
+from leases.metrics import count_unavailable
 from leases.sqlite_backend.busy import received_at
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
@@ -109,6 +113,9 @@ class LeaseholdASGI:
         self.idle_timeout = _env_float("LEASEHOLD_BODY_IDLE_TIMEOUT", 10)
         self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
         self.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + (1 << 20)
+        # Lean lease requests received together, committed together (config/lease_batch.py).
+        self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.answer_together, _batched)
+        self.batching = or_exit(env_bool, "LEASEHOLD_LEASE_BATCH", True)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -147,6 +154,12 @@ class LeaseholdASGI:
         environ = _environ(scope, body, length)
         environ["leasehold.received_at"] = time.monotonic()
         lane = self.lanes[self.lane_name(scope)]
+        names = fastpath.takes(environ) if lane is self.lanes["lease"] and self.app is wsgi_application else None
+        if names is not None and self.batching and commits_together():
+            status, headers, content = await self.batcher.submit(environ, names)  # no body: takes() says so
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+            return
         index = lane.take()
         executor = lane.executors[index]
         loop = asyncio.get_running_loop()
@@ -231,23 +244,37 @@ class LeaseholdASGI:
         with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
             result = self.app(environ, start_response)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
-        content = None
-        if not streamed:
-            try:
-                content = b"".join(result)
-            finally:
-                result.close()
-            result = None
-        status, headers = int(started[0][:3]), started[1]
-        headers = [(_header_name(k), v.encode("latin-1")) for k, v in headers]
-        if (content is not None and environ["REQUEST_METHOD"] != "HEAD" and status >= 200
-                and status not in (204, 304) and not any(k.lower() == b"content-length" for k, _ in headers)):
-            # The whole body is here: say its length. Without it uvicorn
-            # answers chunked, and the chunk that ends it is a second small
-            # write that the client's delayed ACK can hold up (a renewal
-            # took twice as long).
-            headers.append((b"Content-Length", str(len(content)).encode()))
-        return status, headers, content, result
+        if streamed:
+            status, headers = int(started[0][:3]), [(_header_name(k), v.encode("latin-1")) for k, v in started[1]]
+            return status, headers, None, result
+        return (*_rendered(environ, int(started[0][:3]), started[1], result), None)
+
+
+def _batched(environ, response) -> tuple[int, list, bytes]:
+    """A lease answer from a batch, rendered as the front sends it (and a 503
+    counted for /metrics, as config.wsgi counts the others)."""
+    if response.status_code == 503:
+        count_unavailable(environ["PATH_INFO"])
+    return _rendered(environ, response.status_code, list(response.items()), response)
+
+
+def _rendered(environ, status: int, headers, result) -> tuple[int, list, bytes]:
+    """A whole (not streamed) WSGI answer as the front sends it: status,
+    header pairs as bytes, the body; ``result`` is closed (Django's
+    request_finished)."""
+    try:
+        content = b"".join(result)
+    finally:
+        result.close()
+    headers = [(_header_name(k), v.encode("latin-1")) for k, v in headers]
+    if (environ["REQUEST_METHOD"] != "HEAD" and status >= 200
+            and status not in (204, 304) and not any(k.lower() == b"content-length" for k, _ in headers)):
+        # The whole body is here: say its length. Without it uvicorn
+        # answers chunked, and the chunk that ends it is a second small
+        # write that the client's delayed ACK can hold up (a renewal
+        # took twice as long).
+        headers.append((b"Content-Length", str(len(content)).encode()))
+    return status, headers, content
 
 
 def _header_name(name: str) -> bytes:

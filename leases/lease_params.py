@@ -12,7 +12,7 @@ that does not parse is 400 InvalidHeaderValue naming its field. Ranges
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 
 from . import guids
 from .errors import LeaseholdError
@@ -26,10 +26,15 @@ class LeaseParams:
     break_period: int | None = None  # seconds
 
     def as_kwargs(self) -> dict:
-        return asdict(self)
+        # Not dataclasses.asdict, which deep-copies every value (the UUIDs
+        # too), on every lease request (bench/README.md, figures).
+        return {"lease_id": self.lease_id, "proposed_lease_id": self.proposed_lease_id,
+                "duration": self.duration, "break_period": self.break_period}
 
 
 NAMES = tuple(f.name for f in fields(LeaseParams))  # as the services' keyword arguments are named
+if set(LeaseParams().as_kwargs()) != set(NAMES):  # as_kwargs is written out: it must name every field
+    raise AssertionError("LeaseParams.as_kwargs does not name every field")
 
 
 def lease_id(value: str | None, *, noun: str, field: str = "lease_id") -> uuid.UUID | None:

@@ -88,15 +88,19 @@ def observe_fsync(seconds: float) -> None:
     FSYNC.observe(seconds)
 
 
+def count_unavailable(path: str) -> None:
+    """One 503 answered on ``path``, by door."""
+    UNAVAILABLE.labels("api" if path.startswith("/api/") else "admin" if path.startswith("/admin/")
+                       else "azure").inc()
+
+
 def counting_unavailable(app):
     """WSGI middleware: count 503 answers, by door (first path segment)."""
 
     def counted(environ, start_response):
         def start(status, headers, exc_info=None):
             if status.startswith("503"):
-                path = environ.get("PATH_INFO", "")
-                UNAVAILABLE.labels("api" if path.startswith("/api/") else "admin" if path.startswith("/admin/")
-                                   else "azure").inc()
+                count_unavailable(environ.get("PATH_INFO", ""))
             return start_response(status, headers, exc_info)
 
         return app(environ, start)

@@ -24,6 +24,8 @@ from django.core.handlers.wsgi import WSGIHandler, WSGIRequest, get_script_name
 from django.urls import resolve, set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
+from . import fastpath
+
 # The first path segment of an Azure request is an account name (see
 # config/urls.py); these prefixes belong to the other doors.
 AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static|health|metrics)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
@@ -67,8 +69,9 @@ class AzureDoorHandler:
 
 
 class LeaseholdWSGI:
-    """Sends Azure paths to the AzureDoorHandler, everything else to
-    Django's usual handler."""
+    """Sends Azure paths to the AzureDoorHandler (the usual lease requests
+    to its lean path, fastpath.py), everything else to Django's usual
+    handler."""
 
     def __init__(self):
         self.site = WSGIHandler()
@@ -76,5 +79,8 @@ class LeaseholdWSGI:
 
     def __call__(self, environ, start_response):
         if AZURE_PATH.match(environ.get("PATH_INFO", "")):
+            lease = fastpath.takes(environ)  # a lease request of the usual shape: the lean path
+            if lease is not None:
+                return fastpath.serve(environ, lease, start_response)
             return self.azure(environ, start_response)
         return self.site(environ, start_response)

@@ -16,7 +16,7 @@ from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
 from ..sharedkey import SharedKeyAuthentication
-from . import inputs, wire
+from . import inputs, lease_request, wire
 from .auth import AccountKeyRequired
 from .exceptions import azure_exception_handler
 
@@ -48,7 +48,6 @@ def _header(request, name: str) -> str | None:
     return value if value not in (None, "") else None
 
 
-CONDITION_KEYS = ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH", "HTTP_IF_MODIFIED_SINCE", "HTTP_IF_UNMODIFIED_SINCE")
 ACCOUNT_ROUTES = {("GET", None, "list"): "list_containers",
                   ("GET", "account", "properties"): "account_info",
                   ("HEAD", "account", "properties"): "account_info"}
@@ -106,11 +105,7 @@ class AzureBlobView(APIView):
         self.request_id = str(uuid.uuid4())
         self.now = clock.now()
         inputs.check_header_values(request._request.META)
-        version = _header(request, "x-ms-version")
-        self.legacy = version in wire.LEGACY_VERSIONS  # lease semantics before 2012-02-12
-        if version is not None and not self.legacy and (
-                not wire.VERSION_RE.match(version) or version < wire.OLDEST_VERSION):
-            raise LeaseholdError("InvalidHeaderValue", field="version", value=version)
+        self.legacy = lease_request.check_version(request._request.META)  # lease semantics before 2012-02-12
 
     def initial(self, request, *args, **kwargs):
         self._check_version(request)
@@ -119,23 +114,12 @@ class AzureBlobView(APIView):
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
-        response["x-ms-request-id"] = getattr(self, "request_id", "") or str(uuid.uuid4())
-        version = _header(request, "x-ms-version")
-        response["x-ms-version"] = version if version and wire.VERSION_RE.match(version) else wire.DEFAULT_VERSION
-        response["Date"] = wire.http_date(clock.now())
-        response["Server"] = "Leasehold Windows-Azure-Blob/1.0"
-        client_id = client_headers.client_request_id(getattr(request, "_request", request).META)
-        if client_id:
-            response["x-ms-client-request-id"] = client_id
-        if request.method == "HEAD" or response.status_code in (201, 202, 204) and not response.content:
-            response["Content-Length"] = response.get("Content-Length", "0")
-        return response
+        return lease_request.finish(response, getattr(request, "_request", request).META,
+                                    request_id=getattr(self, "request_id", "") or str(uuid.uuid4()),
+                                    method=request.method)
 
     def actor(self) -> Actor:
-        meta = self.request._request.META
-        return Actor(name=f"account:{self.kwargs['account']}", via="azure", request_id=self.request_id,
-                     client_request_id=client_headers.client_request_id(meta),
-                     remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=meta.get("HTTP_USER_AGENT", "")[:512])
+        return lease_request.actor(self.request._request.META, self.kwargs["account"], self.request_id)
 
     def get(self, request, **kw):
         return self.route("GET")
@@ -180,10 +164,7 @@ class AzureBlobView(APIView):
         return getattr(self, handler)(*args)
 
     def conditions(self) -> Conditions:
-        meta = self.request._request.META
-        if not any(meta.get(key) for key in CONDITION_KEYS):
-            return services.NO_CONDITIONS  # == Conditions.parse of no headers
-        return Conditions.parse(lambda name: _header(self.request, name))
+        return lease_request.conditions(self.request._request.META)
 
     def lease_id(self, noun: str = machine.BLOB) -> uuid.UUID | None:
         """x-ms-lease-id, parsed: 400 InvalidHeaderValue if it is no GUID."""
@@ -267,25 +248,8 @@ class AzureBlobView(APIView):
     # -- leases (containers and blobs)
 
     def lease(self, ref: ResourceRef):
-        meta = self.request._request.META
-        h = lambda key: meta.get(key) or None  # noqa: E731  (as _header: "" is absent)
-        conditions = self.conditions()
-        params, unparsed = lease_params.parse_for_action(
-            noun=ref.noun, lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
-            duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"))
-        result = services.lease_action(h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=self.actor(), conditions=conditions,
-                                       legacy=self.legacy, unparsed=unparsed, **params.as_kwargs())
-        action = h("HTTP_X_MS_LEASE_ACTION").lower()
-        response = HttpResponse(status=services.SUCCESS_STATUS[action])
-        if not self.legacy:  # ETag and Last-Modified on lease responses came later (2013-08-15)
-            self._properties(response, result.resource)
-        if result.lease_id is not None and action != "release":
-            response["x-ms-lease-id"] = str(result.lease_id)
-        if action == "break":
-            response["x-ms-lease-time"] = str(result.lease_time)
-        if action == "acquire":
-            response["Leasehold-Generation"] = str(result.generation)
-        return response
+        # The lean path (fastpath.py) answers most lease requests with the same function.
+        return lease_request.lease(self.request._request.META, ref, self.actor(), legacy=self.legacy)
 
     # -- blobs
 

@@ -108,6 +108,16 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
                 group = _groups.setdefault(key, GroupCommit(self.alias))
         return group.run(fn)
 
+    def group_commit_all(self, fns) -> list[tuple[object, BaseException | None]]:
+        """``group_commit`` for several transactions at once, committed
+        together (GroupCommit.run_all); each one's (result, error)."""
+        key = str(self.settings_dict["NAME"])
+        group = _groups.get(key)
+        if group is None:
+            with _groups_lock:
+                group = _groups.setdefault(key, GroupCommit(self.alias))
+        return group.run_all(fns)
+
     def _writer_lock_path(self) -> str | None:
         return writer_lock_path(str(self.settings_dict["NAME"]))
 

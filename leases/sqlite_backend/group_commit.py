@@ -39,12 +39,23 @@ class GroupCommit:
         self.busy = False
 
     def run(self, fn):
-        op = _Pending(fn)
+        (result, error), = self.run_all([fn])
+        if error is not None:
+            raise error
+        return result
+
+    def run_all(self, fns) -> list[tuple[object, BaseException | None]]:
+        """``run`` for several transactions of one caller (the lease requests a
+        worker received together, config/lease_batch.py): they join the group
+        together and are committed together; each one's (result, error), in
+        order, once the commit that covers them is done."""
+        ops = [_Pending(fn) for fn in fns]
         with self.cond:
-            self.queue.append(op)
-            while self.busy and not op.done:
+            self.queue.extend(ops)
+            # queued together under the lock, so a leader takes all or none
+            while self.busy and not ops[-1].done:
                 self.cond.wait()
-            leader = not op.done
+            leader = not ops[-1].done
             if leader:
                 self.busy = True
                 batch, self.queue = self.queue, []
@@ -55,9 +66,7 @@ class GroupCommit:
                 with self.cond:
                     self.busy = False
                     self.cond.notify_all()
-        if op.error is not None:
-            raise op.error
-        return op.result
+        return [(op.result, op.error) for op in ops]
 
     def _execute(self, batch: list[_Pending]) -> None:
         try:

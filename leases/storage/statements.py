@@ -29,7 +29,9 @@ from datetime import datetime, timezone
 
 from django.db import transaction
 
-from .django_internals import FORMAT_QMARK_REGEX, InsertQuery, UpdateQuery
+from django.db.models.signals import post_init, pre_init
+
+from .django_internals import FORMAT_QMARK_REGEX, InsertQuery, Model, ModelState, UpdateQuery
 
 _statements: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> {key: compiled}
 _PLACEHOLDER_VALUES = {  # any valid value of the type: compiled statements keep only the SQL
@@ -113,7 +115,27 @@ def load_locked(model, lookups: tuple[str, ...], values: tuple, *, deferred: tup
             for convert in convs:
                 value = convert(value, expr, conn)
             row[pos] = value
-    return model.from_db(conn.alias, names, row)
+    return from_row(model, conn.alias, names, row)
+
+
+def from_row(model, alias: str, names: list[str], row) -> Model:
+    """``model.from_db(alias, names, row)``: the instance Django builds for
+    a row read from the database, built directly when nothing would see the
+    difference -- the model keeps Django's own ``__init__`` and ``from_db``,
+    and no pre_init/post_init receiver is connected (for any model). What
+    ``__init__`` does for such a row is to set each loaded value under its
+    attname (a deferred column is left out: that is what makes it deferred)
+    and a fresh ``_state``; through ``__init__`` that took about 30 µs of
+    Python a lease request."""
+    if (pre_init.receivers or post_init.receivers or model.__init__ is not Model.__init__
+            or model.from_db.__func__ is not Model.from_db.__func__):
+        return model.from_db(alias, names, row)
+    obj = model.__new__(model)
+    state = obj._state = ModelState()
+    state.adding = False
+    state.db = alias
+    obj.__dict__.update(zip(names, row))
+    return obj
 
 
 # ------------------------------------------------------------------ update some columns of one row

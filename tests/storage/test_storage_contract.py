@@ -135,6 +135,23 @@ def test_the_locked_read_returns_the_values_the_orm_returns(leased):
         mine, theirs = getattr(row, field.attname), getattr(orm, field.attname)
         assert (mine, type(mine)) == (theirs, type(theirs)), f"{field.attname} converts differently"
     assert row._state.adding is False and row._state.db == orm._state.db
+    assert set(row.__dict__) == set(orm.__dict__), "the row's instance holds other attributes than the ORM's"
+
+
+def test_a_row_is_built_as_from_db_builds_it(leased):
+    """statements.from_row skips Model.__init__ (no signal receivers, no
+    override): the instance must be the one Model.from_db makes."""
+    names = [f.attname for f in Blob._meta.concrete_fields if f.attname not in DEFERRED]
+    row = [getattr(leased, name) for name in names]
+    mine, theirs = statements.from_row(Blob, "default", names, row), Blob.from_db("default", names, row)
+    assert type(mine) is type(theirs) is Blob
+    assert {k: v for k, v in vars(mine).items() if k != "_state"} == \
+        {k: v for k, v in vars(theirs).items() if k != "_state"}
+    # fields_cache: made on first use (ModelStateFieldsCacheDescriptor); __init__'s foreign key setter used it
+    assert mine._state.fields_cache == theirs._state.fields_cache == {}
+    assert vars(mine._state) == vars(theirs._state)
+    assert mine.get_deferred_fields() == theirs.get_deferred_fields() == set(DEFERRED)
+    assert mine == theirs and mine.container == leased.container  # the foreign key loads as on the ORM's
 
 
 def test_the_compiled_update_is_the_sql_save_sends_and_round_trips(leased):

@@ -1,0 +1,162 @@
+"""The lean path for the Azure door's hot request: Lease Container and Lease
+Blob (``PUT ...?comp=lease``), which lease holders send every few seconds.
+
+Why: through the general path (handler.AzureDoorHandler: WSGIRequest,
+Django's URL resolver, DRF's APIView, Request, negotiation, authentication
+and permission classes) a lease request spent about as much CPU in that
+machinery as in its own work. Here the same steps run as plain calls on the
+WSGI environ, in the same order, through the same functions:
+
+    header values, x-ms-version         inputs.check_header_values, lease_request.check_version
+    SharedKey, the URL's own account   sharedkey.verify_shared_key, auth.require_account
+    the lease itself                   lease_request.lease (services.lease_action)
+    any refusal or failure             exceptions.azure_exception_handler (the one place)
+    request id, version, date, ...     lease_request.finish
+    4xx/5xx logging                    django.utils.log.log_response, as the general path
+
+Only requests of the usual shape come here (``takes``): a PUT, no body, a
+query of ``comp=lease`` (``restype=container`` for a container, optionally
+``timeout``) in plain characters, a path of a well-formed account and a
+container (and blob) name. Everything else -- an odd query, a percent-
+encoded parameter, a snapshot, a body -- goes the general way, whose
+answers this path must equal (tests/azure/test_azure_fastpath.py sends the
+same requests both ways and compares status, headers, body and history).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import uuid
+
+from django.core import signals
+from django.core.handlers.wsgi import get_path_info, get_script_name
+from django.utils.log import log_response
+
+from ..services import ResourceRef
+from ..storage.transactions import write_together
+from ..sharedkey import account_keys, verify_shared_key
+from . import inputs, lease_request
+from .auth import require_account
+from .exceptions import azure_exception_handler
+
+# ``/account/container[/blob]``: the account as config/urls.py's Azure route
+# has it; a container name is never empty here (that is the account's URL).
+PATH = re.compile(r"/([a-z0-9]{3,24})/([^/]+)(?:/([\s\S]+))?\Z")
+# Query values that need no decoding and that check_query would accept as
+# they are (XML-safe, timeout in digits): anything else goes the general way.
+PLAIN = re.compile(r"[A-Za-z0-9]{1,32}\Z")
+QUERY_NAMES = frozenset({"comp", "restype", "timeout"})
+
+
+class LeanRequest:
+    """What the exception handler and Django's request logger read of a
+    request (method, path; the fault-logged mark is set on it)."""
+
+    __slots__ = ("method", "path", "META", "leasehold_fault_logged", "request_id")
+
+    def __init__(self, method: str, path: str, meta: dict):
+        self.method, self.path, self.META = method, path, meta
+        self.request_id = ""
+
+
+def _query(query_string: str) -> dict | None:
+    """The parameters of a query of the lean shape, or None."""
+    params = {}
+    for pair in query_string.split("&"):
+        name, eq, value = pair.partition("=")
+        if not eq or name not in QUERY_NAMES or name in params or not PLAIN.match(value):
+            return None
+        params[name] = value
+    if params.get("comp") != "lease" or ("timeout" in params and not inputs.DIGITS.match(params["timeout"])):
+        return None
+    return params
+
+
+def takes(environ: dict) -> tuple[str, str, str | None] | None:
+    """``(account, container, blob)`` if this request is one the lean path
+    answers exactly as the general path would, else None."""
+    if environ.get("REQUEST_METHOD") != "PUT" or environ.get("CONTENT_LENGTH", "0") not in ("", "0") \
+            or environ.get("HTTP_TRANSFER_ENCODING") or get_script_name(environ):
+        return None
+    params = _query(environ.get("QUERY_STRING", ""))
+    if params is None:
+        return None
+    match = PATH.match(get_path_info(environ))
+    if match is None:
+        return None
+    account, container, blob = match.groups()
+    if (params.get("restype") == "container") != (blob is None):  # restype only, and always, on a container
+        return None
+    return account, container, blob
+
+
+def serve(environ: dict, names: tuple[str, str, str | None], start_response):
+    """The WSGI answer to a lease request ``takes`` accepted."""
+    # As Django's handlers do: request_started closes a connection that is
+    # broken or too old; request_finished is sent by the response's close().
+    signals.request_started.send(sender=LeanRequest, environ=environ)
+    response = answer(environ, names)
+    start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+    return response
+
+
+def answer(environ: dict, names: tuple[str, str, str | None]):
+    """The answer (an HttpResponse) to a lease request ``takes`` accepted:
+    every failure too is an answer, by the one exception handler."""
+    path = environ["PATH_INFO"] = get_path_info(environ)  # decoded, as WSGIRequest leaves it
+    environ["SCRIPT_NAME"] = ""
+    request = LeanRequest("PUT", path, environ)
+    request.request_id = request_id = str(uuid.uuid4())
+    account, container, blob = names
+    try:
+        inputs.check_header_values(environ)
+        legacy = lease_request.check_version(environ)
+        require_account(verify_shared_key(environ, path, account_keys), account)
+        ref = ResourceRef(account, container, blob.replace("\\", "/") if blob is not None else None)
+        response = lease_request.lease(environ, ref, lease_request.actor(environ, account, request_id),
+                                       legacy=legacy)
+    except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
+        response = azure_exception_handler(exc, {"view": request, "request": request})
+    lease_request.finish(response, environ, request_id=request_id, method="PUT")
+    if response.status_code >= 400:
+        log_response("%s: %s", response.reason_phrase, path, response=response, request=request)
+    return response
+
+
+def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
+    """The answers to lease requests a worker received together
+    (config/lease_batch.py), their writes committed together: one write
+    transaction, each request in a savepoint of its own, one commit and one
+    fsync for all (storage.transactions.write_together); no answer before
+    that commit. If the shared transaction fails (the writer busy past the
+    wait, the commit refused), every request is answered with that failure:
+    none of them was written."""
+    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])  # once, outside the transaction
+    given: list = [None] * len(requests)  # each request's own answer, even if the transaction then fails
+
+    def answering(i, environ, names):
+        given[i] = answer(environ, names)
+        return given[i]
+
+    outcomes = write_together([functools.partial(answering, i, environ, names)
+                               for i, (environ, names) in enumerate(requests)])
+    answers = []
+    for (environ, names), own, (response, error) in zip(requests, given, outcomes):
+        if error is not None:
+            # A request that failed on its own (a storage fault, answered and
+            # logged) keeps its answer; the others get the shared failure.
+            response = own if own is not None and own.status_code >= 500 else _failed(environ, error)
+        answers.append(response)
+    return answers
+
+
+def _failed(environ: dict, error: BaseException):
+    """The answer to a request whose shared transaction failed."""
+    path = environ["PATH_INFO"]
+    request = LeanRequest("PUT", path, environ)
+    request.request_id = request_id = str(uuid.uuid4())
+    response = azure_exception_handler(error, {"view": request, "request": request})
+    lease_request.finish(response, environ, request_id=request_id, method="PUT")
+    log_response("%s: %s", response.reason_phrase, path, response=response, request=request)
+    return response

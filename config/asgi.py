@@ -52,8 +52,10 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.http.response import HttpResponseBase
 
+from config import long_reads
 from config.front import RAW_HEADERS, CaseKept
 from config.wsgi import application as wsgi_application
+from leases import timing
 from leases.azure.handler import AZURE_PATH
 from leases.env import env_float, env_int, or_exit
 from leases.sqlite_backend.busy import received_at
@@ -61,6 +63,7 @@ from leases.sqlite_backend.busy import received_at
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
 API_LEASES = "/api/v1/leases/"
+UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.blob_content.CHUNK_BYTES)
 
 
 def _env_float(name: str, default: float) -> float:
@@ -105,10 +108,16 @@ class LeaseholdASGI:
             "lease": Lane("lease", _env_threads("LEASEHOLD_THREADS", 1)),
             "read": Lane("read", _env_threads("LEASEHOLD_READ_THREADS", 1)),
             "other": Lane("other", _env_threads("LEASEHOLD_OTHER_THREADS", 1)),
+            # A large Put Blob holds its thread while it stages its chunks
+            # (leases/blob_content.py): in a lane of its own, so that no
+            # create, delete or admin form queues behind it.
+            "upload": Lane("upload", _env_threads("LEASEHOLD_UPLOAD_THREADS", 1)),
         }
         self.idle_timeout = _env_float("LEASEHOLD_BODY_IDLE_TIMEOUT", 10)
         self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
         self.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + (1 << 20)
+        # exports run in a low-priority helper process (config/long_reads.py)
+        self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -120,10 +129,14 @@ class LeaseholdASGI:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if timing.ENABLED:  # bench only (leases/timing.py)
+                    self.loop_watch = asyncio.get_running_loop().create_task(timing.watch_loop())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 for lane in self.lanes.values():
                     lane.shutdown()
+                if self.long_reads is not None:
+                    self.long_reads.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -134,9 +147,14 @@ class LeaseholdASGI:
             return "lease"
         if b"comp=lease" in scope["query_string"] and AZURE_PATH.match(path):
             return "lease"
-        return "read" if scope["method"] in ("GET", "HEAD", "OPTIONS") else "other"
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            return "read"
+        if scope["method"] == "PUT" and _content_length(scope) > UPLOAD_BYTES:
+            return "upload"
+        return "other"
 
     async def http(self, scope, receive, send):
+        marks = timing.start(scope)  # None unless LEASEHOLD_TIMING_LOG (bench only)
         try:
             body, length = await self.read_body(scope, receive)
         except BodyRefused as refused:
@@ -146,15 +164,27 @@ class LeaseholdASGI:
             return
         environ = _environ(scope, body, length)
         environ["leasehold.received_at"] = time.monotonic()
+        if self.long_reads is not None and isinstance(body, bytes) and long_reads.is_long_read(scope):
+            await self.long_reads.serve(environ, body, receive, send)  # not in this process (its docstring)
+            return
         lane = self.lanes[self.lane_name(scope)]
+        environ["leasehold.lane"] = lane.name
+        if marks is not None:
+            environ["leasehold.timing"] = marks
+            marks.update(lane=lane.name, body=environ["leasehold.received_at"], submitted=time.monotonic())
         index = lane.take()
         executor = lane.executors[index]
         loop = asyncio.get_running_loop()
         try:
             status, headers, content, result = await loop.run_in_executor(executor, self.call, environ)
+            if marks is not None:
+                marks.update(resumed=time.monotonic(), status=status)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             if result is None:
                 await send({"type": "http.response.body", "body": content})
+                if marks is not None:
+                    marks["sent"] = time.monotonic()
+                    timing.write(marks)
                 return
             try:  # streamed: one task per piece, the thread free between pieces
                 while piece := await loop.run_in_executor(executor, _next_piece, result):
@@ -228,8 +258,22 @@ class LeaseholdASGI:
         def start_response(status, headers, exc_info=None):
             started[:] = [status, headers]
 
-        with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
-            result = self.app(environ, start_response)
+        if environ.get("leasehold.lane") == "upload":
+            # Uploads queue behind each other in their lane by design; each
+            # of an upload's writes waits for the writer on its own
+            # (leases/blob_content.py), so its wait counts from its turn.
+            environ["leasehold.received_at"] = time.monotonic()
+        marks = environ.get("leasehold.timing")
+        if marks is not None:  # bench only (leases/timing.py)
+            marks["thread"] = time.monotonic()
+            timing.attach(marks)
+        try:
+            with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
+                result = self.app(environ, start_response)
+        finally:
+            if marks is not None:
+                marks["returned"] = time.monotonic()
+                timing.attach(None)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         content = None
         if not streamed:
@@ -248,6 +292,13 @@ class LeaseholdASGI:
             # took twice as long).
             headers.append((b"Content-Length", str(len(content)).encode()))
         return status, headers, content, result
+
+
+def _content_length(scope) -> int:
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-length":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
 
 
 def _header_name(name: str) -> bytes:

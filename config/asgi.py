@@ -186,11 +186,17 @@ class LeaseholdASGI:
                     marks["sent"] = time.monotonic()
                     timing.write(marks)
                 return
+            # A client that goes away ends the stream (uvicorn's send() then
+            # returns without error: an abandoned export ran to its end).
+            gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
             try:  # streamed: one task per piece, the thread free between pieces
                 while piece := await loop.run_in_executor(executor, _next_piece, result):
+                    if gone.done():
+                        return
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
             finally:
+                gone.cancel()
                 await loop.run_in_executor(executor, _close, result)
         finally:
             lane.give_back(index)

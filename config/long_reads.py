@@ -44,6 +44,7 @@ import logging
 import os
 import pickle
 import shutil
+import signal
 import socket
 import struct
 import sys
@@ -125,7 +126,7 @@ class LongReads:
             except (HelperUnavailable, OSError):
                 await _busy(send)
                 return
-            gone = asyncio.ensure_future(_disconnected(receive))
+            gone = asyncio.ensure_future(until_disconnected(receive))
             try:
                 request = {k: v for k, v in environ.items() if k not in NOT_PICKLED}
                 writer.write(_frame(pickle.dumps((request, body), protocol=pickle.HIGHEST_PROTOCOL)))
@@ -162,7 +163,7 @@ class LongReads:
             self.dir = None
 
 
-async def _disconnected(receive) -> None:
+async def until_disconnected(receive) -> None:
     """Returns once the client has gone away (the body was received already)."""
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -224,7 +225,7 @@ def main() -> None:
 
     def orphaned():  # the worker is gone: so is its helper
         sys.stdin.buffer.read()
-        os._exit(0)
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action: the process ends, threads and all
 
     threading.Thread(target=orphaned, daemon=True).start()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

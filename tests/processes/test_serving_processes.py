@@ -134,11 +134,13 @@ def _grow_history(db_path, rows: int) -> int:
     return count
 
 
-def test_a_long_export_does_not_delay_a_renewal(server):
+@pytest.mark.parametrize("helper", ["1", "0"], ids=["in-helper-process", "in-read-lane"])
+def test_a_long_export_does_not_delay_a_renewal(server, helper):
     """An NDJSON export of the history, read by a client that stops reading
     after the first bytes: a renewal is answered while the export is
-    unfinished, and the export, read to its end, is complete and in order."""
-    s = server()
+    unfinished, and the export, read to its end, is complete and in order;
+    served by the long-read helper process or in the worker's read lane."""
+    s = server(LEASEHOLD_LONG_READ_PROCESS=helper)
     _renew_cycle(s)
     total = _grow_history(s.db, 40_000)
     sock = _open(s, "GET /api/v1/events/export/?format=ndjson HTTP/1.1\r\nHost: 127.0.0.1\r\n"

@@ -9,7 +9,9 @@ hostile load, and under a stuck writer. Each prints what the holders saw.
   (``--hostile-exports``; the history is first grown to
   ``--hostile-events`` events by copying rows). Reported: renewals, lost
   leases (a renewal refused or unanswered: the holder no longer holds it),
-  renewal p50/p99, 5xx. Azurite has no history export; the rest is the same.
+  renewal p50/p99, 5xx, exports completed, cut short and their MB/s
+  (complete or still running at the end). Azurite has no history export;
+  the rest is the same.
 * ``stuck``: another process holds SQLite's write lock (``BEGIN IMMEDIATE``
   on the database file, as any program could) for ``--stuck-seconds``,
   while 4 readers (Get Blob) and 4 writers (acquire, release) run.
@@ -239,22 +241,30 @@ def api_token(env: dict, repo) -> str:
 
 def exports(port: int, host: str, token: str, n: int, stop: float, done: list) -> list[threading.Thread]:
     """``n`` full CSV exports of the history, read as fast as they come,
-    again and again until ``stop``; ``done`` gets (bytes, seconds) each."""
+    again and again until ``stop``; ``done`` gets (bytes, seconds, how it
+    ended: "complete", "cut" (the server closed it early or an error) or
+    "running" (still streaming at ``stop``)) each."""
     def run():
         while time.monotonic() < stop:
             t0 = time.monotonic()
             total = 0
+            ended = "cut"
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=60) as sock:
                     sock.sendall(f"GET /api/v1/events/export/?format=csv HTTP/1.1\r\nHost: {host}\r\n"
                                  f"Authorization: Bearer {token}\r\nConnection: close\r\n\r\n".encode())
+                    last = b""
                     while piece := sock.recv(1 << 20):
                         total += len(piece)
+                        last = (last + piece)[-7:]
                         if time.monotonic() >= stop:
-                            return
+                            ended = "running"
+                            break
+                    else:
+                        ended = "complete" if last == b"0\r\n\r\n" else "cut"  # the chunked body's end
             except OSError:
                 pass
-            done.append((total, time.monotonic() - t0))
+            done.append((total, time.monotonic() - t0, ended))
     threads = [threading.Thread(target=run, daemon=True) for _ in range(n)]
     for t in threads:
         t.start()
@@ -291,8 +301,10 @@ def hostile(server, seconds: float, *, slow: int, uploads: int, upload_mib: int,
             "renew p50 ms": pct(holders.renew_lat, 0.5) * 1e3, "renew p99 ms": pct(holders.renew_lat, 0.99) * 1e3,
             "renew max ms": max(holders.renew_lat, default=float("nan")) * 1e3,
             "slow reconnects": refused[0], "uploads 201": sum(1 for a in uploaded if a == "201"),
-            "exports done": len(done),
-            "export MB/s": (sum(b for b, _ in done) / max(1e-9, sum(s for _, s in done)) / 1e6
+            "exports done": sum(1 for _, _, ended in done if ended == "complete"),
+            "exports cut": sum(1 for _, _, ended in done if ended == "cut"),
+            # each export's own rate, complete or still running at the end
+            "export MB/s": (sum(b for b, _, _ in done) / max(1e-9, sum(s for _, s, _ in done)) / 1e6
                             if done else float("nan"))}
 
 

@@ -43,8 +43,6 @@ commit (and its fsync), and the answer is sent only after it returns.
 from __future__ import annotations
 
 import asyncio
-import io
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,9 +50,12 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.http.response import HttpResponseBase
 
-from config.front import RAW_HEADERS, CaseKept
+from config import long_reads
+from config.environ import wsgi_environ as _environ
+from config.front import CaseKept
 from config.lease_batch import LeaseBatcher
 from config.wsgi import application as wsgi_application
+from leases import timing
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
 from leases.storage.transactions import commits_together
@@ -65,6 +66,7 @@ from leases.sqlite_backend.busy import received_at
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
 API_LEASES = "/api/v1/leases/"
+UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.blob_content.CHUNK_BYTES)
 
 
 def _env_float(name: str, default: float) -> float:
@@ -109,6 +111,10 @@ class LeaseholdASGI:
             "lease": Lane("lease", _env_threads("LEASEHOLD_THREADS", 1)),
             "read": Lane("read", _env_threads("LEASEHOLD_READ_THREADS", 1)),
             "other": Lane("other", _env_threads("LEASEHOLD_OTHER_THREADS", 1)),
+            # A large Put Blob holds its thread while it stages its chunks
+            # (leases/blob_content.py): in a lane of its own, so that no
+            # create, delete or admin form queues behind it.
+            "upload": Lane("upload", _env_threads("LEASEHOLD_UPLOAD_THREADS", 1)),
         }
         self.idle_timeout = _env_float("LEASEHOLD_BODY_IDLE_TIMEOUT", 10)
         self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
@@ -116,6 +122,8 @@ class LeaseholdASGI:
         # Lean lease requests received together, committed together (config/lease_batch.py).
         self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.answer_together, _batched)
         self.batching = or_exit(env_bool, "LEASEHOLD_LEASE_BATCH", True)
+        # exports run in a low-priority helper process (config/long_reads.py)
+        self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -127,10 +135,14 @@ class LeaseholdASGI:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
+                if timing.ENABLED:  # bench only (leases/timing.py)
+                    self.loop_watch = asyncio.get_running_loop().create_task(timing.watch_loop())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 for lane in self.lanes.values():
                     lane.shutdown()
+                if self.long_reads is not None:
+                    self.long_reads.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -141,9 +153,14 @@ class LeaseholdASGI:
             return "lease"
         if b"comp=lease" in scope["query_string"] and AZURE_PATH.match(path):
             return "lease"
-        return "read" if scope["method"] in ("GET", "HEAD", "OPTIONS") else "other"
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            return "read"
+        if scope["method"] == "PUT" and _content_length(scope) > UPLOAD_BYTES:
+            return "upload"
+        return "other"
 
     async def http(self, scope, receive, send):
+        marks = timing.start(scope)  # None unless LEASEHOLD_TIMING_LOG (bench only)
         try:
             body, length = await self.read_body(scope, receive)
         except BodyRefused as refused:
@@ -153,27 +170,45 @@ class LeaseholdASGI:
             return
         environ = _environ(scope, body, length)
         environ["leasehold.received_at"] = time.monotonic()
+        if self.long_reads is not None and isinstance(body, bytes) and long_reads.is_long_read(scope):
+            await self.long_reads.serve(environ, body, receive, send)  # not in this process (its docstring)
+            return
         lane = self.lanes[self.lane_name(scope)]
+        environ["leasehold.lane"] = lane.name
         names = fastpath.takes(environ) if lane is self.lanes["lease"] and self.app is wsgi_application else None
         if names is not None and self.batching and commits_together():
             status, headers, content = await self.batcher.submit(environ, names)  # no body: takes() says so
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
             return
+        if marks is not None:
+            environ["leasehold.timing"] = marks
+            marks.update(lane=lane.name, body=environ["leasehold.received_at"], submitted=time.monotonic())
         index = lane.take()
         executor = lane.executors[index]
         loop = asyncio.get_running_loop()
         try:
             status, headers, content, result = await loop.run_in_executor(executor, self.call, environ)
+            if marks is not None:
+                marks.update(resumed=time.monotonic(), status=status)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             if result is None:
                 await send({"type": "http.response.body", "body": content})
+                if marks is not None:
+                    marks["sent"] = time.monotonic()
+                    timing.write(marks)
                 return
+            # A client that goes away ends the stream (uvicorn's send() then
+            # returns without error: an abandoned export ran to its end).
+            gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
             try:  # streamed: one task per piece, the thread free between pieces
                 while piece := await loop.run_in_executor(executor, _next_piece, result):
+                    if gone.done():
+                        return
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
             finally:
+                gone.cancel()
                 await loop.run_in_executor(executor, _close, result)
         finally:
             lane.give_back(index)
@@ -241,8 +276,22 @@ class LeaseholdASGI:
         def start_response(status, headers, exc_info=None):
             started[:] = [status, headers]
 
-        with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
-            result = self.app(environ, start_response)
+        if environ.get("leasehold.lane") == "upload":
+            # Uploads queue behind each other in their lane by design; each
+            # of an upload's writes waits for the writer on its own
+            # (leases/blob_content.py), so its wait counts from its turn.
+            environ["leasehold.received_at"] = time.monotonic()
+        marks = environ.get("leasehold.timing")
+        if marks is not None:  # bench only (leases/timing.py)
+            marks["thread"] = time.monotonic()
+            timing.attach(marks)
+        try:
+            with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
+                result = self.app(environ, start_response)
+        finally:
+            if marks is not None:
+                marks["returned"] = time.monotonic()
+                timing.attach(None)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         if streamed:
             status, headers = int(started[0][:3]), [(_header_name(k), v.encode("latin-1")) for k, v in started[1]]
@@ -277,6 +326,13 @@ def _rendered(environ, status: int, headers, result) -> tuple[int, list, bytes]:
     return status, headers, content
 
 
+def _content_length(scope) -> int:
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-length":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
+
+
 def _header_name(name: str) -> bytes:
     """A response header name for the front. Metadata names keep their case
     (Azure returns them as they were set): CaseKept tells the front so."""
@@ -309,57 +365,6 @@ async def _plain(send, status: int, text: bytes) -> None:
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                             (b"content-length", str(len(text)).encode()), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": text})
-
-
-def _environ(scope, body, length: int) -> dict:
-    """A WSGI environ as PEP 3333 has it (strings are latin-1 decoded bytes)."""
-    query = scope["query_string"].decode("latin-1")
-    raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
-    server = scope.get("server") or ("127.0.0.1", 80)
-    client = scope.get("client") or ("", 0)
-    environ = {
-        "REQUEST_METHOD": scope["method"],
-        "SCRIPT_NAME": "",
-        "PATH_INFO": scope["path"].encode("utf-8").decode("latin-1"),
-        "QUERY_STRING": query,
-        "RAW_URI": raw_path + ("?" + query if query else ""),
-        "SERVER_NAME": str(server[0]),
-        "SERVER_PORT": str(server[1]),
-        "SERVER_PROTOCOL": "HTTP/" + scope.get("http_version", "1.1"),
-        "REMOTE_ADDR": str(client[0]),
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": scope.get("scheme", "http"),
-        "wsgi.input": body if not isinstance(body, bytes) else io.BytesIO(body),
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-        # The header pairs as the client sent them, names in their case
-        # (config/front.py keeps it), in order: a WSGI environ keeps neither
-        # case nor order. A front that keeps no case gives scope["headers"].
-        "leasehold.raw_headers": (scope.get("extensions") or {}).get(RAW_HEADERS) or scope["headers"],
-    }
-    for name, value in scope["headers"]:
-        key = name.decode("latin-1").upper().replace("-", "_")
-        if key == "CONTENT_LENGTH":
-            # The length actually received (the body is whole by now). A
-            # request that announced none keeps none, and a chunked one keeps
-            # its Transfer-Encoding: Put Blob refuses both with 411, as Azure.
-            environ["CONTENT_LENGTH"] = str(length)
-            continue
-        if key == "TRANSFER_ENCODING":
-            # Kept, without inventing a Content-Length: SharedKey signs the
-            # length the client sent (none), and Django then reads no body,
-            # as it did behind granian's WSGI interface.
-            environ["HTTP_TRANSFER_ENCODING"] = value.decode("latin-1")
-            continue
-        if key == "CONTENT_TYPE":
-            environ["CONTENT_TYPE"] = value.decode("latin-1")
-            continue
-        key = "HTTP_" + key
-        value = value.decode("latin-1")
-        environ[key] = environ[key] + "," + value if key in environ else value
-    return environ
 
 
 application = LeaseholdASGI()

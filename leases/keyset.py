@@ -64,13 +64,19 @@ def _after(keys: list[tuple[str, bool]], last: tuple) -> Q:
 
 def keyset_rows(queryset, columns: tuple[str, ...] | list[str], *, page_rows: int = PAGE_ROWS) -> Iterator[tuple]:
     """The ``columns`` of every row of ``queryset``, in its order, read
-    ``page_rows`` at a time, each page its own short query."""
+    ``page_rows`` at a time, each page its own short query. The bound (the
+    highest id) is read now, when the call is made (the view, before its
+    answer starts), not when the first row is asked for: rows recorded
+    meanwhile are not in it."""
     keys = _sort_keys(queryset)
     pk = queryset.model._meta.pk.name
     newest = queryset.model._default_manager.using(queryset.db).aggregate(newest=Max(pk))["newest"]
     if newest is None:
-        return
-    columns = list(columns)
+        return iter(())
+    return _pages(queryset, keys, pk, newest, list(columns), page_rows)
+
+
+def _pages(queryset, keys, pk, newest, columns: list[str], page_rows: int) -> Iterator[tuple]:
     fetched = columns + [name for name, _ in keys if name not in columns]
     at = [fetched.index(name) for name, _ in keys]
     base = queryset.filter(**{f"{pk}__lte": newest}).values_list(*fetched)

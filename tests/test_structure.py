@@ -63,6 +63,7 @@ LAYERS = {
     "leases.metadata": PURE,
     "leases.faults": PURE,
     "leases.logformat": PURE,
+    "leases.timing": PURE,  # bench-only request timings, stdlib only
     "leases.env": PURE,  # LEASEHOLD_* variables, typed
     "leases.lease_params": PURE,  # lease ids and numbers as the doors receive them
     "leases.client_headers": PURE,  # request ids and metadata header names, for both doors

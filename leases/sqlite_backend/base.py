@@ -42,6 +42,7 @@ import time
 from django.db import transaction
 from django.db.utils import OperationalError
 
+from leases import timing  # bench only: marks where a request's time goes (off unless LEASEHOLD_TIMING_LOG)
 from leases.metrics import observe_fsync, observe_writer_lock_wait  # /metrics: two histograms, one call each
 from leases.storage.django_internals import SQLiteDatabaseWrapper
 
@@ -151,6 +152,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             with self.wrap_database_errors:
                 self.connection.execute("PRAGMA synchronous=NORMAL")
             self._relaxed = True
+        timing.mark("lock_wait")
         try:
             waited = self._take_writer_lock()
             try:
@@ -166,6 +168,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
                     finally:
                         if contended:
                             self.connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+                timing.mark("begun")
             except OperationalError as exc:
                 if is_writer_busy(exc):  # SQLite's own lock, held by another program
                     raise WriterBusy(f"the database writer was busy for more than {self.write_wait:g} s") from exc
@@ -176,13 +179,16 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             raise
 
     def _commit(self):
+        timing.mark("committing")
         try:
             try:
                 result = super()._commit()
             finally:
                 self._drop_writer_lock()
+                timing.mark("committed")
             if self._relaxed:
                 self._sync_wal()
+                timing.mark("synced")
             return result
         finally:
             self._restore_full()

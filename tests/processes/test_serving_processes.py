@@ -9,7 +9,9 @@ that turns a hang into a failure."""
 from __future__ import annotations
 
 import base64
+import csv
 import fcntl
+import io
 import hashlib
 import hmac
 import json
@@ -132,11 +134,13 @@ def _grow_history(db_path, rows: int) -> int:
     return count
 
 
-def test_a_long_export_does_not_delay_a_renewal(server):
+@pytest.mark.parametrize("helper", ["1", "0"], ids=["in-helper-process", "in-read-lane"])
+def test_a_long_export_does_not_delay_a_renewal(server, helper):
     """An NDJSON export of the history, read by a client that stops reading
     after the first bytes: a renewal is answered while the export is
-    unfinished, and the export, read to its end, is complete and in order."""
-    s = server()
+    unfinished, and the export, read to its end, is complete and in order;
+    served by the long-read helper process or in the worker's read lane."""
+    s = server(LEASEHOLD_LONG_READ_PROCESS=helper)
     _renew_cycle(s)
     total = _grow_history(s.db, 40_000)
     sock = _open(s, "GET /api/v1/events/export/?format=ndjson HTTP/1.1\r\nHost: 127.0.0.1\r\n"
@@ -152,6 +156,103 @@ def test_a_long_export_does_not_delay_a_renewal(server):
     ids = [json.loads(line)["id"] for line in body.splitlines()]
     assert len(ids) == total  # as of the export's start: the renewals after it are not in it
     assert ids == sorted(ids) and len(set(ids)) == total
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as fh:
+                    stat = fh.read()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(b")") + 2:].split()[1]) == pid:
+                out.append(int(entry))
+    return out
+
+
+def _long_read_helpers(server) -> list[int]:
+    """The server's long-read helper processes (config/long_reads.py)."""
+    found = []
+    todo = [server.proc.pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"config.long_reads" in fh.read():
+                    found.append(pid)
+        except OSError:
+            continue
+        todo.extend(_children(pid))
+    return found
+
+
+def _wait_until(predicate, timeout=HANG) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)  # waiting for another process to act, not for lease time
+    return True
+
+
+def test_an_export_runs_in_a_low_priority_process_beside_the_lease_worker(server):
+    """A CSV export is served by the worker's long-read helper, a process
+    of its own at a lower CPU priority (so its Python never takes the GIL
+    or a core from lease actions): while its client has read only the first
+    bytes, the helper is there, niced, and a renewal is answered; read to
+    its end, the CSV is every event, in order. When its worker dies, the
+    helper goes too."""
+    s = server()
+    _renew_cycle(s)
+    total = _grow_history(s.db, 20_000)
+    sock = _open(s, "GET /api/v1/events/export/?format=csv HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Authorization: Bearer {_token(s)}\r\nConnection: close\r\n\r\n")
+    head = _response(sock)
+    assert head.startswith(b"HTTP/1.1 200"), head[:300]
+    assert b"text/csv" in head.split(b"\r\n\r\n", 1)[0]
+    helpers = _long_read_helpers(s)
+    assert len(helpers) == 1
+    assert os.getpriority(os.PRIO_PROCESS, helpers[0]) >= os.getpriority(os.PRIO_PROCESS, s.proc.pid) + 10
+    _renew_cycle(s)  # the exporting client has read almost nothing yet
+    rest = head.split(b"\r\n\r\n", 1)[1]
+    while piece := sock.recv(1 << 20):
+        rest += piece
+    sock.close()
+    rows = list(csv.reader(io.StringIO(_dechunk(rest).decode())))
+    assert rows[0][:3] == ["id", "occurred_at", "action"]
+    ids = [int(row[0]) for row in rows[1:]]
+    assert len(ids) == total and ids == sorted(ids) and len(set(ids)) == total
+    worker = int(open(f"/proc/{helpers[0]}/stat", "rb").read().rsplit(b")", 1)[1].split()[1])
+    os.kill(worker, 9)
+    assert _wait_until(lambda: not os.path.exists(f"/proc/{helpers[0]}/cmdline")
+                       or open(f"/proc/{helpers[0]}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z")
+
+
+def test_a_slow_upload_holds_back_neither_a_create_container_nor_a_renewal(server):
+    """A large Put Blob stages its chunks in a lane of its own: with a long
+    pause after each chunk (the upload holding its thread, not the writer),
+    a Create Container (the lane uploads shared before) and a renewal are
+    answered while the upload is still unanswered."""
+    s = server(LEASEHOLD_STAGE_PAUSE=3000)  # after each 1 MiB chunk, 3000 times as long as it took
+    size = 2 * 2**20 + 5
+    sock = _open(s, _signed_put_head("/devstoreaccount1/serving/big", size))
+    sock.sendall(b"u" * size)
+    db = sqlite3.connect(s.db, timeout=HANG)
+    try:
+        assert _wait_until(lambda: db.execute(
+            "SELECT count(*) FROM leases_blobcontent WHERE state='staged'").fetchone()[0] == 1)
+    finally:
+        db.close()
+    created = azure_raw.signed("PUT", s.url, "/devstoreaccount1/meanwhile?restype=container")
+    assert created.status_code == 201, created.content
+    _renew_cycle(s)
+    sock.setblocking(False)
+    with pytest.raises(BlockingIOError):  # still staging: nobody above waited for it
+        sock.recv(1)
+    sock.setblocking(True)
+    sock.close()
 
 
 def _dechunk(data: bytes) -> bytes:

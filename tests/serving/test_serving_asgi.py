@@ -18,7 +18,7 @@ def scope(method: str, path: str, query: bytes = b"", headers=()):
     ("PUT", "/devstoreaccount1/c/b", b"comp=lease", "lease"),
     ("PUT", "/devstoreaccount1/c", b"restype=container&comp=lease", "lease"),
     ("POST", "/api/v1/leases/renew/devstoreaccount1/c/b", b"", "lease"),
-    ("PUT", "/devstoreaccount1/c/b", b"", "other"),  # an upload
+    ("PUT", "/devstoreaccount1/c/b", b"", "other"),  # a small upload
     ("GET", "/devstoreaccount1/c", b"restype=container&comp=list", "read"),
     ("HEAD", "/devstoreaccount1/c/b", b"", "read"),
     ("GET", "/api/v1/events/export/", b"format=csv", "read"),
@@ -27,6 +27,23 @@ def scope(method: str, path: str, query: bytes = b"", headers=()):
 ])
 def test_lanes(method, path, query, lane):
     assert LeaseholdASGI.lane_name(scope(method, path, query)) == lane
+
+
+@pytest.mark.parametrize("length, lane", [(1 << 20, "other"), ((1 << 20) + 1, "upload"), (64 << 20, "upload")])
+def test_a_put_staged_in_chunks_has_a_lane_of_its_own(length, lane):
+    headers = [(b"Content-Length", str(length).encode())]
+    assert LeaseholdASGI.lane_name(scope("PUT", "/devstoreaccount1/c/b", headers=headers)) == lane
+
+
+def test_the_long_reads_are_the_two_history_exports():
+    from django.urls import reverse
+
+    from config.long_reads import LONG_READ_PATHS, is_long_read
+
+    assert set(LONG_READ_PATHS) == {reverse("api-events-export"), reverse("admin:leases_leaseevent_export")}
+    assert is_long_read(scope("GET", reverse("api-events-export")))
+    assert not is_long_read(scope("POST", reverse("api-events-export")))
+    assert not is_long_read(scope("GET", "/api/v1/events/"))
 
 
 @pytest.fixture

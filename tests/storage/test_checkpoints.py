@@ -135,3 +135,55 @@ def test_request_connections_leave_checkpoints_to_one_thread_per_process():
         assert cursor.fetchone()[0] == 10000
     thread = _checkpointers[(os.getpid(), str(connection.settings_dict["NAME"]))]
     assert thread.is_alive() and thread.interval == 0.1
+
+
+def _lock_is_held(path) -> bool:
+    import fcntl
+
+    fd = os.open(path + ".writer-lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def test_the_pass_under_the_writer_lock_copies_at_most_a_bounded_number_of_frames(tmp_path):
+    # Large writes (an upload's 1 MiB chunks) committed during the pass beside
+    # the writers: copying all of them under the writer lock held every lease
+    # commit back for as long. The round looks first and leaves them to the
+    # passes beside the writers.
+    from leases.sqlite_backend.checkpoints import LOCKED_FRAMES, frames_to_copy
+
+    path = str(tmp_path / "db.sqlite3")
+    writer = _wal_database(path)
+    locked_copies = []
+
+    class BigCommitsBesideEachPass:
+        """The round's connection; during every pass beside the writers, a
+        writer commits ~1 MiB (about 256 pages), as a stream of uploads does."""
+
+        def __init__(self, con):
+            self.con = con
+
+        def execute(self, sql):
+            locked = _lock_is_held(path)
+            if locked:
+                locked_copies.append(frames_to_copy(path))
+            row = self.con.execute(sql).fetchone()
+            if not locked:
+                writer.execute("INSERT INTO t VALUES (?)", (os.urandom(1 << 20),))
+            return SimpleNamespace(fetchone=lambda: row)
+
+    con = sqlite3.connect(path, isolation_level=None)
+    round_ = Checkpointer(path, 60, "FULL")  # not started: one round, by hand
+    round_.checkpoint(BigCommitsBesideEachPass(con))
+    assert all(left <= LOCKED_FRAMES for left in locked_copies)
+    assert frames_to_copy(path) > LOCKED_FRAMES  # left for later, not copied under the lock
+    writer.execute("INSERT INTO t VALUES (1)")  # a quiet moment: the next round copies the rest
+    round_.checkpoint(con)
+    assert frames_to_copy(path) == 0
+    con.close()
+    writer.close()

@@ -1,0 +1,246 @@
+"""Long reads (the history's CSV and NDJSON exports) run in a helper process
+of their own, at a lower CPU priority, streaming to the client through the
+worker's event loop.
+
+Why (measured, bench/README.md "Where a renewal's time goes"): with two
+full exports of 1,000,000 events running, a renewal spent ~50 ms in its
+lane thread instead of ~2 ms, almost all of it waiting to get the GIL back:
+an export is Python (a CSV row per event, 45 s of CPU) in the same process
+as the lease thread, and every time the lease thread lets the GIL go (each
+SQL statement, the fsync, the writer lock) it waits for the export's thread
+to give it back. Lanes separate threads, not the GIL or the cores.
+
+How: each worker process starts, on its first long read, one helper
+(``python -m config.long_reads SOCKET``) that lowers its own priority
+(``LEASEHOLD_LONG_READ_NICE``, default 10: the kernel gives the lease
+workers the cores first) and serves over a Unix socket in a private
+directory. The worker hands it the request whole (the environ's plain values
+and the body, which the event loop has already received); the helper runs
+Django's WSGI handler on it in a thread of its own (the same code as in a
+lane: ``LeaseholdASGI.call``) and sends back the status and headers, then
+the body in length-prefixed pieces of ~64 KiB, a zero-length piece at the
+end; the worker relays each piece to the client as it comes. Flow control
+holds both ways: a slow client holds up the helper's thread (its socket
+buffer fills), never a worker's thread, and a client that goes away closes
+the helper's connection, which ends its export. A response that breaks off
+(the helper died, a database error mid-export) is cut short on the client's
+connection too, never ended as if complete. The helper exits when its
+worker does (its stdin, a pipe from the worker, closes). At most
+``LEASEHOLD_LONG_READS`` (default 2) long reads run at once per worker;
+more wait, holding nothing but their connection.
+
+The helper runs without a WAL checkpointer (a low-priority process must
+never hold the writer lock) and writes nothing to the lease database: an
+export only reads (its API token is checked by a read; the API's rate
+counter is in the throttle database, one short write).
+``LEASEHOLD_LONG_READ_PROCESS=0`` runs long reads in the worker's ``read``
+lane instead, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+
+from leases.env import env_bool, env_int, or_exit
+
+# The long reads, by path (GET only): the JSON API's export and the admin's.
+LONG_READ_PATHS = ("/api/v1/events/export/", "/admin/leases/leaseevent/export.csv")
+START_SECONDS = 60  # a helper not ready by then (Django set-up on a saturated machine) is a 503
+HEADER = struct.Struct(">I")
+log = logging.getLogger("leasehold.long_reads")
+NOT_PICKLED = ("wsgi.input", "wsgi.errors")  # rebuilt by the helper
+
+
+def is_long_read(scope) -> bool:
+    return scope["method"] in ("GET", "HEAD") and scope["path"] in LONG_READ_PATHS
+
+
+def enabled() -> bool:
+    return or_exit(env_bool, "LEASEHOLD_LONG_READ_PROCESS", True)
+
+
+def _frame(data: bytes) -> bytes:
+    return HEADER.pack(len(data)) + data
+
+
+class HelperUnavailable(Exception):
+    pass
+
+
+# ------------------------------------------------------------------ the worker's side
+
+
+class LongReads:
+    """A worker's helper process and the long reads it relays."""
+
+    def __init__(self):
+        self.nice = or_exit(env_int, "LEASEHOLD_LONG_READ_NICE", 10, at_least=0)
+        self.slots = or_exit(env_int, "LEASEHOLD_LONG_READS", 2, at_least=1)
+        self._slots: asyncio.Semaphore | None = None
+        self._starting: asyncio.Lock | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.dir: str | None = None
+        self.path: str | None = None
+
+    async def _helper(self) -> str:
+        """The socket of a running helper, started if need be."""
+        async with self._starting:
+            if self.proc is not None and self.proc.returncode is None:
+                return self.path
+            self.close()
+            self.dir = tempfile.mkdtemp(prefix="leasehold-long-reads-")  # 0700: only this user connects
+            self.path = os.path.join(self.dir, "socket")
+            env = dict(os.environ, LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL="0",
+                       LEASEHOLD_LONG_READ_PROCESS="0", LEASEHOLD_LONG_READ_NICE=str(self.nice))
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "config.long_reads", self.path, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, env=env)
+            try:
+                line = await asyncio.wait_for(self.proc.stdout.readline(), START_SECONDS)
+            except TimeoutError:
+                line = b""
+            if line != b"ready\n":
+                self.close()
+                raise HelperUnavailable("the long-read process did not start")
+            return self.path
+
+    async def serve(self, environ: dict, body: bytes, receive, send) -> None:
+        """Run one long read in the helper and relay its answer."""
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.slots)
+            self._starting = asyncio.Lock()
+        async with self._slots:
+            try:
+                path = await self._helper()
+                reader, writer = await asyncio.open_unix_connection(path)
+            except (HelperUnavailable, OSError):
+                await _busy(send)
+                return
+            gone = asyncio.ensure_future(until_disconnected(receive))
+            try:
+                request = {k: v for k, v in environ.items() if k not in NOT_PICKLED}
+                writer.write(_frame(pickle.dumps((request, body), protocol=pickle.HIGHEST_PROTOCOL)))
+                try:
+                    head = await _read_frame(reader)
+                except (asyncio.IncompleteReadError, OSError):
+                    await _busy(send)  # the helper died before it answered
+                    return
+                status, headers = pickle.loads(head)
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                try:
+                    while piece := await _read_frame(reader):
+                        if gone.done():
+                            return  # the client went away: closing the connection ends the helper's work
+                        await send({"type": "http.response.body", "body": piece, "more_body": True})
+                except (asyncio.IncompleteReadError, OSError):
+                    # The helper died (or was stopped with the server): return
+                    # with the response unfinished, so the front closes the
+                    # connection and the client sees it cut short.
+                    log.warning("a long read was cut short: its helper process ended (%s %s)",
+                                environ["REQUEST_METHOD"], environ["PATH_INFO"])
+                    return
+                await send({"type": "http.response.body", "body": b""})
+            finally:
+                gone.cancel()
+                writer.close()
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()  # it would exit anyway once its stdin closes
+        self.proc = None
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+
+async def until_disconnected(receive) -> None:
+    """Returns once the client has gone away (the body was received already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = HEADER.unpack(await reader.readexactly(HEADER.size))
+    return await reader.readexactly(size) if size else b""
+
+
+async def _busy(send) -> None:
+    text = b"The server is busy: retry the export."
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"1"),
+                            (b"content-length", str(len(text)).encode())]})
+    await send({"type": "http.response.body", "body": text})
+
+
+# ------------------------------------------------------------------ the helper's side
+
+
+def _serve_one(app, conn: socket.socket) -> None:
+    """One long read: the request from ``conn``, its answer back."""
+    import io
+
+    from config.asgi import _close, _next_piece
+
+    result = None
+    try:
+        with conn, conn.makefile("rb") as incoming:
+            (size,) = HEADER.unpack(incoming.read(HEADER.size))
+            environ, body = pickle.loads(incoming.read(size))
+            environ["wsgi.input"] = io.BytesIO(body)
+            environ["wsgi.errors"] = sys.stderr
+            status, headers, content, result = app.call(environ)
+            conn.sendall(_frame(pickle.dumps((status, headers))))
+            if result is None:
+                if content:
+                    conn.sendall(_frame(content))
+            else:
+                while piece := _next_piece(result):
+                    conn.sendall(_frame(piece))
+            conn.sendall(_frame(b""))  # complete
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the worker's client went away
+    finally:
+        if result is not None:
+            _close(result)
+        from django.db import connections
+
+        connections.close_all()  # this thread's connections: no read snapshot outlives its export
+
+
+def main() -> None:
+    path = sys.argv[1]
+    os.nice(int(os.environ.get("LEASEHOLD_LONG_READ_NICE") or 10))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config.asgi import application as app
+
+    def orphaned():  # the worker is gone: so is its helper
+        sys.stdin.buffer.read()
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action: the process ends, threads and all
+
+    threading.Thread(target=orphaned, daemon=True).start()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(16)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    os.dup2(2, 1)  # nobody reads the pipe after "ready": anything printed goes to the log
+    try:
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=_serve_one, args=(app, conn), daemon=True, name="long-read").start()
+    except KeyboardInterrupt:  # Ctrl-C on the server's terminal reaches its whole process group
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -292,11 +292,13 @@ def hostile(server, seconds: float, *, slow: int, uploads: int, upload_mib: int,
     if is_leasehold and export_n:
         if getattr(server, "bench_token", None) is None:
             server.bench_token = api_token(server.env, repo)
-        exports(server.port, host, server.bench_token, export_n, stop, done)
+        export_threads = exports(server.port, host, server.bench_token, export_n, stop, done)
     time.sleep(1.0)  # the hostile clients connect first
     holders = Holders(server.port, host)
     holders.run(seconds)
     time.sleep(max(0.0, stop - time.monotonic()))  # the uploads' answers
+    for t in export_threads if is_leasehold and export_n else ():
+        t.join(timeout=5)  # each export thread records its run once its next piece comes after stop
     return {"renewals": holders.renewals, "lost": holders.lost, "5xx": holders.err5xx,
             "renew p50 ms": pct(holders.renew_lat, 0.5) * 1e3, "renew p99 ms": pct(holders.renew_lat, 0.99) * 1e3,
             "renew max ms": max(holders.renew_lat, default=float("nan")) * 1e3,

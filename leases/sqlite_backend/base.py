@@ -102,22 +102,21 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
         if self._writer_lock_path() is None:
             with transaction.atomic(using=self.alias):
                 return fn()
-        key = str(self.settings_dict["NAME"])
-        group = _groups.get(key)
-        if group is None:
-            with _groups_lock:
-                group = _groups.setdefault(key, GroupCommit(self.alias))
-        return group.run(fn)
+        return self._group().run(fn)
 
     def group_commit_all(self, fns) -> list[tuple[object, BaseException | None]]:
         """``group_commit`` for several transactions at once, committed
         together (GroupCommit.run_all); each one's (result, error)."""
+        return self._group().run_all(fns)
+
+    def _group(self) -> GroupCommit:
+        """This process's group commit for this database file."""
         key = str(self.settings_dict["NAME"])
         group = _groups.get(key)
         if group is None:
             with _groups_lock:
                 group = _groups.setdefault(key, GroupCommit(self.alias))
-        return group.run_all(fns)
+        return group
 
     def _writer_lock_path(self) -> str | None:
         return writer_lock_path(str(self.settings_dict["NAME"]))

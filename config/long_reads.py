@@ -51,7 +51,7 @@ import sys
 import tempfile
 import threading
 
-from leases.env import env_bool, env_int, or_exit
+from leases.env import env_bool, env_float, env_int, or_exit
 
 # The long reads, by path (GET only): the JSON API's export and the admin's.
 LONG_READ_PATHS = ("/api/v1/events/export/", "/admin/leases/leaseevent/export.csv")
@@ -86,6 +86,9 @@ class LongReads:
     def __init__(self):
         self.nice = or_exit(env_int, "LEASEHOLD_LONG_READ_NICE", 10, at_least=0)
         self.slots = or_exit(env_int, "LEASEHOLD_LONG_READS", 2, at_least=1)
+        # An export that finds every slot taken waits as long as a writer
+        # waits for the database, then is answered 503: no endless queue.
+        self.slot_wait = or_exit(env_float, "LEASEHOLD_WRITE_WAIT", 5, at_least=0)
         self._slots: asyncio.Semaphore | None = None
         self._starting: asyncio.Lock | None = None
         self.proc: asyncio.subprocess.Process | None = None
@@ -119,7 +122,12 @@ class LongReads:
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.slots)
             self._starting = asyncio.Lock()
-        async with self._slots:
+        try:
+            await asyncio.wait_for(self._slots.acquire(), self.slot_wait)
+        except TimeoutError:
+            await _busy(send)
+            return
+        try:
             try:
                 path = await self._helper()
                 reader, writer = await asyncio.open_unix_connection(path)
@@ -153,6 +161,8 @@ class LongReads:
             finally:
                 gone.cancel()
                 writer.close()
+        finally:
+            self._slots.release()
 
     def close(self) -> None:
         if self.proc is not None and self.proc.returncode is None:

@@ -230,6 +230,32 @@ def test_an_export_runs_in_a_low_priority_process_beside_the_lease_worker(server
                        or open(f"/proc/{helpers[0]}/stat", "rb").read().rsplit(b")", 1)[1].split()[0] == b"Z")
 
 
+def test_an_export_that_finds_every_slot_taken_is_answered_503_not_queued(server):
+    """One export slot per worker (LEASEHOLD_LONG_READS=1), held by an export
+    whose client reads nothing: a second export waits at most the write wait
+    (1 s here) and is answered 503 with Retry-After, and a renewal meanwhile
+    is answered at once; once the first is done, an export is served again."""
+    s = server(LEASEHOLD_LONG_READS=1, LEASEHOLD_WRITE_WAIT=1)
+    _renew_cycle(s)
+    _grow_history(s.db, 40_000)  # more CSV than the sockets' buffers hold
+    export = (f"GET /api/v1/events/export/?format=csv HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+              f"Authorization: Bearer {_token(s)}\r\nConnection: close\r\n\r\n")
+    first = _open(s, export)
+    assert _response(first).startswith(b"HTTP/1.1 200")
+    second = _open(s, export)
+    head = _response(second)
+    assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head.lower(), head[:300]
+    second.close()
+    _renew_cycle(s)
+    first.close()  # its client goes away: the slot is given back
+
+    def served() -> bool:
+        with _open(s, export) as again:
+            return _response(again).startswith(b"HTTP/1.1 200")
+
+    assert _wait_until(served)
+
+
 def test_a_slow_upload_holds_back_neither_a_create_container_nor_a_renewal(server):
     """A large Put Blob stages its chunks in a lane of its own: with a long
     pause after each chunk (the upload holding its thread, not the writer),

@@ -143,8 +143,7 @@ def test_a_long_export_does_not_delay_a_renewal(server, helper):
     s = server(LEASEHOLD_LONG_READ_PROCESS=helper)
     _renew_cycle(s)
     total = _grow_history(s.db, 40_000)
-    sock = _open(s, "GET /api/v1/events/export/?format=ndjson HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    f"Authorization: Bearer {_token(s)}\r\nConnection: close\r\n\r\n")
+    sock = _open(s, _export_request(s, "ndjson"))
     head = _response(sock)
     assert head.startswith(b"HTTP/1.1 200"), head[:300]
     _renew_cycle(s)  # the exporting client has read almost nothing yet
@@ -207,8 +206,7 @@ def test_an_export_runs_in_a_low_priority_process_beside_the_lease_worker(server
     s = server()
     _renew_cycle(s)
     total = _grow_history(s.db, 20_000)
-    sock = _open(s, "GET /api/v1/events/export/?format=csv HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                    f"Authorization: Bearer {_token(s)}\r\nConnection: close\r\n\r\n")
+    sock = _open(s, _export_request(s, "csv"))
     head = _response(sock)
     assert head.startswith(b"HTTP/1.1 200"), head[:300]
     assert b"text/csv" in head.split(b"\r\n\r\n", 1)[0]
@@ -238,8 +236,7 @@ def test_an_export_that_finds_every_slot_taken_is_answered_503_not_queued(server
     s = server(LEASEHOLD_LONG_READS=1, LEASEHOLD_WRITE_WAIT=1)
     _renew_cycle(s)
     _grow_history(s.db, 40_000)  # more CSV than the sockets' buffers hold
-    export = (f"GET /api/v1/events/export/?format=csv HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-              f"Authorization: Bearer {_token(s)}\r\nConnection: close\r\n\r\n")
+    export = _export_request(s, "csv")
     first = _open(s, export)
     assert _response(first).startswith(b"HTTP/1.1 200")
     second = _open(s, export)
@@ -290,6 +287,12 @@ def _dechunk(data: bytes) -> bytes:
             return b"".join(out)
         out.append(data[end + 2:end + 2 + size])
         pos = end + 2 + size + 2
+
+
+def _export_request(s, fmt: str) -> str:
+    """The head of a full history export, as a client sends it."""
+    return (f"GET /api/v1/events/export/?format={fmt} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Bearer {_token(s)}\r\nConnection: close\r\n\r\n")
 
 
 def _token(s) -> str:

@@ -1,0 +1,18 @@
+"""Tests of the storage layer (leases/storage, leases/sqlite_backend)."""
+
+import fcntl
+import os
+
+
+def lock_is_free(lock_file: str) -> bool:
+    """Whether another open file description could take the writer lock
+    (``<db>.writer-lock``) now; if it could, it gives it back at once. The
+    flock() the backend takes is real, so this sees it from any process."""
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # closing the description lets go of a lock taken above

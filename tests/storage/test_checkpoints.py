@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from leases.sqlite_backend.base import Checkpointer, _checkpointers
+from tests.storage import lock_is_free
 
 
 def _main_file_rows(path) -> int | None:
@@ -137,19 +138,6 @@ def test_request_connections_leave_checkpoints_to_one_thread_per_process():
     assert thread.is_alive() and thread.interval == 0.1
 
 
-def _lock_is_held(path) -> bool:
-    import fcntl
-
-    fd = os.open(path + ".writer-lock", os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 def test_the_pass_under_the_writer_lock_copies_at_most_a_bounded_number_of_frames(tmp_path):
     # Large writes (an upload's 1 MiB chunks) committed during the pass beside
     # the writers: copying all of them under the writer lock held every lease
@@ -169,7 +157,7 @@ def test_the_pass_under_the_writer_lock_copies_at_most_a_bounded_number_of_frame
             self.con = con
 
         def execute(self, sql):
-            locked = _lock_is_held(path)
+            locked = not lock_is_free(path + ".writer-lock")
             if locked:
                 locked_copies.append(frames_to_copy(path))
             row = self.con.execute(sql).fetchone()

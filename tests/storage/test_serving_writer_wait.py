@@ -17,6 +17,7 @@ from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 from leases.sqlite_backend.base import FlockWaiter, writer_lock_path
 from leases.sqlite_backend.busy import WriterBusy, is_writer_busy, server_busy
+from tests.storage import lock_is_free
 
 REF = ResourceRef("devstoreaccount1", "wait", "b")
 ACTOR = Actor(name="account:devstoreaccount1", via="azure")
@@ -27,18 +28,6 @@ def lock_file(tmp_path):
     return str(tmp_path / "db.writer-lock")
 
 
-def _free(path) -> bool:
-    """Whether another open file can take the lock now (and gives it back)."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def test_a_waiter_that_gave_up_does_not_keep_or_steal_the_lock(lock_file):
     holder = os.open(lock_file, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
@@ -46,9 +35,9 @@ def test_a_waiter_that_gave_up_does_not_keep_or_steal_the_lock(lock_file):
     assert waiter.acquire(0.1) is False  # the helper stays blocked in flock
     os.close(holder)  # the holder lets go: the helper gets it, nobody waits, it lets go
     assert waiter.acquire(10) is True  # granted by the helper or taken directly
-    assert not _free(lock_file)
+    assert not lock_is_free(lock_file)
     fcntl.flock(waiter.fd, fcntl.LOCK_UN)
-    assert _free(lock_file)
+    assert lock_is_free(lock_file)
     assert waiter.acquire(0) is True  # free: taken at once
     fcntl.flock(waiter.fd, fcntl.LOCK_UN)
     waiter.close()
@@ -64,7 +53,7 @@ def test_a_waiter_closed_while_its_helper_is_blocked_closes_later(lock_file):
     os.close(holder)
     waiter.thread.join(10)
     assert not waiter.thread.is_alive()
-    assert _free(lock_file)  # the helper got the lock, then closed the descriptor
+    assert lock_is_free(lock_file)  # the helper got the lock, then closed the descriptor
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ and (make test's second pass) on PostgreSQL; the backend hooks on SQLite.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import uuid
@@ -31,6 +30,7 @@ from leases.services import Actor, ResourceRef
 from leases.sqlite_backend.base import DatabaseWrapper as LeaseholdSQLite
 from leases.storage import django_internals, statements
 from leases.storage.transactions import write_transaction
+from tests.storage import lock_is_free
 
 pytestmark = pytest.mark.also_postgres
 
@@ -210,20 +210,6 @@ class _Spy:
         return call
 
 
-def _lock_is_held(wrapper) -> bool:
-    """Whether another open file description of the writer lock would have
-    to wait: the flock() the backend takes is real."""
-    fd = os.open(wrapper._writer_lock_path(), os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-
-
 @sqlite_only
 def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, monkeypatch):
     wrapper = connections["default"]
@@ -234,10 +220,10 @@ def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, mo
     with transaction.atomic():
         assert spy.calls == ["_start_transaction_under_autocommit"], \
             "atomic() no longer begins through _start_transaction_under_autocommit"
-        assert _lock_is_held(wrapper)
+        assert not lock_is_free(wrapper._writer_lock_path())
         Blob.objects.filter(pk=leased.pk).update(lease_holder="hooks")
     assert spy.calls[1:] == ["_commit"], "leaving atomic() no longer commits through _commit"
-    assert not _lock_is_held(wrapper), "the writer lock outlived the commit"
+    assert lock_is_free(wrapper._writer_lock_path()), "the writer lock outlived the commit"
 
     spy.calls.clear()
     with pytest.raises(RuntimeError), transaction.atomic():
@@ -245,14 +231,14 @@ def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, mo
         raise RuntimeError
     assert spy.calls == ["_start_transaction_under_autocommit", "_rollback"], \
         "a failed atomic() no longer rolls back through _rollback"
-    assert not _lock_is_held(wrapper) and Blob.objects.get(pk=leased.pk).lease_holder == "hooks"
+    assert lock_is_free(wrapper._writer_lock_path()) and Blob.objects.get(pk=leased.pk).lease_holder == "hooks"
 
     spy.calls.clear()
     with transaction.atomic():
-        assert _lock_is_held(wrapper)
+        assert not lock_is_free(wrapper._writer_lock_path())
         wrapper.close()  # closing inside a transaction: Django rolls back by closing
         assert spy.calls[-1] == "_close", "close() no longer closes through _close"
-        assert not _lock_is_held(wrapper), "the writer lock outlived its connection"
+        assert lock_is_free(wrapper._writer_lock_path()), "the writer lock outlived its connection"
         wrapper.needs_rollback = True
     wrapper.connect()
 

@@ -7,7 +7,6 @@ on disk while the next writer already runs.
 os.fdatasync is observed (and still called) to see when and on what the
 fsync happens; everything else is the real database."""
 
-import fcntl
 import os
 import sqlite3
 
@@ -17,6 +16,7 @@ from django.db import DatabaseError, connection, transaction
 from leases import services
 from leases.models import Account
 from leases.services import Actor, ResourceRef
+from tests.storage import lock_is_free
 
 pytestmark = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's write-ahead log")
 
@@ -51,17 +51,6 @@ def _db_path() -> str:
     return str(connection.settings_dict["NAME"])
 
 
-def _lock_is_free() -> bool:
-    fd = os.open(_db_path() + ".writer-lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def _committed_lease_state() -> str | None:
     """Read on a connection of its own: what other processes can see."""
     con = sqlite3.connect(_db_path())
@@ -80,7 +69,7 @@ def fsyncs(blob):
     real = os.fdatasync
 
     def observed(fd):
-        seen.append((os.readlink(f"/proc/self/fd/{fd}"), _lock_is_free(), _committed_lease_state()))
+        seen.append((os.readlink(f"/proc/self/fd/{fd}"), lock_is_free(_db_path() + ".writer-lock"), _committed_lease_state()))
         return real(fd)
 
     os.fdatasync = observed
@@ -125,7 +114,7 @@ def test_a_rolled_back_transaction_needs_no_fsync(blob, fsyncs):
             raise RuntimeError("undo")
     assert fsyncs == []
     assert _synchronous() == 2
-    assert _lock_is_free()
+    assert lock_is_free(_db_path() + ".writer-lock")
     assert not Account.objects.filter(name="doomed").exists()
 
 

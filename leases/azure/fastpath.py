@@ -25,7 +25,6 @@ same requests both ways and compares status, headers, body and history).
 
 from __future__ import annotations
 
-import functools
 import re
 import uuid
 
@@ -101,62 +100,89 @@ def serve(environ: dict, names: tuple[str, str, str | None], start_response):
     return response
 
 
+class LeaseCall:
+    """One lean lease request in three steps, so that a batch holds the
+    writer lock for the lease's own write only:
+
+    * ``LeaseCall(environ, names)``: the checks that read no database, in
+      the general path's order (header values, x-ms-version, SharedKey, the
+      URL's account) and the lease headers parsed; a refusal here is kept;
+    * ``write()``: the service call (its write transaction: alone, or a
+      savepoint of a batch's) -- its result, or its refusal;
+    * ``answer()``: the answer, by the one exception handler if refused,
+      with the headers every answer carries; 4xx/5xx logged.
+    """
+
+    __slots__ = ("environ", "request", "legacy", "call", "result", "error")
+
+    def __init__(self, environ: dict, names: tuple[str, str, str | None]):
+        path = environ["PATH_INFO"] = get_path_info(environ)  # decoded, as WSGIRequest leaves it
+        environ["SCRIPT_NAME"] = ""
+        self.environ = environ
+        self.request = LeanRequest("PUT", path, environ)
+        self.request.request_id = request_id = str(uuid.uuid4())
+        self.call = self.result = self.error = None
+        self.legacy = False
+        account, container, blob = names
+        try:
+            inputs.check_header_values(environ)
+            self.legacy = lease_request.check_version(environ)
+            require_account(verify_shared_key(environ, path, account_keys), account)
+            ref = ResourceRef(account, container, blob.replace("\\", "/") if blob is not None else None)
+            self.call = lease_request.lease_call(environ, ref, lease_request.actor(environ, account, request_id),
+                                                 legacy=self.legacy)
+        except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
+            self.error = exc
+
+    def write(self) -> None:
+        """The lease itself; never raises (a refusal was recorded and
+        committed with the transaction, so it must not undo it)."""
+        if self.call is not None:
+            try:
+                self.result = self.call()
+            except Exception as exc:  # noqa: BLE001
+                self.error = exc
+
+    def answer(self, shared_failure: BaseException | None = None):
+        """The HttpResponse; ``shared_failure``: the batch's transaction
+        failed (nothing of it was written), which is the answer unless this
+        request failed on its own with a server error (answered and logged)."""
+        request, environ = self.request, self.environ
+        if self.error is None:
+            response = lease_request.lease_response(environ, self.result, legacy=self.legacy)
+        else:
+            response = azure_exception_handler(self.error, {"view": request, "request": request})
+        if shared_failure is not None and response.status_code < 500:
+            request.request_id = str(uuid.uuid4())
+            response = azure_exception_handler(shared_failure, {"view": request, "request": request})
+        lease_request.finish(response, environ, request_id=request.request_id, method="PUT")
+        if response.status_code >= 400:
+            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        return response
+
+
 def answer(environ: dict, names: tuple[str, str, str | None]):
     """The answer (an HttpResponse) to a lease request ``takes`` accepted:
     every failure too is an answer, by the one exception handler."""
-    path = environ["PATH_INFO"] = get_path_info(environ)  # decoded, as WSGIRequest leaves it
-    environ["SCRIPT_NAME"] = ""
-    request = LeanRequest("PUT", path, environ)
-    request.request_id = request_id = str(uuid.uuid4())
-    account, container, blob = names
-    try:
-        inputs.check_header_values(environ)
-        legacy = lease_request.check_version(environ)
-        require_account(verify_shared_key(environ, path, account_keys), account)
-        ref = ResourceRef(account, container, blob.replace("\\", "/") if blob is not None else None)
-        response = lease_request.lease(environ, ref, lease_request.actor(environ, account, request_id),
-                                       legacy=legacy)
-    except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
-        response = azure_exception_handler(exc, {"view": request, "request": request})
-    lease_request.finish(response, environ, request_id=request_id, method="PUT")
-    if response.status_code >= 400:
-        log_response("%s: %s", response.reason_phrase, path, response=response, request=request)
-    return response
+    call = LeaseCall(environ, names)
+    call.write()
+    return call.answer()
 
 
 def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
     """The answers to lease requests a worker received together
     (config/lease_batch.py), their writes committed together: one write
-    transaction, each request in a savepoint of its own, one commit and one
-    fsync for all (storage.transactions.write_together); no answer before
-    that commit. If the shared transaction fails (the writer busy past the
-    wait, the commit refused), every request is answered with that failure:
-    none of them was written."""
+    transaction, each request's write in a savepoint of its own, one commit
+    and one fsync for all (storage.transactions.write_together); no answer
+    before that commit. Only the writes run under the writer lock: the
+    checks before them and the answers after (LeaseCall). If the shared
+    transaction fails (the writer busy past the wait, the commit refused),
+    every request is answered with that failure: none of them was written."""
     signals.request_started.send(sender=LeanRequest, environ=requests[0][0])  # once, outside the transaction
-    given: list = [None] * len(requests)  # each request's own answer, even if the transaction then fails
-
-    def answering(i, environ, names):
-        given[i] = answer(environ, names)
-        return given[i]
-
-    outcomes = write_together([functools.partial(answering, i, environ, names)
-                               for i, (environ, names) in enumerate(requests)])
-    answers = []
-    for (environ, names), own, (response, error) in zip(requests, given, outcomes):
-        if error is not None:
-            # A request that failed on its own (a storage fault, answered and
-            # logged) keeps its answer; the others get the shared failure.
-            response = own if own is not None and own.status_code >= 500 else _failed(environ, error)
-        answers.append(response)
-    return answers
-
-
-def _failed(environ: dict, error: BaseException):
-    """The answer to a request whose shared transaction failed."""
-    path = environ["PATH_INFO"]
-    request = LeanRequest("PUT", path, environ)
-    request.request_id = request_id = str(uuid.uuid4())
-    response = azure_exception_handler(error, {"view": request, "request": request})
-    lease_request.finish(response, environ, request_id=request_id, method="PUT")
-    log_response("%s: %s", response.reason_phrase, path, response=response, request=request)
-    return response
+    calls = [LeaseCall(environ, names) for environ, names in requests]
+    writing = [call for call in calls if call.call is not None]
+    failures = dict.fromkeys(map(id, calls))
+    if writing:
+        for call, (_, error) in zip(writing, write_together([call.write for call in writing])):
+            failures[id(call)] = error
+    return [call.answer(failures[id(call)]) for call in calls]

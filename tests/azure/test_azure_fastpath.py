@@ -9,7 +9,9 @@ request ids -- is sent to both, from the same database state (a savepoint,
 rolled back after the general path), with the clock frozen and uuid4 drawn
 from the same seed, and both answers (status, every header, body) and the
 history rows each appended must be identical. The script then goes on from
-the lean path's state, so later steps meet leases in every state.
+the lean path's state, so later steps meet leases in every state. The lean
+path is taken both ways it is served: alone (fastpath.serve) and as a
+worker's batch answers (fastpath.answer_together).
 
 The environ is built by config/asgi.py from an ASGI scope, as served."""
 
@@ -107,11 +109,23 @@ def _seeded_uuid4(seed: int):
     return lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
 
 
-def both_ways(monkeypatch, path: str, spec: dict, seed: int):
-    """The general path's and the lean path's answer and history rows, from
-    the same state; the lean path's changes are kept."""
+class Batched:
+    """The lean path as a worker's lease batch answers: fastpath.answer_together
+    (here, inside the test's transaction, one savepoint per request)."""
+
+    def __call__(self, env: dict, start_response):
+        names = fastpath.takes(dict(env))
+        assert names is not None, f"not taken by the lean path: {env['PATH_INFO']}"
+        response, = fastpath.answer_together([(env, names)])
+        start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+        return response
+
+
+def three_ways(monkeypatch, path: str, spec: dict, seed: int):
+    """The general path's, the lean path's and the lean batch's answers and
+    history rows, each from the same state; the batch's changes are kept."""
     results = []
-    for app in (AzureDoorHandler(), LeaseholdWSGI()):
+    for app in (AzureDoorHandler(), LeaseholdWSGI(), Batched()):
         monkeypatch.setattr(uuid, "uuid4", _seeded_uuid4(seed))
         last = LeaseEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
         point = transaction.savepoint()
@@ -119,10 +133,10 @@ def both_ways(monkeypatch, path: str, spec: dict, seed: int):
         if isinstance(app, LeaseholdWSGI):
             assert fastpath.takes(dict(env)) is not None, f"not taken by the lean path: {path} {spec}"
         results.append((_answer(app, env), _events_after(last)))
-        if isinstance(app, AzureDoorHandler):
-            transaction.savepoint_rollback(point)
-        else:
+        if isinstance(app, Batched):
             transaction.savepoint_commit(point)
+        else:
+            transaction.savepoint_rollback(point)
     monkeypatch.undo()
     return results
 
@@ -218,9 +232,12 @@ def fast_state(db):
 def test_lean_path_answers_and_records_as_the_general_path(fast_state, monkeypatch):
     statuses = set()
     for number, (path, spec) in enumerate(script()):
-        (general, general_events), (lean, lean_events) = both_ways(monkeypatch, path, spec, seed=number)
+        (general, general_events), (lean, lean_events), (batched, batched_events) = \
+            three_ways(monkeypatch, path, spec, seed=number)
         assert lean == general, f"step {number}: {path} {spec}"
         assert lean_events == general_events, f"step {number}: {path} {spec}"
+        assert batched == general, f"step {number}, batched: {path} {spec}"
+        assert batched_events == general_events, f"step {number}, batched: {path} {spec}"
         statuses.add(int(general[0][:3]))
         if number % 7 == 0:
             lease_clock.advance(5)  # leases expire, breaks end, as the script goes on

@@ -326,6 +326,10 @@ def main() -> int:
     ap.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
                     help="also run Leasehold with these settings (repeatable), as 'Leasehold-variant' on port "
                          "base+3, in the same alternating rounds; adds L/V ratio columns")
+    ap.add_argument("--compare-tree", default=None, metavar="DIR",
+                    help="also run Leasehold from another checkout (e.g. a git worktree of an earlier commit, "
+                         "with its own .venv) as 'Leasehold-variant', with any --compare-env settings: the "
+                         "code before and after a change in the same alternating rounds")
     ap.add_argument("--synchronous", default="FULL", choices=["FULL", "NORMAL", "EXTRA"])
     ap.add_argument("--contention-backoff-ms", type=float, default=0.0,
                     help="pause after a refused contended acquire (default 0: retry at once)")
@@ -386,10 +390,10 @@ def main() -> int:
         if args.compare_front:
             all_servers.append(servers.Leasehold(args.port_base + 2, workdir, synchronous=args.synchronous,
                                                  extra_env=extra_env, front=args.compare_front))
-        if args.compare_env:
+        if args.compare_env or args.compare_tree:
             variant = dict(item.split("=", 1) for item in args.compare_env)
             all_servers.append(servers.Leasehold(args.port_base + 3, workdir, synchronous=args.synchronous,
-                                                 extra_env=extra_env, variant=variant))
+                                                 extra_env=extra_env, variant=variant, tree=args.compare_tree))
     for s in all_servers:
         if isinstance(s, servers.Leasehold):
             servers.log("Leasehold: migrating a fresh SQLite database ...")

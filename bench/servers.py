@@ -206,12 +206,17 @@ class Leasehold(Server):
     name = "Leasehold"
 
     def __init__(self, port: int, workdir: Path, *, synchronous: str = "FULL", extra_env: dict | None = None,
-                 command: str | None = None, front: str | None = None, variant: dict | None = None):
+                 command: str | None = None, front: str | None = None, variant: dict | None = None,
+                 tree: str | None = None):
         if front:  # another HTTP front of config.serve (LEASEHOLD_FRONT), measured alongside
             self.name = f"Leasehold-{front}"
-        elif variant:  # the same server with other settings (--compare-env), measured alongside
+        elif variant or tree:  # other settings (--compare-env) or code (--compare-tree), measured alongside
             self.name = "Leasehold-variant"
         super().__init__(port, workdir)
+        # the checkout served, and its Python (its own .venv if it has one)
+        self.repo = Path(tree).resolve() if tree else REPO
+        venv_python = self.repo / ".venv" / "bin" / "python"
+        self.python = str(venv_python) if tree and venv_python.exists() else PYTHON
         self.command = command  # another server to try (--leasehold-cmd); default: as `make run`
         self.front = front
         self.db = workdir / f"{self.name.lower()}.sqlite3"
@@ -232,7 +237,7 @@ class Leasehold(Server):
 
     def prepare(self) -> None:
         for argv in (["manage.py", "migrate", "--noinput", "-v0"], ["manage.py", "leasehold_setup"]):
-            subprocess.run([PYTHON, *argv], cwd=REPO, env=self.env, check=True, timeout=300,
+            subprocess.run([self.python, *argv], cwd=self.repo, env=self.env, check=True, timeout=300,
                            stdout=subprocess.DEVNULL)
 
     def start(self) -> None:
@@ -240,8 +245,8 @@ class Leasehold(Server):
             import shlex
             argv = [a.format(host="127.0.0.1", port=self.port) for a in shlex.split(self.command)]
         else:
-            argv = [PYTHON, "-m", "config.serve"]
-        self._spawn(argv, env=self.env, cwd=REPO)
+            argv = [self.python, "-m", "config.serve"]
+        self._spawn(argv, env=self.env, cwd=self.repo)
         wait_port(self.port, self.proc, 60, self.logfile)
         # the first worker may listen before the others have imported Django
         time.sleep(1.0)
@@ -250,6 +255,8 @@ class Leasehold(Server):
         if self.command:
             return self.command
         get = self.env.get
+        if self.repo != REPO:
+            return f"{self.repo} (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')}"
         return (f"{get('LEASEHOLD_FRONT', 'uvicorn')} (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')} "
                 f"threads={get('LEASEHOLD_THREADS', '1')}")
 

@@ -32,8 +32,8 @@ from django.core import signals
 from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
 
+from .. import services
 from ..services import ResourceRef
-from ..storage.transactions import write_together
 from ..sharedkey import account_keys, verify_shared_key
 from . import inputs, lease_request
 from .auth import require_account
@@ -107,13 +107,14 @@ class LeaseCall:
     * ``LeaseCall(environ, names)``: the checks that read no database, in
       the general path's order (header values, x-ms-version, SharedKey, the
       URL's account) and the lease headers parsed; a refusal here is kept;
-    * ``write()``: the service call (its write transaction: alone, or a
-      savepoint of a batch's) -- its result, or its refusal;
+    * the service call: alone (``write()``, its own write transaction), or
+      with the batch's (services.lease_actions_together) -- its result, or
+      its refusal;
     * ``answer()``: the answer, by the one exception handler if refused,
       with the headers every answer carries; 4xx/5xx logged.
     """
 
-    __slots__ = ("environ", "request", "legacy", "call", "result", "error")
+    __slots__ = ("environ", "request", "legacy", "arguments", "result", "error")
 
     def __init__(self, environ: dict, names: tuple[str, str, str | None]):
         path = environ["PATH_INFO"] = get_path_info(environ)  # decoded, as WSGIRequest leaves it
@@ -121,7 +122,7 @@ class LeaseCall:
         self.environ = environ
         self.request = LeanRequest("PUT", path, environ)
         self.request.request_id = request_id = str(uuid.uuid4())
-        self.call = self.result = self.error = None
+        self.arguments = self.result = self.error = None
         self.legacy = False
         account, container, blob = names
         try:
@@ -129,32 +130,33 @@ class LeaseCall:
             self.legacy = lease_request.check_version(environ)
             require_account(verify_shared_key(environ, path, account_keys), account)
             ref = ResourceRef(account, container, blob.replace("\\", "/") if blob is not None else None)
-            self.call = lease_request.lease_call(environ, ref, lease_request.actor(environ, account, request_id),
-                                                 legacy=self.legacy)
+            self.arguments = lease_request.lease_arguments(
+                environ, ref, lease_request.actor(environ, account, request_id), legacy=self.legacy)
         except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
             self.error = exc
 
     def write(self) -> None:
-        """The lease itself; never raises (a refusal was recorded and
-        committed with the transaction, so it must not undo it)."""
-        if self.call is not None:
+        """The lease itself, in a write transaction of its own."""
+        if self.arguments is not None:
             try:
-                self.result = self.call()
-            except Exception as exc:  # noqa: BLE001
+                self.result = services.lease_action(**self.arguments)
+            except Exception as exc:  # noqa: BLE001  (answered by the one handler)
                 self.error = exc
 
-    def answer(self, shared_failure: BaseException | None = None):
-        """The HttpResponse; ``shared_failure``: the batch's transaction
-        failed (nothing of it was written), which is the answer unless this
-        request failed on its own with a server error (answered and logged)."""
+    def settle(self, answer) -> None:
+        """The service's answer in a batch: a result, or the error it raised."""
+        if isinstance(answer, Exception):
+            self.error = answer
+        else:
+            self.result = answer
+
+    def answer(self):
+        """The HttpResponse, every failure too answered by the one handler."""
         request, environ = self.request, self.environ
         if self.error is None:
             response = lease_request.lease_response(environ, self.result, legacy=self.legacy)
         else:
             response = azure_exception_handler(self.error, {"view": request, "request": request})
-        if shared_failure is not None and response.status_code < 500:
-            request.request_id = str(uuid.uuid4())
-            response = azure_exception_handler(shared_failure, {"view": request, "request": request})
         lease_request.finish(response, environ, request_id=request.request_id, method="PUT")
         if response.status_code >= 400:
             log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
@@ -171,18 +173,17 @@ def answer(environ: dict, names: tuple[str, str, str | None]):
 
 def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
     """The answers to lease requests a worker received together
-    (config/lease_batch.py), their writes committed together: one write
-    transaction, each request's write in a savepoint of its own, one commit
-    and one fsync for all (storage.transactions.write_together); no answer
-    before that commit. Only the writes run under the writer lock: the
-    checks before them and the answers after (LeaseCall). If the shared
+    (config/lease_batch.py), their writes committed together
+    (services.lease_actions_together: one write transaction, each request's
+    write in a savepoint of its own, one commit and one fsync for all); no
+    answer before that commit. Only the writes run under the writer lock:
+    the checks before them and the answers after (LeaseCall). If the shared
     transaction fails (the writer busy past the wait, the commit refused),
-    every request is answered with that failure: none of them was written."""
+    that failure is the answer of every request that was to be written."""
     signals.request_started.send(sender=LeanRequest, environ=requests[0][0])  # once, outside the transaction
     calls = [LeaseCall(environ, names) for environ, names in requests]
-    writing = [call for call in calls if call.call is not None]
-    failures = dict.fromkeys(map(id, calls))
+    writing = [call for call in calls if call.arguments is not None]
     if writing:
-        for call, (_, error) in zip(writing, write_together([call.write for call in writing])):
-            failures[id(call)] = error
-    return [call.answer(failures[id(call)]) for call in calls]
+        for call, answer in zip(writing, services.lease_actions_together([call.arguments for call in writing])):
+            call.settle(answer)
+    return [call.answer() for call in calls]

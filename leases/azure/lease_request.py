@@ -6,8 +6,6 @@ rules here: the services decide, this only translates."""
 
 from __future__ import annotations
 
-import functools
-
 from django.http import HttpResponse
 
 from .. import client_headers, clock, lease_params, services
@@ -58,22 +56,22 @@ def lease(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -> HttpResp
     """Lease Container / Lease Blob: the headers parsed (a parameter that
     does not parse is refused, and recorded, by the service), the service
     called, its result as Azure's headers."""
-    call = lease_call(meta, ref, who, legacy=legacy)
-    return lease_response(meta, call(), legacy=legacy)
+    return lease_response(meta, services.lease_action(**lease_arguments(meta, ref, who, legacy=legacy)),
+                          legacy=legacy)
 
 
-def lease_call(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool):
-    """The service call of a lease request, its headers parsed: a function
-    of no arguments that runs it (its write transaction) and returns its
-    result. Parsing reads no database, so the lean path's batches
-    (fastpath.answer_together) do it before they take the writer lock."""
+def lease_arguments(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -> dict:
+    """The service's arguments for a lease request (services.lease_action's
+    keywords), its headers parsed. Parsing reads no database, so the lean
+    path's batches (fastpath.answer_together) do it before they take the
+    writer lock."""
     h = lambda key: meta.get(key) or None  # noqa: E731  (as header(): "" is absent)
     checked = conditions(meta)
     params, unparsed = lease_params.parse_for_action(
         noun=ref.noun, lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
         duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"))
-    return functools.partial(services.lease_action, h("HTTP_X_MS_LEASE_ACTION"), ref=ref, actor=who,
-                             conditions=checked, legacy=legacy, unparsed=unparsed, **params.as_kwargs())
+    return {"action": h("HTTP_X_MS_LEASE_ACTION"), "ref": ref, "actor": who, "conditions": checked,
+            "legacy": legacy, "unparsed": unparsed, **params.as_kwargs()}
 
 
 def lease_response(meta: dict, result, *, legacy: bool) -> HttpResponse:

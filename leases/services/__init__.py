@@ -21,6 +21,7 @@ from ..conditions import Conditions
 from ..errors import LeaseholdError
 from .common import NO_CONDITIONS, Actor, ResourceRef
 from .lease_actions import (REFUSAL_DETAIL_CODES, SUCCESS_STATUS, LeaseResult, lease_acquire, lease_action,
+                            lease_actions_together,
                             lease_break, lease_change, lease_release, lease_renew)
 from .history import history_tamper_refused
 from .containers import (CONTAINER_NAME_CHARS, account_ensure, container_create, container_delete, container_read,

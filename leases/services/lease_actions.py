@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from dataclasses import dataclass
 
@@ -13,7 +14,7 @@ from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration
 from ..storage import statements
-from ..storage.transactions import write_transaction
+from ..storage.transactions import write_together, write_transaction
 from .access import _recording_refusal
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
 from .history import EVENTS, _event_finish, _event_start
@@ -101,6 +102,25 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
     the semantics of x-ms-version before 2012-02-12 (machine.py).
     ``unparsed``: the 400 of a parameter the door could not parse
     (leases.lease_params), refused and recorded like any other refusal."""
+    write = _lease_write(action, ref=ref, actor=actor, conditions=conditions, reason=reason, legacy=legacy,
+                         lease_id=lease_id, proposed_id=proposed_id, duration=duration,
+                         break_period=break_period, unparsed=unparsed)
+    return _lease_result(*write_transaction(write))
+
+
+def _lease_result(obj, outcome, refusal) -> LeaseResult:
+    """What a lease action's write returned, as its result, or its refusal raised."""
+    if refusal is not None:
+        raise refusal
+    return LeaseResult(resource=obj, outcome=outcome)
+
+
+def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions, reason: str,
+                 legacy: bool, lease_id, proposed_id, duration, break_period, unparsed):
+    """A lease action up to its write: the checks that need no database
+    (a failed one is the refusal the write records) and the event's known
+    values; returned is the write, to run in a write transaction, which
+    returns (resource, outcome, refusal) and raises only on a storage fault."""
     noun = ref.noun
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
@@ -173,10 +193,7 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
                 _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
         return obj, outcome, refusal
 
-    obj, outcome, refusal = write_transaction(write)
-    if refusal is not None:
-        raise refusal
-    return LeaseResult(resource=obj, outcome=outcome)
+    return write
 
 
 _lease_action = metrics.timed_lease_action(_lease_action)  # requests by action, door, outcome; latency
@@ -233,6 +250,46 @@ def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
     ``unparsed``: the door could not parse a parameter (leases.lease_params.
     parse_for_action): the action is checked, then refused with this error,
     and the refusal recorded, as Azure orders its checks."""
-    return _lease_action((action or "").lower() or None, ref=ref, actor=actor, conditions=conditions,
-                         lease_id=lease_id, proposed_id=proposed_lease_id, duration=duration,
-                         break_period=break_period, reason=reason, legacy=legacy, unparsed=unparsed)
+    return _lease_action(**_arguments(action, ref=ref, actor=actor, conditions=conditions, lease_id=lease_id,
+                                      proposed_lease_id=proposed_lease_id, duration=duration,
+                                      break_period=break_period, reason=reason, legacy=legacy, unparsed=unparsed))
+
+
+def _arguments(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
+               lease_id: uuid.UUID | None = None, proposed_lease_id: uuid.UUID | None = None,
+               duration: int | None = None, break_period: int | None = None, reason: str = "",
+               legacy: bool = False, unparsed: LeaseholdError | None = None) -> dict:
+    """lease_action's arguments (an action name from the wire) as _lease_action takes them."""
+    return {"action": (action or "").lower() or None, "ref": ref, "actor": actor, "conditions": conditions,
+            "lease_id": lease_id, "proposed_id": proposed_lease_id, "duration": duration,
+            "break_period": break_period, "reason": reason, "legacy": legacy, "unparsed": unparsed}
+
+
+def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception]:
+    """Several lease actions, each given as ``lease_action``'s keyword
+    arguments (``action`` among them), written in one write transaction
+    with one commit where the engine commits together (SQLite on a file:
+    storage.transactions.write_together), each in a savepoint of its own,
+    else one transaction each. Every action's checks run before the writer
+    lock is taken. Each one's result, or the error it would have raised
+    (its refusal, recorded; a storage fault; the shared transaction's
+    failure, when nothing of it was written), in order, after the commit
+    that covers them: a lease server's batch of requests received together
+    (config/lease_batch.py)."""
+    started = time.perf_counter()
+    actions = [_arguments(**request) for request in requests]
+    writes = [_lease_write(**arguments) for arguments in actions]
+    answers = []
+    for arguments, (written, error) in zip(actions, write_together(writes)):
+        if error is None:
+            try:
+                answers.append(_lease_result(*written))
+                outcome = "success"
+            except LeaseholdError as refusal:
+                answers.append(refusal)
+                outcome = "refused"
+        else:
+            answers.append(error)
+            outcome = "error"
+        metrics.lease_request(arguments["action"], arguments["actor"].via, outcome, time.perf_counter() - started)
+    return answers

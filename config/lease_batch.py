@@ -72,8 +72,7 @@ class LeaseBatcher:
                        for (environ, _, future), response in zip(batch, responses)]
         except BaseException as exc:  # a bug: every waiting request gets it, none hangs
             answers = [(future, exc) for _, _, future in batch]
-        for future, answer in answers:
-            loop.call_soon_threadsafe(_settle, future, answer)
+        loop.call_soon_threadsafe(_settle_all, answers)  # one wake-up of the loop for the batch
         with self.lock:
             more = bool(self.pending)
             self.scheduled = more
@@ -81,10 +80,11 @@ class LeaseBatcher:
             loop.call_soon_threadsafe(loop.run_in_executor, self.executor, self.run_batch, loop)
 
 
-def _settle(future: asyncio.Future, answer) -> None:
-    if future.cancelled():
-        return
-    if isinstance(answer, BaseException):
-        future.set_exception(answer)
-    else:
-        future.set_result(answer)
+def _settle_all(answers: list[tuple[asyncio.Future, object]]) -> None:
+    for future, answer in answers:
+        if future.cancelled():
+            continue
+        if isinstance(answer, BaseException):
+            future.set_exception(answer)
+        else:
+            future.set_result(answer)

@@ -14,6 +14,7 @@ durable as with one transaction each.
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
@@ -74,13 +75,15 @@ class GroupCommit:
                 if len(batch) == 1:
                     batch[0].result = batch[0].fn()
                 else:
+                    conn = transaction.get_connection(self.alias)
                     for op in batch:
-                        try:
-                            with transaction.atomic(using=self.alias):  # a savepoint each
+                        with _savepoint(conn) as undo:  # each its own: a failure undoes only its writes
+                            try:
                                 op.result = op.fn()
-                        except Exception as exc:
-                            op.error = exc
-                    if transaction.get_connection(self.alias).needs_rollback:
+                            except Exception as exc:
+                                op.error = exc
+                                undo()
+                    if conn.needs_rollback:
                         # a savepoint could not be rolled back: the whole
                         # transaction will be, so nobody may report success
                         raise TransactionManagementError("the group's transaction was rolled back")
@@ -94,6 +97,28 @@ class GroupCommit:
         finally:
             for op in batch:
                 op.done = True
+
+
+@contextmanager
+def _savepoint(conn):
+    """A savepoint around one member's writes, as SQL on the driver's
+    connection: Django's atomic() would do the same with several times the
+    Python calls, under the writer lock, for each member of the group. The
+    block calls the yielded ``undo()`` to roll its writes back. A savepoint
+    that cannot be rolled back (SQLite ended the whole transaction, e.g. on
+    a full disk) raises: the group's transaction fails, and nobody is told
+    their write succeeded."""
+    raw = conn.connection
+    with conn.wrap_database_errors:
+        raw.execute("SAVEPOINT leasehold_member")
+    yield lambda: _rollback_to(conn)
+    with conn.wrap_database_errors:
+        raw.execute("RELEASE leasehold_member")
+
+
+def _rollback_to(conn) -> None:
+    with conn.wrap_database_errors:
+        conn.connection.execute("ROLLBACK TO leasehold_member")
 
 
 _groups: dict[str, GroupCommit] = {}

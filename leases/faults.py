@@ -45,6 +45,9 @@ STORAGE_MESSAGE = "The server cannot use its storage at the moment. Please retry
 SQLITE_MESSAGES = (
     ("database is locked", BUSY),
     ("database table is locked", BUSY),
+    # SQLITE_PROTOCOL: a connection lost the race for WAL's shared-memory
+    # locks for seconds on end (a server far past what it can take); retry.
+    ("locking protocol", BUSY),
     ("database or disk is full", DISK_FULL),
     ("readonly database", READ_ONLY),
     ("read-only", READ_ONLY),

@@ -1,0 +1,142 @@
+"""The production server's worker processes (config/serve.py): connections
+are spread over them, and a worker that is slow to answer its supervisor is
+not killed for it. Linux only (/proc, SO_REUSEPORT), as served."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from tests import azure_raw
+from .test_processes import Server
+
+pytestmark = [pytest.mark.processes,
+              pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc")]
+
+
+def _workers(server) -> list[int]:
+    """The supervisor's worker processes: its children that listen on the port."""
+    children = [int(pid) for pid in os.listdir("/proc") if pid.isdigit() and _parent(int(pid)) == server.proc.pid]
+    listening = _inodes(server.port, state="0A")  # TCP_LISTEN
+    return sorted(pid for pid in children if _socket_inodes(pid) & listening)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _inodes(port: int, *, state: str, peer_port: int | None = None) -> set[str]:
+    """Socket inodes of the server's port in this TCP state (/proc/net/tcp),
+    of the connection from ``peer_port`` only if given."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                next(fh)
+                for line in fh:
+                    fields = line.split()
+                    if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == state and (
+                            peer_port is None or int(fields[2].rsplit(":", 1)[1], 16) == peer_port):
+                        found.add(fields[9])
+        except OSError:
+            continue
+    return found
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
+def _live(sock: socket.socket) -> bytes:
+    """GET /health/live on ``sock``: its whole answer (the body is "ok\\n")."""
+    sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    return _answer(sock)
+
+
+def _answer(sock: socket.socket) -> bytes:
+    got = b""
+    while not got.endswith(b"ok\n"):
+        piece = sock.recv(4096)
+        if not piece:
+            break
+        got += piece
+    return got
+
+
+@pytest.fixture
+def server(tmp_path):
+    s = Server(tmp_path, workers=2)
+    yield s
+    s.kill()
+
+
+def test_connections_opened_together_are_spread_over_the_workers(server):
+    """32 clients connecting at once, as a fleet of lease holders restarting
+    does: each worker gets a share (with one listening socket shared by the
+    workers, the first worker awake took nearly all of them)."""
+    server.migrate().start()
+    deadline = time.monotonic() + 30
+    while len(_workers(server)) < 2:  # both workers listening
+        assert time.monotonic() < deadline, "the second worker never listened"
+        time.sleep(0.1)
+    clients = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(32)]
+    try:
+        for sock in clients:  # each connection answered: it is held by a worker, not queued
+            assert _live(sock).startswith(b"HTTP/1.1 200")
+        established = _inodes(server.port, state="01")
+        shares = [len(_socket_inodes(pid) & established) for pid in _workers(server)]
+        assert sum(shares) == 32, shares
+        # a hash of each connection's ports: 16 each on average; a share of
+        # 4 or fewer happens about twice in 100,000 runs
+        assert min(shares) > 4, shares
+    finally:
+        for sock in clients:
+            sock.close()
+
+
+def test_a_worker_stalled_past_uvicorns_health_check_is_not_killed(server):
+    """A worker that cannot answer its supervisor's ping for a few seconds
+    (a machine loaded far past its cores; here SIGSTOP) keeps running and
+    keeps its connections: uvicorn's supervisor used to SIGKILL it after 5
+    s, cutting every request it held. Its request is answered once it runs
+    again."""
+    server.migrate().start()
+    deadline = time.monotonic() + 30
+    while len(_workers(server)) < 2:
+        assert time.monotonic() < deadline, "the second worker never listened"
+        time.sleep(0.1)
+    assert azure_raw.signed("PUT", server.url, "/devstoreaccount1/stall?restype=container").status_code == 201
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    try:
+        assert _live(sock).startswith(b"HTTP/1.1 200")  # accepted: a worker holds it
+        ours = _inodes(server.port, state="01", peer_port=sock.getsockname()[1])
+        holder, = [pid for pid in _workers(server) if _socket_inodes(pid) & ours]
+        os.kill(holder, signal.SIGSTOP)
+        try:
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            time.sleep(8)  # the supervisor pings every 0.5 s; it gave up after 5
+        finally:
+            os.kill(holder, signal.SIGCONT)
+        assert _answer(sock).startswith(b"HTTP/1.1 200")
+        assert holder in _workers(server)  # the same process, not a replacement
+    finally:
+        sock.close()

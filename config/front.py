@@ -73,6 +73,13 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
             self.header_timer = None
 
     def _headers_too_slow(self) -> None:
+        # The loop runs due timers before it reads the sockets: after the
+        # process was stalled (a machine loaded past its cores), this can
+        # run while headers that came in time wait unread. So the verdict
+        # is given after the next read: headers complete by then disarm it.
+        self.header_timer = self.loop.call_later(0.001, self._headers_still_missing)
+
+    def _headers_still_missing(self) -> None:
         self.header_timer = None
         if not self.transport.is_closing():
             self.logger.info("Request headers not received within %ss; connection closed.", self.header_seconds)

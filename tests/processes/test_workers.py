@@ -140,3 +140,36 @@ def test_a_worker_stalled_past_uvicorns_health_check_is_not_killed(server):
         assert holder in _workers(server)  # the same process, not a replacement
     finally:
         sock.close()
+
+
+def test_headers_sent_in_time_are_read_after_the_worker_was_stalled(server):
+    """The header timeout (LEASEHOLD_HEADER_TIMEOUT) is for clients that are
+    slow, not for a worker that was: headers sent on time but not yet read
+    because the worker was stalled past the timeout (SIGSTOP here; a machine
+    loaded past its cores in life) are answered, not cut off. The event loop
+    runs due timers before it reads sockets, and closing the connection
+    then reset it under the client's feet."""
+    server.env["LEASEHOLD_HEADER_TIMEOUT"] = "1"
+    server.migrate().start()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+    try:
+        deadline = time.monotonic() + 10
+        # (a connection not yet accepted has no inode: look again until it has)
+        while not (holder := [pid for pid in _workers(server) if _socket_inodes(pid) & _inodes(
+                server.port, state="01", peer_port=sock.getsockname()[1])]):
+            assert time.monotonic() < deadline, "no worker accepted the connection"
+            time.sleep(0.01)
+        os.kill(holder[0], signal.SIGSTOP)
+        try:
+            sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # well within the second
+            time.sleep(3)
+        finally:
+            os.kill(holder[0], signal.SIGCONT)
+        assert _answer(sock).startswith(b"HTTP/1.1 200")
+        # and a client that really is too slow is still cut off
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        slow.sendall(b"GET /health/live HTTP/1.1\r\n")
+        assert slow.recv(64) == b""  # closed, after about a second
+        slow.close()
+    finally:
+        sock.close()

@@ -133,7 +133,7 @@ def test_a_worker_stalled_past_uvicorns_health_check_is_not_killed(server):
         os.kill(holder, signal.SIGSTOP)
         try:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            time.sleep(8)  # the supervisor pings every 0.5 s; it gave up after 5
+            time.sleep(6.5)  # the supervisor pings every 0.5 s; uvicorn gave up after 5
         finally:
             os.kill(holder, signal.SIGCONT)
         assert _answer(sock).startswith(b"HTTP/1.1 200")
@@ -162,7 +162,7 @@ def test_headers_sent_in_time_are_read_after_the_worker_was_stalled(server):
         os.kill(holder[0], signal.SIGSTOP)
         try:
             sock.sendall(b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # well within the second
-            time.sleep(3)
+            time.sleep(2)
         finally:
             os.kill(holder[0], signal.SIGCONT)
         assert _answer(sock).startswith(b"HTTP/1.1 200")

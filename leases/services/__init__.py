@@ -31,6 +31,7 @@ from .blobs import blob_delete, blob_put, blob_read, blob_set_metadata, blob_sna
 __all__ = [
     "Conditions", "LeaseholdError", "NO_CONDITIONS", "Actor", "ResourceRef", "LeaseResult", "SUCCESS_STATUS", "REFUSAL_DETAIL_CODES",
     "lease_acquire", "lease_renew", "lease_change", "lease_release", "lease_break", "lease_action",
+    "lease_actions_together",
     "history_tamper_refused", "account_ensure", "CONTAINER_NAME_CHARS", "validate_container_name",
     "container_create", "container_delete", "container_read", "container_set_metadata", "validate_blob_name",
     "blob_put", "blob_read", "blob_set_metadata", "blob_delete", "blob_snapshot",

@@ -14,7 +14,6 @@ durable as with one transaction each.
 from __future__ import annotations
 
 import threading
-from contextlib import contextmanager
 
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
@@ -77,12 +76,7 @@ class GroupCommit:
                 else:
                     conn = transaction.get_connection(self.alias)
                     for op in batch:
-                        with _savepoint(conn) as undo:  # each its own: a failure undoes only its writes
-                            try:
-                                op.result = op.fn()
-                            except Exception as exc:
-                                op.error = exc
-                                undo()
+                        _run_in_savepoint(conn, op)
                     if conn.needs_rollback:
                         # a savepoint could not be rolled back: the whole
                         # transaction will be, so nobody may report success
@@ -99,26 +93,23 @@ class GroupCommit:
                 op.done = True
 
 
-@contextmanager
-def _savepoint(conn):
-    """A savepoint around one member's writes, as SQL on the driver's
-    connection: Django's atomic() would do the same with several times the
-    Python calls, under the writer lock, for each member of the group. The
-    block calls the yielded ``undo()`` to roll its writes back. A savepoint
-    that cannot be rolled back (SQLite ended the whole transaction, e.g. on
-    a full disk) raises: the group's transaction fails, and nobody is told
+def _run_in_savepoint(conn, op: _Pending) -> None:
+    """One member in a savepoint of its own, so that its failure undoes only
+    its writes. The savepoint is SQL on the driver's connection: Django's
+    atomic() does the same with several times the Python calls, under the
+    writer lock, for every member of the group. A savepoint that cannot be
+    rolled back or released (SQLite ended the whole transaction, as on a
+    full disk) raises: the group's transaction fails, and nobody is told
     their write succeeded."""
     raw = conn.connection
     with conn.wrap_database_errors:
         raw.execute("SAVEPOINT leasehold_member")
-    yield lambda: _rollback_to(conn)
-    with conn.wrap_database_errors:
+        try:
+            op.result = op.fn()
+        except Exception as exc:
+            op.error = exc
+            raw.execute("ROLLBACK TO leasehold_member")
         raw.execute("RELEASE leasehold_member")
-
-
-def _rollback_to(conn) -> None:
-    with conn.wrap_database_errors:
-        conn.connection.execute("ROLLBACK TO leasehold_member")
 
 
 _groups: dict[str, GroupCommit] = {}

@@ -194,6 +194,38 @@ def test_the_compiled_history_insert_is_the_sql_create_sends_and_round_trips(lea
         assert getattr(second, field.attname) == expected, f"{field.attname} did not round-trip"
 
 
+@pytest.mark.django_db
+def test_the_value_shortcuts_give_what_get_db_prep_save_gives():
+    """statements._shortcut: the UUID and UTC-datetime shortcuts of the lease
+    hot path send exactly what Django would, for the values the services
+    use and for the ones they take Django's way (another zone, a string)."""
+    from datetime import datetime, timezone as tz
+    from zoneinfo import ZoneInfo
+
+    from leases.models import Container
+
+    now = clock.now()
+    datetimes = [now, now.replace(microsecond=0), now + timedelta(seconds=15, microseconds=1),
+                 datetime(2001, 2, 3, 4, 5, 6, tzinfo=tz(timedelta(hours=2))),
+                 datetime(2030, 1, 1, 0, 0, 0, 500, tzinfo=ZoneInfo("UTC")),
+                 datetime(1999, 12, 31, 23, 59, 59, 999999, tzinfo=ZoneInfo("Europe/Berlin"))]
+    ids = [uuid.uuid4(), uuid.UUID(int=0), str(uuid.uuid4()), uuid.uuid4().hex]
+    shortcuts = set()
+    for model in (Blob, Container, LeaseEvent):
+        for field in model._meta.concrete_fields:
+            shortcut = statements._shortcut(field, conn())
+            if shortcut is None:
+                continue
+            shortcuts.add(f"{model.__name__}.{field.name}")
+            for value in datetimes if field.get_internal_type() == "DateTimeField" else ids:
+                assert shortcut(value, conn()) == field.get_db_prep_save(value, conn()), (model, field.name, value)
+    # the hot path's ids have one everywhere, its times on SQLite
+    expected = {"Blob.lease_id", "LeaseEvent.lease_id", "LeaseEvent.proposed_lease_id"}
+    if conn().vendor == "sqlite":
+        expected |= {"Blob.lease_expires_at", "LeaseEvent.occurred_at", "LeaseEvent.expires_at"}
+    assert expected <= shortcuts, expected - shortcuts
+
+
 # ------------------------------------------------------------------ the backend's private hooks
 
 class _Spy:

@@ -158,14 +158,13 @@ class OwnListener(socket.socket):
 
     @classmethod
     def reserve(cls, host: str, port: int) -> "OwnListener":
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.socket(family) as probe:  # refused if anything else holds the address
+        with socket.socket(_family(host)) as probe:  # refused if anything else holds the address
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, port))
             except OSError as exc:
                 raise SystemExit(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-        sock = _reuseport_socket(cls, family, host, port)
+        sock = _reuseport_socket(host, port, kind=cls)
         sock.address = (host, port)
         return sock
 
@@ -173,8 +172,12 @@ class OwnListener(socket.socket):
         return _worker_listener, self.address
 
 
-def _reuseport_socket(kind, family: int, host: str, port: int) -> socket.socket:
-    sock = kind(family)
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _reuseport_socket(host: str, port: int, kind=socket.socket) -> socket.socket:
+    sock = kind(_family(host))
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
@@ -184,7 +187,7 @@ def _reuseport_socket(kind, family: int, host: str, port: int) -> socket.socket:
 
 def _worker_listener(host: str, port: int) -> socket.socket:
     """In a worker: its own socket on the supervisor's address (uvicorn listens on it)."""
-    return _reuseport_socket(socket.socket, socket.AF_INET6 if ":" in host else socket.AF_INET, host, port)
+    return _reuseport_socket(host, port)
 
 
 def _serve_granian(host: str, port: int, workers: int, level: str) -> None:

@@ -82,6 +82,13 @@ def _answer(sock: socket.socket) -> bytes:
     return got
 
 
+def _wait_for_both_workers(server) -> None:
+    deadline = time.monotonic() + 30
+    while len(_workers(server)) < 2:
+        assert time.monotonic() < deadline, "the second worker never listened"
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def server(tmp_path):
     s = Server(tmp_path, workers=2)
@@ -94,10 +101,7 @@ def test_connections_opened_together_are_spread_over_the_workers(server):
     does: each worker gets a share (with one listening socket shared by the
     workers, the first worker awake took nearly all of them)."""
     server.migrate().start()
-    deadline = time.monotonic() + 30
-    while len(_workers(server)) < 2:  # both workers listening
-        assert time.monotonic() < deadline, "the second worker never listened"
-        time.sleep(0.1)
+    _wait_for_both_workers(server)
     clients = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(32)]
     try:
         for sock in clients:  # each connection answered: it is held by a worker, not queued
@@ -120,10 +124,7 @@ def test_a_worker_stalled_past_uvicorns_health_check_is_not_killed(server):
     s, cutting every request it held. Its request is answered once it runs
     again."""
     server.migrate().start()
-    deadline = time.monotonic() + 30
-    while len(_workers(server)) < 2:
-        assert time.monotonic() < deadline, "the second worker never listened"
-        time.sleep(0.1)
+    _wait_for_both_workers(server)
     assert azure_raw.signed("PUT", server.url, "/devstoreaccount1/stall?restype=container").status_code == 201
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
     try:

@@ -243,7 +243,7 @@ class _Spy:
 
 
 @sqlite_only
-def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, monkeypatch):
+def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, monkeypatch, no_background_checkpoints):
     wrapper = connections["default"]
     assert isinstance(wrapper, LeaseholdSQLite)
     if wrapper._writer_lock_path() is None:

@@ -18,28 +18,12 @@ from leases.models import Account
 from leases.services import Actor, ResourceRef
 from tests.storage import lock_is_free
 
-pytestmark = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's write-ahead log")
+pytestmark = [pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's write-ahead log"),
+              pytest.mark.usefixtures("no_background_checkpoints")]
 
 ACCOUNT = "devstoreaccount1"
 REF = ResourceRef(ACCOUNT, "sync", "b.txt")
 ACTOR = Actor(name="cli", via="cli")
-
-
-@pytest.fixture(autouse=True)
-def _no_checkpoints_meanwhile():
-    """This process's WAL checkpoint thread (leases/sqlite_backend/
-    checkpoints.py) takes the writer lock for a moment every round: stopped
-    for the test, so that "the lock is free" is about the transaction's own
-    lock, whatever the machine's load; started again after."""
-    from leases.sqlite_backend.base import _checkpointers, ensure_checkpointer
-
-    key = (os.getpid(), str(connection.settings_dict["NAME"]))
-    thread = _checkpointers.get(key)
-    if thread is not None:
-        thread.stop()
-    yield
-    if thread is not None:
-        ensure_checkpointer(thread.path, thread.interval, thread.synchronous)
 
 
 @pytest.fixture

@@ -34,22 +34,34 @@ def users(django_user_model, settings):
     return made
 
 
-@pytest.fixture
-def browser(users, estate, monkeypatch):
-    """Chromium, started after the data (set up and flushed outside
-    Playwright's event loop). The tests change leases mid-way through the
-    services; Playwright's sync API keeps an event loop in this thread, which
-    Django would take for async code: the ORM calls here are synchronous."""
+@pytest.fixture(scope="module")
+def chromium():
+    """One Chromium for the module's tests (each test has contexts of its
+    own: cookies, storage and clock are not shared); starting it took about
+    a second a test. Playwright's sync API keeps an event loop in this
+    thread, which Django would take for async code: the ORM calls of the
+    tests and of their fixtures (data made, the database flushed) are
+    synchronous, and allowed so while it runs."""
     from playwright.sync_api import sync_playwright
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
     SCREENS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            yield chromium
+            yield browser
         finally:
-            chromium.close()
+            browser.close()
+
+
+@pytest.fixture
+def browser(users, estate, chromium):
+    """Chromium, once the test's data is made; the contexts the test opened
+    are closed after it."""
+    opened = len(chromium.contexts)
+    yield chromium
+    for context in chromium.contexts[opened:]:
+        context.close()
 
 
 @pytest.fixture

@@ -30,8 +30,12 @@ on PostgreSQL.
 
 from __future__ import annotations
 
+import faulthandler
+import os
 import queue
+import shutil
 import socket
+import tempfile
 import threading
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
@@ -281,13 +285,56 @@ def django_db_setup(django_db_setup, django_db_blocker):
                            " WHERE datname = current_database() AND pid <> pg_backend_pid()")
 
 
+# ------------------------------------------------------------------ a worker that dies
+# xdist says only "worker 'gw1' crashed while running <test>". Each worker
+# writes the tests it starts, and any fatal error's stacks (faulthandler:
+# a segfault, an abort), to a file of its own; the report of a crash shows
+# its end. No stacks there means the worker was killed (SIGKILL).
+
+CRASH_DIR = "LEASEHOLD_TEST_CRASH_DIR"
+_crash_log = None
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin, which would take it back
 def pytest_configure(config):
+    global _crash_log
     config.addinivalue_line("markers", "postgres: needs PostgreSQL whatever the run's database "
                             "(make test runs these in its PostgreSQL pass)")
     config.addinivalue_line("markers", "also_postgres: behaviour that depends on the database; make test "
                             "runs the module again on PostgreSQL")
     config.addinivalue_line("markers", "slow: many seconds without a server process (scale data, the big "
                             "fuzz runs); make test-fast leaves it out")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        if getattr(config.option, "numprocesses", None):  # the controller of an xdist run
+            os.environ[CRASH_DIR] = tempfile.mkdtemp(prefix="leasehold-test-workers-")
+    elif os.environ.get(CRASH_DIR):
+        _crash_log = open(os.path.join(os.environ[CRASH_DIR], f"{worker}.log"), "w", buffering=1)
+        faulthandler.enable(file=_crash_log, all_threads=True)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _crash_log is not None:
+        _crash_log.write(f"started {nodeid}\n")
+
+
+def pytest_unconfigure(config):
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and os.environ.get(CRASH_DIR):
+        shutil.rmtree(os.environ.pop(CRASH_DIR), ignore_errors=True)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_handlecrashitem(crashitem, report, sched):
+    path = os.path.join(os.environ.get(CRASH_DIR, ""), f"{report.node.gateway.id}.log")
+    try:
+        with open(path, errors="replace") as log:
+            lines = log.read().splitlines()
+    except OSError:
+        return
+    fatal = next((i for i, line in enumerate(lines) if not line.startswith("started ")), len(lines))
+    shown = lines[max(0, fatal - 3):][:200]
+    report.longrepr = (f"{report.longrepr}\n-- the worker's last tests, then any fatal error "
+                       f"(none: it was killed) --\n" + "\n".join(shown))
 
 
 @pytest.fixture(scope="session")

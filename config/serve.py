@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 
 from leases.env import SettingError, env_bool, env_choice, env_int, env_log_level, env_str, or_exit
@@ -124,16 +125,46 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
     if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
         uvicorn.run("config.asgi:application", **options)
         return
-    from uvicorn.supervisors import Multiprocess
-
     config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
     listener = OwnListener.reserve(host, port)
     logging.getLogger("uvicorn.error").info("Leasehold running on http://%s:%d (Press CTRL+C to quit)",
                                             host, listener.getsockname()[1])
     try:
-        Multiprocess(config, sockets=[listener]).run()
+        _supervisor()(config, sockets=[listener]).run()
     except KeyboardInterrupt:
         pass
+
+
+def _supervisor():
+    from uvicorn.supervisors import Multiprocess
+
+    class Supervisor(Multiprocess):
+        """uvicorn's supervisor, which says only at info level (hidden at the
+        default level, warning) that it replaced a worker. Here a warning
+        says which worker ended and how: an operator's first clue to a
+        crash, or to a worker hung past LEASEHOLD_WORKER_HEALTHCHECK."""
+
+        def keep_subprocess_alive(self) -> None:
+            before = [(worker, worker.process.is_alive()) for worker in self.processes]
+            super().keep_subprocess_alive()
+            for (old, was_running), new in zip(before, self.processes):
+                if new is not old:
+                    how = (f"did not answer for {self.config.timeout_worker_healthcheck} s and was killed"
+                           if was_running else _how_it_ended(old.process.exitcode))
+                    logging.getLogger("uvicorn.error").warning(
+                        "Worker process %s %s; worker %s started in its place.", old.process.pid, how,
+                        new.process.pid)
+
+    return Supervisor
+
+
+def _how_it_ended(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"was ended by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    return f"exited with status {exitcode}"
 
 
 class OwnListener(socket.socket):

@@ -174,3 +174,36 @@ def test_headers_sent_in_time_are_read_after_the_worker_was_stalled(server):
         slow.close()
     finally:
         sock.close()
+
+
+def test_a_worker_that_died_is_replaced_and_the_log_says_so(server):
+    """A worker killed (a crash, the OOM killer) is replaced by a new one,
+    which serves; the server's log says which worker ended and how at the
+    default log level (uvicorn says it only at info)."""
+    server.migrate().start()
+    _wait_for_both_workers(server)
+    victim = _workers(server)[0]
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while victim in _workers(server) or len(_workers(server)) < 2:
+        assert time.monotonic() < deadline, "the worker was not replaced"
+        time.sleep(0.1)  # waiting for the supervisor (it looks every 0.5 s), not for lease time
+    assert f"Worker process {victim} was ended by signal SIGKILL; worker " in server.output()
+    for _ in range(4):  # connections land on both workers, the new one among them
+        assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
+
+
+def test_a_worker_hung_past_the_health_check_is_replaced_and_the_log_says_so(server):
+    """LEASEHOLD_WORKER_HEALTHCHECK is how long a worker may not answer its
+    supervisor: past it (SIGSTOP here, a real hang in life) the worker is
+    killed and replaced, and the log says so at the default level."""
+    server.env["LEASEHOLD_WORKER_HEALTHCHECK"] = "1"
+    server.migrate().start()
+    _wait_for_both_workers(server)
+    victim = _workers(server)[0]
+    os.kill(victim, signal.SIGSTOP)
+    deadline = time.monotonic() + 30
+    while victim in _workers(server) or len(_workers(server)) < 2:
+        assert time.monotonic() < deadline, "the hung worker was not replaced"
+        time.sleep(0.1)  # waiting for the supervisor, not for lease time
+    assert f"Worker process {victim} did not answer for 1 s and was killed; worker " in server.output()

@@ -58,6 +58,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--time-commits", action="store_true", help="time every COMMIT (fsync, checkpoints)")
     ap.add_argument("--switch", type=float, default=None, help="sys.setswitchinterval")
+    ap.add_argument("--sql", action="append", default=[],
+                    help="SQL to run after migrating, to try another schema (e.g. DROP INDEX ...); repeatable")
     ap.add_argument("--batch", type=int, default=0,
                     help="answer N lease requests at a time as a worker's lease batch does (fastpath.answer_together)")
     args = ap.parse_args()
@@ -81,6 +83,11 @@ def run(args, tmp: Path) -> int:
     django.setup()
     from django.core.management import call_command
     call_command("migrate", verbosity=0)
+    if args.sql:
+        from django.db import connection
+        with connection.cursor() as cursor:
+            for statement in args.sql:
+                cursor.execute(statement)
 
     from leases.management.commands.leasehold_setup import DEV_KEY
     from leases.services import account_ensure

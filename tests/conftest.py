@@ -49,18 +49,29 @@ CONNECTION = ("DefaultEndpointsProtocol=http;AccountName={a};AccountKey={k};"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _history_flushed_through_the_horizon():
-    """pytest-django empties the tables after each transactional test
-    (DELETE FROM on SQLite, TRUNCATE on PostgreSQL), which the history's
-    triggers refuse. Test-only: the flush first moves the retention horizon
-    past every event (forwards, as the triggers allow) and deletes the
-    history row by row; the horizon row is then flushed with the rest, so
-    the next test starts with nothing deletable, as production does."""
+def _flush_as_the_tests_need_it():
+    """pytest-django empties the tables after each transactional test with
+    Django's flush (DELETE FROM on SQLite, TRUNCATE on PostgreSQL). Two
+    test-only changes to it:
+
+    * the history's triggers refuse that: the flush first moves the
+      retention horizon past every event (forwards, as the triggers allow)
+      and deletes the history row by row; the horizon row is then flushed
+      with the rest, so the next test starts with nothing deletable, as
+      production does;
+    * a flush then sends post_migrate, which reads and writes back the
+      content types and permissions: 63 queries, 40 of the 44 ms a flush
+      took (about a minute of the suite). Those two tables are left alone
+      (migrate made them; no test leaves them changed) and no post_migrate
+      is sent (our one receiver puts back the history's triggers, which a
+      flush does not drop)."""
+    from django.core.management.commands import flush
     from django.db import connections
 
     from leases.models import HistoryHorizon, LeaseEvent
 
     events, horizon = LeaseEvent._meta.db_table, HistoryHorizon._meta.db_table
+    kept = {"django_content_type", "auth_permission", events}
     patched = {}
     for conn in connections.all():
         ops = type(conn.ops)
@@ -69,43 +80,12 @@ def _history_flushed_through_the_horizon():
         original = patched[ops] = ops.sql_flush
 
         def sql_flush(self, style, tables, *args, _original=original, **kwargs):
+            rest = _original(self, style, [t for t in tables if t not in kept], *args, **kwargs)
             if events not in tables:
-                return _original(self, style, tables, *args, **kwargs)
-            rest = [t for t in tables if t != events]
+                return rest
             return [f"INSERT INTO {horizon} (id, delete_before) VALUES (1, '9999-12-31 00:00:00') "
                     f"ON CONFLICT (id) DO UPDATE SET delete_before = excluded.delete_before",
-                    f"DELETE FROM {events}",
-                    *_original(self, style, rest, *args, **kwargs)]
-
-        ops.sql_flush = sql_flush
-    yield
-    for ops, original in patched.items():
-        ops.sql_flush = original
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _flush_keeps_what_migrate_made():
-    """pytest-django empties the database after each transactional test with
-    Django's flush, which then sends post_migrate: the content types and
-    permissions are read and written back, 63 queries and 40 ms a test (1.4
-    s of every 1.5 a flush took; about a minute of the suite). Test-only:
-    the flush leaves those two tables alone (migrate made them; no test
-    leaves them changed) and sends no post_migrate (the one receiver of
-    ours puts back the history's triggers, which a flush does not drop)."""
-    from django.core.management.commands import flush
-
-    kept = {"django_content_type", "auth_permission"}
-    patched = {}
-    from django.db import connections
-
-    for conn in connections.all():
-        ops = type(conn.ops)
-        if ops in patched:
-            continue
-        original = patched[ops] = ops.sql_flush
-
-        def sql_flush(self, style, tables, *args, _original=original, **kwargs):
-            return _original(self, style, [t for t in tables if t not in kept], *args, **kwargs)
+                    f"DELETE FROM {events}", *rest]
 
         ops.sql_flush = sql_flush
     emit, flush.emit_post_migrate_signal = flush.emit_post_migrate_signal, lambda *args, **kwargs: None

@@ -89,6 +89,13 @@ def _wait_for_both_workers(server) -> None:
         time.sleep(0.1)
 
 
+def _wait_until_replaced(server, victim: int) -> None:
+    deadline = time.monotonic() + 30
+    while victim in _workers(server) or len(_workers(server)) < 2:
+        assert time.monotonic() < deadline, f"worker {victim} was not replaced"
+        time.sleep(0.1)  # waiting for the supervisor (it looks every 0.5 s), not for lease time
+
+
 @pytest.fixture
 def server(tmp_path):
     s = Server(tmp_path, workers=2)
@@ -184,10 +191,7 @@ def test_a_worker_that_died_is_replaced_and_the_log_says_so(server):
     _wait_for_both_workers(server)
     victim = _workers(server)[0]
     os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 30
-    while victim in _workers(server) or len(_workers(server)) < 2:
-        assert time.monotonic() < deadline, "the worker was not replaced"
-        time.sleep(0.1)  # waiting for the supervisor (it looks every 0.5 s), not for lease time
+    _wait_until_replaced(server, victim)
     assert f"Worker process {victim} was ended by signal SIGKILL; worker " in server.output()
     for _ in range(4):  # connections land on both workers, the new one among them
         assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
@@ -202,8 +206,5 @@ def test_a_worker_hung_past_the_health_check_is_replaced_and_the_log_says_so(ser
     _wait_for_both_workers(server)
     victim = _workers(server)[0]
     os.kill(victim, signal.SIGSTOP)
-    deadline = time.monotonic() + 30
-    while victim in _workers(server) or len(_workers(server)) < 2:
-        assert time.monotonic() < deadline, "the hung worker was not replaced"
-        time.sleep(0.1)  # waiting for the supervisor, not for lease time
+    _wait_until_replaced(server, victim)
     assert f"Worker process {victim} did not answer for 1 s and was killed; worker " in server.output()

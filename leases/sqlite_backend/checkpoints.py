@@ -51,8 +51,7 @@ def frames_to_copy(path: str) -> int | None:
     database (mxFrame - nBackfill in the WAL index), or None if the index
     cannot be read as documented. Exact while the writer lock is held."""
     try:
-        with open(path + "-shm", "rb") as index:
-            data = index.read(_INDEX.size)
+        data = os.pread(_index_fd(path + "-shm"), _INDEX.size, 0)
     except OSError:
         return None
     if len(data) < _INDEX.size:
@@ -61,6 +60,41 @@ def frames_to_copy(path: str) -> int | None:
     if version != _INDEX_VERSION or backfilled > max_frame:
         return None
     return max_frame - backfilled
+
+
+_index_fds: dict[str, int] = {}  # -shm path: a descriptor never closed while its file exists
+_index_fds_lock = threading.Lock()
+
+
+def _index_fd(path: str) -> int:
+    """A descriptor of the WAL index file ``path``, opened once and kept.
+
+    Never opened and closed per read: SQLite's locks on the WAL index are
+    POSIX record locks, which belong to the process and go when *any*
+    descriptor of the file is closed. A close here dropped every lock this
+    process's connections held on it, among them the one that tells
+    another process's first connection that the index is in use: that
+    connection then took itself for the only one and truncated the index
+    under everybody's memory maps (both workers died of SIGBUS in the
+    hostile bench, stop 21) -- and the read locks that keep a checkpoint
+    from overwriting pages a reader still needs were gone too. A
+    descriptor of a file that has since been deleted (a test database
+    dropped) is closed when the path is next opened: no connection can
+    share that file with another process any more."""
+    with _index_fds_lock:
+        fd = _index_fds.get(path)
+        if fd is not None:
+            try:
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    return fd
+            except FileNotFoundError:
+                pass
+            if os.fstat(fd).st_nlink == 0:  # deleted: nobody else can open it
+                os.close(fd)
+            # (else replaced while still linked somewhere: kept open, not closed)
+            del _index_fds[path]
+        fd = _index_fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        return fd
 
 
 class Checkpointer(threading.Thread):

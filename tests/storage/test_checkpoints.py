@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import time
 from types import SimpleNamespace
 
@@ -175,3 +177,37 @@ def test_the_pass_under_the_writer_lock_copies_at_most_a_bounded_number_of_frame
     assert frames_to_copy(path) == 0
     con.close()
     writer.close()
+
+
+# SQLite's lock on the WAL index that says "in use" (byte 128 of the -shm
+# file: WALINDEX_LOCK_OFFSET 120 + 8 locks), as another process's first
+# connection tries it.
+_PROBE = ("import fcntl, os, sys\n"
+          "fd = os.open(sys.argv[1] + '-shm', os.O_RDWR)\n"
+          "try:\n"
+          "    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)\n"
+          "    print('free')\n"
+          "except OSError:\n"
+          "    print('held')\n")
+
+
+def _index_in_use_seen_from_another_process(path) -> bool:
+    out = subprocess.run([sys.executable, "-c", _PROBE, path], capture_output=True, text=True, timeout=60)
+    return {"held": True, "free": False}[out.stdout.strip()]
+
+
+def test_reading_the_wal_index_keeps_this_processs_locks_on_it(tmp_path):
+    # A process's POSIX locks on a file go when any of its descriptors of
+    # that file is closed. Reading the index by opening and closing the
+    # -shm file dropped the connections' locks: the next process to connect
+    # took itself for the first, truncated the index under everybody's
+    # memory maps, and both server workers died of SIGBUS.
+    from leases.sqlite_backend.checkpoints import frames_to_copy
+
+    path = str(tmp_path / "db.sqlite3")
+    con = _wal_database(path)
+    assert _index_in_use_seen_from_another_process(path)
+    for _ in range(3):
+        assert frames_to_copy(path) is not None
+    assert _index_in_use_seen_from_another_process(path)
+    con.close()

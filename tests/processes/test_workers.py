@@ -183,28 +183,22 @@ def test_headers_sent_in_time_are_read_after_the_worker_was_stalled(server):
         sock.close()
 
 
-def test_a_worker_that_died_is_replaced_and_the_log_says_so(server):
-    """A worker killed (a crash, the OOM killer) is replaced by a new one,
-    which serves; the server's log says which worker ended and how at the
-    default log level (uvicorn says it only at info)."""
+@pytest.mark.parametrize("sig, healthcheck, said", [
+    (signal.SIGKILL, None, "was ended by signal SIGKILL"),  # a crash, the OOM killer
+    (signal.SIGSTOP, "1", "did not answer for 1 s and was killed"),  # a hang (past LEASEHOLD_WORKER_HEALTHCHECK)
+], ids=["died", "hung"])
+def test_a_worker_that_died_or_hung_is_replaced_and_the_log_says_so(server, sig, healthcheck, said):
+    """A worker that died, or did not answer its supervisor for
+    LEASEHOLD_WORKER_HEALTHCHECK seconds, is replaced by a new one, which
+    serves; the server's log says which worker ended and how at the default
+    log level (uvicorn says it only at info, and not how)."""
+    if healthcheck:
+        server.env["LEASEHOLD_WORKER_HEALTHCHECK"] = healthcheck
     server.migrate().start()
     _wait_for_both_workers(server)
     victim = _workers(server)[0]
-    os.kill(victim, signal.SIGKILL)
+    os.kill(victim, sig)
     _wait_until_replaced(server, victim)
-    assert f"Worker process {victim} was ended by signal SIGKILL; worker " in server.output()
+    assert f"Worker process {victim} {said}; worker " in server.output()
     for _ in range(4):  # connections land on both workers, the new one among them
         assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
-
-
-def test_a_worker_hung_past_the_health_check_is_replaced_and_the_log_says_so(server):
-    """LEASEHOLD_WORKER_HEALTHCHECK is how long a worker may not answer its
-    supervisor: past it (SIGSTOP here, a real hang in life) the worker is
-    killed and replaced, and the log says so at the default level."""
-    server.env["LEASEHOLD_WORKER_HEALTHCHECK"] = "1"
-    server.migrate().start()
-    _wait_for_both_workers(server)
-    victim = _workers(server)[0]
-    os.kill(victim, signal.SIGSTOP)
-    _wait_until_replaced(server, victim)
-    assert f"Worker process {victim} did not answer for 1 s and was killed; worker " in server.output()

@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
+from leases import timing
 from leases.sqlite_backend.busy import received_at
 
 MAX_BATCH = 64
@@ -65,9 +67,12 @@ class LeaseBatcher:
         queue the next batch behind the lane's other work if more came."""
         with self.lock:
             batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
+        shared = _timed_batch() if timing.ENABLED else None  # bench only
         try:
             with received_at(min(environ["leasehold.received_at"] for environ, _, _ in batch)):
                 responses = self.answer_together([(environ, names) for environ, names, _ in batch])
+            if shared is not None:
+                _timed_batch_done(shared, [environ for environ, _, _ in batch])
             answers = [(future, self.finish(environ, response))
                        for (environ, _, future), response in zip(batch, responses)]
         except BaseException as exc:  # a bug: every waiting request gets it, none hangs
@@ -78,6 +83,22 @@ class LeaseBatcher:
             self.scheduled = more
         if more:
             loop.call_soon_threadsafe(loop.run_in_executor, self.executor, self.run_batch, loop)
+
+
+def _timed_batch() -> dict:
+    """Bench only (leases/timing.py): the batch's steps, marked once for all."""
+    shared = {"thread": time.monotonic()}
+    timing.attach(shared)
+    return shared
+
+
+def _timed_batch_done(shared: dict, environs: list[dict]) -> None:
+    timing.attach(None)
+    shared["returned"] = time.monotonic()
+    for environ in environs:
+        marks = environ.get("leasehold.timing")
+        if marks is not None:
+            marks.update(shared, batch=len(environs))
 
 
 def _settle_all(answers: list[tuple[asyncio.Future, object]]) -> None:

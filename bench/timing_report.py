@@ -41,7 +41,7 @@ def main() -> None:
                     late.append(rec)
                 elif "checkpoint_held" in rec:
                     holds.append(rec)
-                elif rec.get("lane") in ("lease", "lease-batch") and args.match in rec["path"]:
+                elif rec.get("lane") in ("lease", "lease-batch", "lease-inline") and args.match in rec["path"]:
                     renewals.append(rec)  # the holders' lease requests: renewals (and one acquire, one release)
                 else:
                     others.append(rec)

@@ -43,6 +43,7 @@ commit (and its fsync), and the answer is sent only after it returns.
 from __future__ import annotations
 
 import asyncio
+import os
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -62,6 +63,12 @@ from leases.storage.transactions import commits_together
 from leases.env import env_bool, env_float, env_int, or_exit
 from leases.metrics import count_unavailable
 from leases.sqlite_backend.busy import received_at
+
+# The event loop writes lean lease batches itself when the writer is free
+# (config/lease_batch.py): deliberately, without ever waiting for a lock
+# (busy.at_once). Django refuses database calls from a thread running an
+# event loop unless told that this is meant.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
@@ -120,14 +127,23 @@ class LeaseholdASGI:
         self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
         self.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + (1 << 20)
         # Lean lease requests received together, committed together (config/lease_batch.py).
-        self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.answer_together, _batched)
+        self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.LeaseCall, fastpath.write_together,
+                                    fastpath.LeaseCall.answer, _batched,
+                                    inline=or_exit(env_bool, "LEASEHOLD_LEASE_INLINE", True),
+                                    in_flight=lambda: self.in_flight)
+        self.in_flight = 0  # requests being received or answered by this worker
         self.batching = or_exit(env_bool, "LEASEHOLD_LEASE_BATCH", True)
+        self._commits_together = None  # per process; asked once, in the batcher's context
         # exports run in a low-priority helper process (config/long_reads.py)
         self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
-            await self.http(scope, receive, send)
+            self.in_flight += 1
+            try:
+                await self.http(scope, receive, send)
+            finally:
+                self.in_flight -= 1
         elif scope["type"] == "lifespan":
             await self.lifespan(receive, send)
 
@@ -176,7 +192,7 @@ class LeaseholdASGI:
         lane = self.lanes[self.lane_name(scope)]
         environ["leasehold.lane"] = lane.name
         names = fastpath.takes(environ) if lane is self.lanes["lease"] and self.app is wsgi_application else None
-        if names is not None and self.batching and commits_together():
+        if names is not None and self.batching and self.commits_together():
             if marks is not None:  # bench only: the batch's steps are copied in (config/lease_batch.py)
                 environ["leasehold.timing"] = marks
                 marks.update(lane="lease-batch", body=environ["leasehold.received_at"], submitted=time.monotonic())
@@ -222,6 +238,11 @@ class LeaseholdASGI:
             lane.give_back(index)
             if not isinstance(body, bytes):
                 body.close()  # the spooled file, deleted on close
+
+    def commits_together(self) -> bool:
+        if self._commits_together is None:
+            self._commits_together = self.batcher.context.run(commits_together)
+        return self._commits_together
 
     async def read_body(self, scope, receive):
         """The whole body (bytes or a file at 0), within the time limits."""

@@ -1,51 +1,80 @@
-"""Lease requests that a worker receives together are committed together.
+"""Lease requests that a worker receives together are committed together,
+and when the writer is free the event loop writes them itself.
 
 A lease holder's renewal is a tiny write whose cost, at synchronous=FULL, is
 mostly the commit: taking the writer lock, BEGIN, COMMIT and the fsync of the
-WAL, each once per request. Here the event loop queues the lease requests of
-the lean path (leases/azure/fastpath.py) as they arrive whole, and the lease
-lane's thread answers everything queued at once: one write transaction, each
-request in a savepoint of its own, one commit and one fsync
-(fastpath.answer_together). Nobody is answered before the commit that covers
-their request, so every acknowledged lease is on disk as before; a request
-that arrives while a batch runs goes into the next one, so under load
-batches grow by themselves and with one client nothing waits for company.
+WAL, each once per request. Here the event loop queues the lean lease
+requests (leases/azure/fastpath.py) as they arrive whole, and whatever is
+queued is checked (SharedKey, headers: no lock) and written in one batch: one write transaction, each request in a savepoint
+of its own, one commit and one fsync (fastpath.write_together). Nobody is
+answered before the commit that covers their request, so every acknowledged
+lease is on disk as before; a request that arrives while a batch runs goes
+into the next one, so under load batches grow by themselves and with one
+client nothing waits for company.
 
-A batch is one task on the lane's thread, and the next batch is queued
-behind whatever else the lane has to run (the JSON API's lease requests,
-lease requests of an unusual shape): a stream of batches cannot starve them.
+Who writes a batch: the event loop itself when the batch is all the worker
+is serving (no other request in flight, so the loop has nothing else to
+do) and the writer is free this moment (busy.at_once(): our writer lock,
+SQLite's own lock, and no other thread of this process committing); else
+the lease lane's thread, which may wait for the writer (bounded, 503
+ServerBusy). Handing a request to a thread and its answer back costs two
+thread wake-ups and a GIL hand-over each way, a large part of one client's
+latency on a virtual machine. The loop never waits for a lock, so a stuck
+writer elsewhere costs it nothing; it does wait for the fsync of its own
+commit, which is why it writes only when nothing else waits for it: under
+load the lane's thread writes while the loop reads the next requests. The batch is started
+with ``call_soon`` after the first request is queued, so that requests read
+in the same turn of the loop are written together.
+
 A batch holds at most ``MAX_BATCH`` requests, so that the writer lock is
-held for a bounded time (about a millisecond of work per request).
+held for a bounded time (about a millisecond of work per request). A batch
+handed to the lane's thread is one task there, queued behind whatever else
+the lane has to run (the JSON API's lease requests, lease requests of an
+unusual shape): a stream of batches cannot starve them.
 
 The write wait (LEASEHOLD_WRITE_WAIT) counts from the arrival of the batch's
 oldest request: the batch gives up, every request answered 503 ServerBusy,
 within the wait of that arrival.
 
+The loop's database work runs in one context of its own (``self.context``):
+Django keeps connections in context variables, and each request's task has
+its own copy, so without it every task would open a connection.
+
 On PostgreSQL, or an in-memory SQLite database, each request still has its
-own transaction (storage.transactions.commits_together says why).
+own transaction (storage.transactions.commits_together says why), in the
+lane's threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 
 from leases import timing
-from leases.sqlite_backend.busy import received_at
+from leases.sqlite_backend.busy import WouldWait, at_once, received_at
 
 MAX_BATCH = 64
 
 
 class LeaseBatcher:
-    """The lean lease requests of one worker process, answered in batches on
-    one lane thread (``executor``) by ``answer_together(requests)`` ->
-    responses, each as the lane's ``finish(environ, response)`` renders it."""
+    """The lean lease requests of one worker process, answered in batches.
 
-    def __init__(self, executor, answer_together, finish):
+    ``check(environ, names)`` -> a call (the checks);
+    ``write(calls)`` settles each (fastpath.write_together); ``answer(call)``
+    -> the response; ``finish(environ, response)`` -> what the front sends.
+    ``executor`` is the lease lane's thread, for batches that must wait for
+    the writer; ``inline=False`` sends every batch there. ``in_flight()``
+    -> the requests the worker is serving: the loop writes a batch itself
+    only when the batch is all of them."""
+
+    def __init__(self, executor, check, write, answer, finish, *, inline: bool = True, in_flight=lambda: 0):
         self.executor = executor
-        self.answer_together = answer_together
-        self.finish = finish
+        self.in_flight = in_flight
+        self.check, self.write, self.answer, self.finish = check, write, answer, finish
+        self.inline = inline
+        self.context = contextvars.copy_context()
         self.lock = threading.Lock()  # pending and scheduled: the loop adds, the lane thread takes
         self.pending: list[tuple[dict, tuple, asyncio.Future]] = []
         self.scheduled = False
@@ -56,49 +85,103 @@ class LeaseBatcher:
         future = loop.create_future()
         with self.lock:
             self.pending.append((environ, names, future))
-            schedule = not self.scheduled
+            start = not self.scheduled
             self.scheduled = True
-        if schedule:
-            loop.run_in_executor(self.executor, self.run_batch, loop)
+        if start:
+            if self.inline and self.in_flight() == 1:
+                loop.call_soon(self._flush, loop)  # after this turn of the loop: alone still?
+            else:
+                loop.run_in_executor(self.executor, self._run_batch, loop)
         return await future
 
-    def run_batch(self, loop) -> None:
-        """In the lane's thread: answer what is queued (up to MAX_BATCH), then
-        queue the next batch behind the lane's other work if more came."""
+    def _take(self, room: int = MAX_BATCH) -> list:
         with self.lock:
-            batch, self.pending = self.pending[:MAX_BATCH], self.pending[MAX_BATCH:]
-        shared = _timed_batch() if timing.ENABLED else None  # bench only
-        try:
-            with received_at(min(environ["leasehold.received_at"] for environ, _, _ in batch)):
-                responses = self.answer_together([(environ, names) for environ, names, _ in batch])
-            if shared is not None:
-                _timed_batch_done(shared, [environ for environ, _, _ in batch])
-            answers = [(future, self.finish(environ, response))
-                       for (environ, _, future), response in zip(batch, responses)]
-        except BaseException as exc:  # a bug: every waiting request gets it, none hangs
-            answers = [(future, exc) for _, _, future in batch]
-        loop.call_soon_threadsafe(_settle_all, answers)  # one wake-up of the loop for the batch
+            batch, self.pending = self.pending[:room], self.pending[room:]
+        return batch
+
+    def _next(self, loop) -> None:
+        """After a batch: the next one if more came (on the loop: it may
+        write it itself)."""
         with self.lock:
             more = bool(self.pending)
             self.scheduled = more
         if more:
-            loop.call_soon_threadsafe(loop.run_in_executor, self.executor, self.run_batch, loop)
+            loop.call_soon_threadsafe(self._flush, loop)
+
+    def _flush(self, loop) -> None:
+        """On the loop: write what is queued if nothing else is in flight
+        and the writer is free this moment, else hand it to the lane's
+        thread."""
+        if self.inline and len(self.pending) == 1 and self.in_flight() == 1:
+            batch = self._take()
+            shared = _timed_batch("lease-inline") if timing.ENABLED else None  # bench only
+            try:
+                with at_once():
+                    calls = self.context.run(self._checked_and_written, batch)
+            except WouldWait:  # nothing written: the lane's thread will wait for the writer
+                if shared is not None:
+                    timing.attach(None)
+            else:
+                if shared is not None:
+                    _timed_batch_done(shared, batch)
+                _settle_all(self._answers(batch, calls))
+                self._next(loop)
+                return
+        else:
+            batch = []
+        loop.run_in_executor(self.executor, self._run_batch, loop, batch)
+
+    def _run_batch(self, loop, batch=()) -> None:
+        """In the lane's thread: what is queued by now (after ``batch``, if
+        the loop took it first), waiting for the writer within the wait of
+        its oldest request."""
+        batch = [*batch, *self._take(MAX_BATCH - len(batch))]
+        if not batch:  # cannot happen (a batch is scheduled only for pending requests); never hang
+            self._next(loop)
+            return
+        shared = _timed_batch("lease-batch") if timing.ENABLED else None  # bench only
+        with received_at(min(environ["leasehold.received_at"] for environ, _, _ in batch)):
+            calls = self._checked_and_written(batch)
+        if shared is not None:
+            _timed_batch_done(shared, batch)
+        loop.call_soon_threadsafe(_settle_all, self._answers(batch, calls))  # one wake-up of the loop
+        self._next(loop)
+
+    def _checked_and_written(self, batch) -> list | BaseException:
+        """The batch's calls, checked and written; or, if that failed by a
+        bug, the exception (every waiting request gets it, none hangs)."""
+        try:
+            calls = [self.check(environ, names) for environ, names, _ in batch]
+            self.write(calls)
+            return calls
+        except WouldWait:
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            return exc
+
+    def _answers(self, batch, calls) -> list[tuple[asyncio.Future, object]]:
+        if isinstance(calls, BaseException):
+            return [(future, calls) for _, _, future in batch]
+        try:
+            return [(future, self.finish(call.environ, self.answer(call))) for call, (_, _, future) in zip(calls, batch)]
+        except BaseException as exc:  # a bug: every waiting request gets it, none hangs
+            return [(future, exc) for _, _, future in batch]
 
 
-def _timed_batch() -> dict:
+def _timed_batch(lane: str) -> dict:
     """Bench only (leases/timing.py): the batch's steps, marked once for all."""
-    shared = {"thread": time.monotonic()}
+    shared = {"thread": time.monotonic(), "lane": lane}
     timing.attach(shared)
     return shared
 
 
-def _timed_batch_done(shared: dict, environs: list[dict]) -> None:
+def _timed_batch_done(shared: dict, batch: list) -> None:
     timing.attach(None)
     shared["returned"] = time.monotonic()
-    for environ in environs:
+    for environ, _, _ in batch:
         marks = environ.get("leasehold.timing")
         if marks is not None:
-            marks.update(shared, batch=len(environs))
+            marks.update(shared, batch=len(batch))
 
 
 def _settle_all(answers: list[tuple[asyncio.Future, object]]) -> None:

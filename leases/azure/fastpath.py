@@ -171,19 +171,30 @@ def answer(environ: dict, names: tuple[str, str, str | None]):
     return call.answer()
 
 
-def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
-    """The answers to lease requests a worker received together
-    (config/lease_batch.py), their writes committed together
-    (services.lease_actions_together: one write transaction, each request's
-    write in a savepoint of its own, one commit and one fsync for all); no
-    answer before that commit. Only the writes run under the writer lock:
-    the checks before them and the answers after (LeaseCall). If the shared
-    transaction fails (the writer busy past the wait, the commit refused),
-    that failure is the answer of every request that was to be written."""
-    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])  # once, outside the transaction
-    calls = [LeaseCall(environ, names) for environ, names in requests]
+def write_together(calls: list[LeaseCall]) -> None:
+    """The writes of lease requests a worker received together
+    (config/lease_batch.py), committed together (services.
+    lease_actions_together: one write transaction, each request's write in
+    a savepoint of its own, one commit and one fsync for all); each call
+    settled with its result or refusal, none before that commit. Only the
+    writes run under the writer lock: the checks ran before (LeaseCall),
+    the answers come after (``LeaseCall.answer``). If the shared transaction
+    fails (the writer busy past the wait, the commit refused), that failure
+    is the answer of every request that was to be written. Under
+    ``busy.at_once()``, ``WouldWait`` is raised instead if the writer is not
+    free this moment: nothing was written and no call settled."""
     writing = [call for call in calls if call.arguments is not None]
     if writing:
+        # As Django's handlers do, once, outside the transaction: close a
+        # connection that is broken or too old.
+        signals.request_started.send(sender=LeanRequest, environ=writing[0].environ)
         for call, answer in zip(writing, services.lease_actions_together([call.arguments for call in writing])):
             call.settle(answer)
+
+
+def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
+    """The answers (HttpResponses) to lease requests received together: the
+    checks, ``write_together``, the answers."""
+    calls = [LeaseCall(environ, names) for environ, names in requests]
+    write_together(calls)
     return [call.answer() for call in calls]

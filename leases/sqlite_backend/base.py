@@ -46,7 +46,7 @@ from leases import timing  # bench only: marks where a request's time goes (off 
 from leases.metrics import observe_fsync, observe_writer_lock_wait  # /metrics: two histograms, one call each
 from leases.storage.django_internals import SQLiteDatabaseWrapper
 
-from .busy import WriterBusy, is_writer_busy, time_left
+from .busy import WouldWait, WriterBusy, is_writer_busy, must_not_wait, time_left
 from .checkpoints import Checkpointer, _checkpointers, ensure_checkpointer  # noqa: F401  (imported from here)
 from .group_commit import GroupCommit, _groups, _groups_lock
 from .writer_lock import FlockWaiter, open_lock_file, writer_lock_path
@@ -132,6 +132,11 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             self._writer_fd = open_lock_file(path)
         if self._waiter is None:
             self._waiter = FlockWaiter(self._writer_fd)
+        if must_not_wait():
+            if not self._waiter.try_acquire():
+                raise WouldWait("the writer lock is held")
+            self._writer_held = True
+            return 0.0
         started = time.monotonic()
         left = time_left(self.write_wait)
         if not self._waiter.acquire(max(0.0, left)):
@@ -158,9 +163,10 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
                 # As Django's, on the driver's connection rather than through a
                 # cursor wrapper: this runs under the writer lock, on every write.
                 with self.wrap_database_errors:
-                    contended = waited > 0.05 and self._busy_ms  # a short wait is within the 1 s of slack
-                    if contended:  # SQLite's lock gets only what is left of the wait
-                        left = max(1, int((self.write_wait - waited) * 1000))
+                    at_once = must_not_wait()
+                    contended = (at_once or waited > 0.05) and self._busy_ms  # a short wait is within the 1 s of slack
+                    if contended:  # SQLite's lock gets only what is left of the wait (none at once)
+                        left = 0 if at_once else max(1, int((self.write_wait - waited) * 1000))
                         self.connection.execute(f"PRAGMA busy_timeout={min(left, self._busy_ms)}")
                     try:
                         self.connection.execute(f"BEGIN {self.transaction_mode or ''}")
@@ -169,6 +175,8 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
                             self.connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 timing.mark("begun")
             except OperationalError as exc:
+                if is_writer_busy(exc) and must_not_wait():
+                    raise WouldWait("SQLite's write lock is held") from exc
                 if is_writer_busy(exc):  # SQLite's own lock, held by another program
                     raise WriterBusy(f"the database writer was busy for more than {self.write_wait:g} s") from exc
                 raise

@@ -27,6 +27,25 @@ def received_at(moment: float):
         _request.received_at = None
 
 
+@contextmanager
+def at_once():
+    """This thread's write transactions in the block must not wait: if the
+    writer lock (ours, or SQLite's own) is not free this moment, or another
+    thread of the process is committing, the transaction is not begun and
+    ``WouldWait`` is raised instead. For the event loop thread, which may
+    write a lease batch itself but must never block on a lock
+    (config/lease_batch.py)."""
+    _request.at_once = True
+    try:
+        yield
+    finally:
+        _request.at_once = False
+
+
+def must_not_wait() -> bool:
+    return getattr(_request, "at_once", False)
+
+
 def time_left(wait: float) -> float:
     """Seconds this thread may still wait for the writer."""
     start = getattr(_request, "received_at", None)
@@ -37,6 +56,12 @@ class WriterBusy(OperationalError):
     """The writer lock (our flock, or SQLite's own lock held by another
     program) was not free within LEASEHOLD_WRITE_WAIT seconds. Nothing was
     written."""
+
+
+class WouldWait(WriterBusy):
+    """Under ``at_once()``: the writer was not free this moment. Nothing was
+    begun, nothing written; the caller is expected to try again where it may
+    wait (a 503 ServerBusy if it ever reached a client)."""
 
 
 def is_writer_busy(exc: BaseException) -> bool:

@@ -18,6 +18,8 @@ import threading
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
 
+from .busy import WouldWait, must_not_wait
+
 
 class _Pending:
     __slots__ = ("fn", "result", "error", "done")
@@ -51,6 +53,10 @@ class GroupCommit:
         order, once the commit that covers them is done."""
         ops = [_Pending(fn) for fn in fns]
         with self.cond:
+            if must_not_wait() and (self.busy or self.queue):
+                # another thread's group is committing, or about to: leading
+                # this one would mean waiting, or taking others' writes along
+                raise WouldWait("another thread of this process is writing")
             self.queue.extend(ops)
             # queued together under the lock, so a leader takes all or none
             while self.busy and not ops[-1].done:
@@ -81,6 +87,8 @@ class GroupCommit:
                         # a savepoint could not be rolled back: the whole
                         # transaction will be, so nobody may report success
                         raise TransactionManagementError("the group's transaction was rolled back")
+        except WouldWait:  # at_once(): nothing was begun; only the caller's own writes were here
+            raise
         except BaseException as exc:  # BEGIN or COMMIT failed (or the only transaction did)
             shared = exc if isinstance(exc, Exception) else RuntimeError("the write transaction was interrupted")
             for op in batch:

@@ -96,6 +96,18 @@ class FlockWaiter:
             finally:
                 self.waiting -= 1
 
+    def try_acquire(self) -> bool:
+        """The lock now if it is free and nobody's request is pending on this
+        descriptor; never waits."""
+        with self.cond:
+            if self.wanted:
+                return False
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                return False
+
     def close(self) -> None:
         """Close the descriptor now, or when the blocked helper returns."""
         with self.cond:

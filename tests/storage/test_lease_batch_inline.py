@@ -1,0 +1,122 @@
+"""Who writes a lean lease batch (config/lease_batch.py): the event loop
+itself when the batch is all the worker is serving and the writer is free,
+else the lease lane's thread -- which may wait for the writer, while the
+loop goes on with other work. Real SQLite file, a real asyncio loop, the
+batcher as the served application builds it; only the lane's executor is
+counted."""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from django.db import connection
+
+from config.asgi import _batched
+from config.lease_batch import LeaseBatcher
+from leases.azure import fastpath
+from leases.models import LeaseEvent
+from leases.services import Actor, ResourceRef
+from leases.sqlite_backend.base import writer_lock_path
+from tests.azure.test_azure_fastpath import environ
+
+REF = ResourceRef("devstoreaccount1", "inline", "b")
+ACTOR = Actor(name="account:devstoreaccount1", via="azure")
+LEASE_ID = "ca761232-ed42-11ce-bacd-00aa0057b223"
+
+
+class CountedExecutor(ThreadPoolExecutor):
+    """The lease lane's one thread, counting the batches handed to it."""
+
+    def __init__(self):
+        super().__init__(1, thread_name_prefix="lease-test")
+        self.batches = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        self.batches += 1
+        return super().submit(fn, *args, **kwargs)
+
+    def close(self):
+        super().submit(lambda: connection.close()).result(30)  # the thread's own connection
+        self.shutdown()
+
+
+@pytest.fixture
+def lane(make_blob, monkeypatch, no_background_checkpoints):
+    from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
+    from leases import services
+
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "write_wait", 10)
+    make_blob(REF, ACTOR)
+    services.account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
+    executor = CountedExecutor()
+    yield executor
+    executor.close()
+
+
+def _batcher(executor, in_flight: int) -> LeaseBatcher:
+    return LeaseBatcher(executor, fastpath.LeaseCall, fastpath.write_together, fastpath.LeaseCall.answer,
+                        _batched, in_flight=lambda: in_flight)
+
+
+def _acquire_request() -> tuple[dict, tuple]:
+    import time
+
+    env = environ("/devstoreaccount1/inline/b", {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15",
+                                                 "x-ms-proposed-lease-id": LEASE_ID})
+    env["leasehold.received_at"] = time.monotonic()
+    return env, fastpath.takes(dict(env))
+
+
+def _answered(status_headers_body) -> tuple[int, str | None]:
+    status, headers, _ = status_headers_body
+    return status, dict(headers).get(b"x-ms-lease-id", b"").decode() or None
+
+
+def test_a_lone_request_is_written_by_the_loop(lane):
+    batcher = _batcher(lane, in_flight=1)
+    answer = asyncio.run(batcher.submit(*_acquire_request()))
+    assert _answered(answer) == (201, LEASE_ID)
+    assert lane.batches == 0  # no hand-over to the lane's thread
+    assert LeaseEvent.objects.filter(action="acquire", outcome="success").count() == 1
+
+
+def test_with_other_requests_in_flight_the_lanes_thread_writes(lane):
+    batcher = _batcher(lane, in_flight=2)
+    answer = asyncio.run(batcher.submit(*_acquire_request()))
+    assert _answered(answer) == (201, LEASE_ID)
+    assert lane.batches == 1
+
+
+def test_a_busy_writer_sends_the_batch_to_the_thread_and_the_loop_goes_on(lane):
+    """Another process holds the writer lock: the loop does not wait for it
+    (it keeps ticking), the lane's thread does, and writes once it is free."""
+    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    threading.Timer(0.5, os.close, (holder,)).start()  # let go in half a second
+    batcher = _batcher(lane, in_flight=1)
+    ticks = []
+
+    async def main():
+        async def tick():
+            while True:
+                ticks.append(asyncio.get_running_loop().time())
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.ensure_future(tick())
+        try:
+            return await batcher.submit(*_acquire_request())
+        finally:
+            ticker.cancel()
+
+    answer = asyncio.run(main())
+    assert _answered(answer) == (201, LEASE_ID)
+    assert lane.batches == 1
+    assert ticks[-1] - ticks[0] >= 0.4  # the answer came after the lock was let go ...
+    assert len(ticks) >= 10  # ... and the loop ran on meanwhile
+    assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.4

@@ -333,17 +333,22 @@ def _batched(environ, response) -> tuple[int, list, bytes]:
     counted for /metrics, as config.wsgi counts the others)."""
     if response.status_code == 503:
         count_unavailable(environ["PATH_INFO"])
-    return _rendered(environ, response.status_code, list(response.items()), response)
+    # Not closed: an HttpResponse holds nothing to let go of, and closing
+    # sends Django's request_finished, whose receivers check every database
+    # connection for age and errors -- done once per batch instead, before
+    # its writes (fastpath.write_together sends request_started).
+    return _rendered(environ, response.status_code, list(response.items()), response, close=False)
 
 
-def _rendered(environ, status: int, headers, result) -> tuple[int, list, bytes]:
+def _rendered(environ, status: int, headers, result, *, close: bool = True) -> tuple[int, list, bytes]:
     """A whole (not streamed) WSGI answer as the front sends it: status,
     header pairs as bytes, the body; ``result`` is closed (Django's
-    request_finished)."""
+    request_finished) unless told otherwise."""
     try:
         content = b"".join(result)
     finally:
-        result.close()
+        if close:
+            result.close()
     headers = [(_header_name(k), v.encode("latin-1")) for k, v in headers]
     if (environ["REQUEST_METHOD"] != "HEAD" and status >= 200
             and status not in (204, 304) and not any(k.lower() == b"content-length" for k, _ in headers)):

@@ -89,7 +89,10 @@ class LeaseBatcher:
             self.scheduled = True
         if start:
             if self.inline and self.in_flight() == 1:
-                loop.call_soon(self._flush, loop)  # after this turn of the loop: alone still?
+                # After this turn of the loop, whose other requests (their
+                # tasks start in this turn too) then join the batch: written
+                # by the loop only if still alone.
+                loop.call_soon(self._flush, loop)
             else:
                 loop.run_in_executor(self.executor, self._run_batch, loop)
         return await future
@@ -112,24 +115,30 @@ class LeaseBatcher:
         """On the loop: write what is queued if nothing else is in flight
         and the writer is free this moment, else hand it to the lane's
         thread."""
+        batch = []
         if self.inline and len(self.pending) == 1 and self.in_flight() == 1:
             batch = self._take()
-            shared = _timed_batch("lease-inline") if timing.ENABLED else None  # bench only
-            try:
-                with at_once():
-                    calls = self.context.run(self._checked_and_written, batch)
-            except WouldWait:  # nothing written: the lane's thread will wait for the writer
-                if shared is not None:
-                    timing.attach(None)
-            else:
-                if shared is not None:
-                    _timed_batch_done(shared, batch)
-                _settle_all(self._answers(batch, calls))
+            answers = self._written_at_once(batch)
+            if answers is not None:
+                _settle_all(answers)
                 self._next(loop)
                 return
-        else:
-            batch = []
         loop.run_in_executor(self.executor, self._run_batch, loop, batch)
+
+    def _written_at_once(self, batch) -> list | None:
+        """On the loop: the batch checked, written and answered if the writer
+        is free this moment; None (nothing written) if not."""
+        shared = _timed_batch("lease-inline") if timing.ENABLED else None  # bench only
+        try:
+            with at_once():
+                calls = self.context.run(self._checked_and_written, batch)
+        except WouldWait:  # the lane's thread will wait for the writer
+            if shared is not None:
+                timing.attach(None)
+            return None
+        if shared is not None:
+            _timed_batch_done(shared, batch)
+        return self._answers(batch, calls)
 
     def _run_batch(self, loop, batch=()) -> None:
         """In the lane's thread: what is queued by now (after ``batch``, if

@@ -51,9 +51,8 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.http.response import HttpResponseBase
 
-from config import long_reads
+from config import answers, long_reads
 from config.environ import wsgi_environ as _environ
-from config.front import CaseKept
 from config.lease_batch import LeaseBatcher
 from config.wsgi import application as wsgi_application
 from leases import timing
@@ -61,7 +60,6 @@ from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
 from leases.storage.transactions import commits_together
 from leases.env import env_bool, env_float, env_int, or_exit
-from leases.metrics import count_unavailable
 from leases.sqlite_backend.busy import received_at
 
 # The event loop writes lean lease batches itself when the writer is free
@@ -71,7 +69,6 @@ from leases.sqlite_backend.busy import received_at
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
-PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
 API_LEASES = "/api/v1/leases/"
 UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.blob_content.CHUNK_BYTES)
 
@@ -128,7 +125,7 @@ class LeaseholdASGI:
         self.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + (1 << 20)
         # Lean lease requests received together, committed together (config/lease_batch.py).
         self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.LeaseCall, fastpath.write_together,
-                                    fastpath.LeaseCall.answer, _batched,
+                                    fastpath.LeaseCall.answer, answers.batched,
                                     inline=or_exit(env_bool, "LEASEHOLD_LEASE_INLINE", True),
                                     in_flight=lambda: self.in_flight)
         self.in_flight = 0  # requests being received or answered by this worker
@@ -180,7 +177,7 @@ class LeaseholdASGI:
         try:
             body, length = await self.read_body(scope, receive)
         except BodyRefused as refused:
-            await _plain(send, refused.status, refused.reason)
+            await answers.plain(send, refused.status, refused.reason)
             return
         except ConnectionError:  # the client went away mid-body
             return
@@ -226,14 +223,14 @@ class LeaseholdASGI:
             # returns without error: an abandoned export ran to its end).
             gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
             try:  # streamed: one task per piece, the thread free between pieces
-                while piece := await loop.run_in_executor(executor, _next_piece, result):
+                while piece := await loop.run_in_executor(executor, answers.next_piece, result):
                     if gone.done():
                         return
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
             finally:
                 gone.cancel()
-                await loop.run_in_executor(executor, _close, result)
+                await loop.run_in_executor(executor, answers.close, result)
         finally:
             lane.give_back(index)
             if not isinstance(body, bytes):
@@ -323,41 +320,9 @@ class LeaseholdASGI:
                 timing.attach(None)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         if streamed:
-            status, headers = int(started[0][:3]), [(_header_name(k), v.encode("latin-1")) for k, v in started[1]]
+            status, headers = int(started[0][:3]), [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
             return status, headers, None, result
-        return (*_rendered(environ, int(started[0][:3]), started[1], result), None)
-
-
-def _batched(environ, response) -> tuple[int, list, bytes]:
-    """A lease answer from a batch, rendered as the front sends it (and a 503
-    counted for /metrics, as config.wsgi counts the others)."""
-    if response.status_code == 503:
-        count_unavailable(environ["PATH_INFO"])
-    # Not closed: an HttpResponse holds nothing to let go of, and closing
-    # sends Django's request_finished, whose receivers check every database
-    # connection for age and errors -- done once per batch instead, before
-    # its writes (fastpath.write_together sends request_started).
-    return _rendered(environ, response.status_code, list(response.items()), response, close=False)
-
-
-def _rendered(environ, status: int, headers, result, *, close: bool = True) -> tuple[int, list, bytes]:
-    """A whole (not streamed) WSGI answer as the front sends it: status,
-    header pairs as bytes, the body; ``result`` is closed (Django's
-    request_finished) unless told otherwise."""
-    try:
-        content = b"".join(result)
-    finally:
-        if close:
-            result.close()
-    headers = [(_header_name(k), v.encode("latin-1")) for k, v in headers]
-    if (environ["REQUEST_METHOD"] != "HEAD" and status >= 200
-            and status not in (204, 304) and not any(k.lower() == b"content-length" for k, _ in headers)):
-        # The whole body is here: say its length. Without it uvicorn
-        # answers chunked, and the chunk that ends it is a second small
-        # write that the client's delayed ACK can hold up (a renewal
-        # took twice as long).
-        headers.append((b"Content-Length", str(len(content)).encode()))
-    return status, headers, content
+        return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
 
 
 def _content_length(scope) -> int:
@@ -365,40 +330,6 @@ def _content_length(scope) -> int:
         if name.lower() == b"content-length":
             return int(value) if value.strip().isdigit() else 0
     return 0
-
-
-def _header_name(name: str) -> bytes:
-    """A response header name for the front. Metadata names keep their case
-    (Azure returns them as they were set): CaseKept tells the front so."""
-    if name[:10].lower() == "x-ms-meta-":
-        return CaseKept(name.encode("latin-1"))
-    return name.encode("latin-1")
-
-
-def _next_piece(result) -> bytes:
-    """The next ~PIECE_BYTES of a streamed response (b"" at its end)."""
-    iterator = result._leasehold_iter = getattr(result, "_leasehold_iter", None) or iter(result)
-    pieces, size = [], 0
-    for piece in iterator:
-        if piece:
-            pieces.append(piece)
-            size += len(piece)
-            if size >= PIECE_BYTES:
-                break
-    return b"".join(pieces)
-
-
-def _close(result) -> None:
-    close = getattr(result, "close", None)
-    if close is not None:
-        close()
-
-
-async def _plain(send, status: int, text: bytes) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(text)).encode()), (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": text})
 
 
 application = LeaseholdASGI()

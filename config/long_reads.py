@@ -199,7 +199,7 @@ def _serve_one(app, conn: socket.socket) -> None:
     """One long read: the request from ``conn``, its answer back."""
     import io
 
-    from config.asgi import _close, _next_piece
+    from config.answers import close as _close, next_piece as _next_piece
 
     result = None
     try:

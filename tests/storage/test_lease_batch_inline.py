@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from config.asgi import _batched
+from config.answers import batched
 from config.lease_batch import LeaseBatcher
 from leases.azure import fastpath
 from leases.models import LeaseEvent
@@ -60,7 +60,7 @@ def lane(make_blob, monkeypatch, no_background_checkpoints):
 
 def _batcher(executor, in_flight: int) -> LeaseBatcher:
     return LeaseBatcher(executor, fastpath.LeaseCall, fastpath.write_together, fastpath.LeaseCall.answer,
-                        _batched, in_flight=lambda: in_flight)
+                        batched, in_flight=lambda: in_flight)
 
 
 def _acquire_request() -> tuple[dict, tuple]:

@@ -24,7 +24,10 @@ else (uploads, creates, deletes, admin forms) in the ``other`` lane. Each
 lane has its own threads per worker process (``LEASEHOLD_THREADS``,
 ``LEASEHOLD_READ_THREADS``, ``LEASEHOLD_OTHER_THREADS``, one each by
 default), so an export, a listing or an upload never queues ahead of a
-renewal: at worst they share the cores and the writer lock. A request sticks
+renewal: at worst they share the cores and the writer lock. (Azure lease
+requests of the usual shape are batched, config/lease_batch.py, and a batch
+that is all the worker is serving is written by the loop itself when the
+writer is free.) A request sticks
 to one thread of its lane for its whole life (Django keeps the database
 connection and transaction per thread), but a streamed response (an export)
 gives the thread back between pieces: each piece (at most about 64 KiB, one

@@ -323,7 +323,8 @@ class LeaseholdASGI:
                 timing.attach(None)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         if streamed:
-            status, headers = int(started[0][:3]), [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
+            status = int(started[0][:3])
+            headers = [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
             return status, headers, None, result
         return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
 

@@ -5,16 +5,17 @@ A lease holder's renewal is a tiny write whose cost, at synchronous=FULL, is
 mostly the commit: taking the writer lock, BEGIN, COMMIT and the fsync of the
 WAL, each once per request. Here the event loop queues the lean lease
 requests (leases/azure/fastpath.py) as they arrive whole, and whatever is
-queued is checked (SharedKey, headers: no lock) and written in one batch: one write transaction, each request in a savepoint
-of its own, one commit and one fsync (fastpath.write_together). Nobody is
-answered before the commit that covers their request, so every acknowledged
-lease is on disk as before; a request that arrives while a batch runs goes
-into the next one, so under load batches grow by themselves and with one
-client nothing waits for company.
+queued is checked (SharedKey, headers: no lock) and written in one batch:
+one write transaction, each request in a savepoint of its own, one commit
+and one fsync (fastpath.write_together). Nobody is answered before the
+commit that covers their request, so every acknowledged lease is on disk as
+before; a request that arrives while a batch runs goes into the next one, so
+under load batches grow by themselves and with one client nothing waits for
+company.
 
-Who writes a batch: the event loop itself when the batch is all the worker
-is serving (no other request in flight, so the loop has nothing else to
-do) and the writer is free this moment (busy.at_once(): our writer lock,
+Who writes a batch: the event loop itself when the batch is one request and
+the worker serves no other (nothing else in flight, so the loop has nothing
+else to do) and the writer is free this moment (busy.at_once(): our writer lock,
 SQLite's own lock, and no other thread of this process committing); else
 the lease lane's thread, which may wait for the writer (bounded, 503
 ServerBusy). Handing a request to a thread and its answer back costs two
@@ -22,9 +23,12 @@ thread wake-ups and a GIL hand-over each way, a large part of one client's
 latency on a virtual machine. The loop never waits for a lock, so a stuck
 writer elsewhere costs it nothing; it does wait for the fsync of its own
 commit, which is why it writes only when nothing else waits for it: under
-load the lane's thread writes while the loop reads the next requests. The batch is started
-with ``call_soon`` after the first request is queued, so that requests read
-in the same turn of the loop are written together.
+load the lane's thread writes while the loop reads the next requests, and
+the thread takes what is queued when it starts, so batches grow. The loop's
+batch is started with ``call_soon`` after the first request is queued, so
+that requests read in the same turn of the loop join it (it then goes to
+the thread: a lone request written in its own task would leave each of a
+burst's requests a batch of its own).
 
 A batch holds at most ``MAX_BATCH`` requests, so that the writer lock is
 held for a bounded time (about a millisecond of work per request). A batch
@@ -67,7 +71,7 @@ class LeaseBatcher:
     ``executor`` is the lease lane's thread, for batches that must wait for
     the writer; ``inline=False`` sends every batch there. ``in_flight()``
     -> the requests the worker is serving: the loop writes a batch itself
-    only when the batch is all of them."""
+    only when it is the one request in flight."""
 
     def __init__(self, executor, check, write, answer, finish, *, inline: bool = True, in_flight=lambda: 0):
         self.executor = executor
@@ -172,7 +176,8 @@ class LeaseBatcher:
         if isinstance(calls, BaseException):
             return [(future, calls) for _, _, future in batch]
         try:
-            return [(future, self.finish(call.environ, self.answer(call))) for call, (_, _, future) in zip(calls, batch)]
+            return [(future, self.finish(call.environ, self.answer(call)))
+                    for call, (_, _, future) in zip(calls, batch)]
         except BaseException as exc:  # a bug: every waiting request gets it, none hangs
             return [(future, exc) for _, _, future in batch]
 

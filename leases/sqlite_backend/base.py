@@ -175,9 +175,9 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
                             self.connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
                 timing.mark("begun")
             except OperationalError as exc:
-                if is_writer_busy(exc) and must_not_wait():
-                    raise WouldWait("SQLite's write lock is held") from exc
                 if is_writer_busy(exc):  # SQLite's own lock, held by another program
+                    if must_not_wait():
+                        raise WouldWait("SQLite's write lock is held") from exc
                     raise WriterBusy(f"the database writer was busy for more than {self.write_wait:g} s") from exc
                 raise
         except BaseException:

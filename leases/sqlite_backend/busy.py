@@ -35,11 +35,12 @@ def at_once():
     ``WouldWait`` is raised instead. For the event loop thread, which may
     write a lease batch itself but must never block on a lock
     (config/lease_batch.py)."""
+    outer = must_not_wait()
     _request.at_once = True
     try:
         yield
     finally:
-        _request.at_once = False
+        _request.at_once = outer
 
 
 def must_not_wait() -> bool:

@@ -25,8 +25,8 @@ lane has its own threads per worker process (``LEASEHOLD_THREADS``,
 ``LEASEHOLD_READ_THREADS``, ``LEASEHOLD_OTHER_THREADS``, one each by
 default), so an export, a listing or an upload never queues ahead of a
 renewal: at worst they share the cores and the writer lock. (Azure lease
-requests of the usual shape are batched, config/lease_batch.py, and a batch
-that is all the worker is serving is written by the loop itself when the
+requests of the usual shape are batched, config/lease_batch.py, and a lone
+one, with nothing else in flight, is written by the loop itself when the
 writer is free.) A request sticks
 to one thread of its lane for its whole life (Django keeps the database
 connection and transaction per thread), but a streamed response (an export)

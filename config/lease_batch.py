@@ -73,7 +73,7 @@ class LeaseBatcher:
     -> the requests the worker is serving: the loop writes a batch itself
     only when it is the one request in flight."""
 
-    def __init__(self, executor, check, write, answer, finish, *, inline: bool = True, in_flight=lambda: 0):
+    def __init__(self, executor, check, write, answer, finish, *, in_flight, inline: bool = True):
         self.executor = executor
         self.in_flight = in_flight
         self.check, self.write, self.answer, self.finish = check, write, answer, finish

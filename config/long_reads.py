@@ -47,6 +47,7 @@ import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -80,6 +81,13 @@ class HelperUnavailable(Exception):
 # ------------------------------------------------------------------ the worker's side
 
 
+def _spawn(path: str, env: dict) -> subprocess.Popen:
+    """The helper process, serving on the socket ``path`` (in a thread:
+    see LongReads._helper)."""
+    return subprocess.Popen([sys.executable, "-m", "config.long_reads", path], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, env=env)
+
+
 class LongReads:
     """A worker's helper process and the long reads it relays."""
 
@@ -91,26 +99,30 @@ class LongReads:
         self.slot_wait = or_exit(env_float, "LEASEHOLD_WRITE_WAIT", 5, at_least=0)
         self._slots: asyncio.Semaphore | None = None
         self._starting: asyncio.Lock | None = None
-        self.proc: asyncio.subprocess.Process | None = None
+        self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
         self.path: str | None = None
 
     async def _helper(self) -> str:
         """The socket of a running helper, started if need be."""
         async with self._starting:
-            if self.proc is not None and self.proc.returncode is None:
+            if self.proc is not None and self.proc.poll() is None:
                 return self.path
             self.close()
             self.dir = tempfile.mkdtemp(prefix="leasehold-long-reads-")  # 0700: only this user connects
             self.path = os.path.join(self.dir, "socket")
             env = dict(os.environ, LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL="0",
                        LEASEHOLD_LONG_READ_PROCESS="0", LEASEHOLD_LONG_READ_NICE=str(self.nice))
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "config.long_reads", self.path, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, env=env)
+            # Started, and waited for, in a thread: spawning from the event
+            # loop (uvloop's spawn returns once the child has exec'd) held
+            # the loop, and every request of this worker, 60-90 ms under the
+            # hostile bench's load (asyncio's slow-callback log), more than
+            # a renewal's whole budget there.
+            loop = asyncio.get_running_loop()
+            self.proc = await loop.run_in_executor(None, _spawn, self.path, env)
             try:
-                line = await asyncio.wait_for(self.proc.stdout.readline(), START_SECONDS)
-            except TimeoutError:
+                line = await asyncio.wait_for(loop.run_in_executor(None, self.proc.stdout.readline), START_SECONDS)
+            except TimeoutError:  # close() below kills it, which ends that readline too
                 line = b""
             if line != b"ready\n":
                 self.close()
@@ -165,8 +177,9 @@ class LongReads:
             self._slots.release()
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()  # it would exit anyway once its stdin closes
+            # (reaped by the next poll of subprocess's own, at the next spawn)
         self.proc = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)

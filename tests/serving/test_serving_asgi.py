@@ -122,3 +122,26 @@ def test_a_body_below_the_minimum_rate_is_refused(front):
     with pytest.raises(BodyRefused) as refused:
         asyncio.run(run())
     assert refused.value.status == 408
+
+
+def test_what_the_worker_loaded_at_startup_is_kept_out_of_the_collectors_scans(front):
+    """A full collection scans only what requests made since the worker
+    started: scanning all of Django took ~50 ms on the event loop."""
+    import gc
+
+    sent = []
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+    async def receive():
+        return messages.pop(0)
+
+    async def send(message):
+        sent.append(message["type"])
+
+    gc.unfreeze()
+    try:
+        asyncio.run(front.lifespan(receive, send))
+        assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+        assert gc.get_freeze_count() > 10_000  # Django and the app, at least
+    finally:
+        gc.unfreeze()

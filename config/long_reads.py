@@ -178,8 +178,7 @@ class LongReads:
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()  # it would exit anyway once its stdin closes
-            # (reaped by the next poll of subprocess's own, at the next spawn)
+            self.proc.kill()  # it would exit anyway once its stdin closes (reaped when its Popen goes)
         self.proc = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -54,7 +54,7 @@ PG_TESTS ?= -m also_postgres
 # that long at the end (measured on 2 cores: 246 s against 283 s with
 # -n auto). The PostgreSQL pass stays at one worker a core: its server takes
 # the spare CPU there (3 workers measured slower).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 1 )))
 
 # Bytecode is written even where the environment asks Python not to: without
 # it every test process compiles our modules and pytest rewrites the

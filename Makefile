@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast bench clean chromium azurite
+.PHONY: run test test-fast bench docs clean chromium azurite
 
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,7 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_O
 # worker's start against 4.5 s).
 test: export PYTHONDONTWRITEBYTECODE =
 test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
+	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not postgres" $(PYTEST_ARGS)
 	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -n auto $(PG_TESTS) $(PYTEST_ARGS)
 
@@ -83,6 +84,10 @@ test-fast: $(BIN)/.installed
 # for the 5-minute memory run; "--help" for the rest.
 bench: $(BIN)/.installed
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# The docs/ site (MkDocs) into var/site; `.venv/bin/mkdocs serve` to browse it while writing.
+docs: $(BIN)/.installed
+	$(BIN)/mkdocs build --strict
 
 clean:
 	rm -rf $(VENV) var

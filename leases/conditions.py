@@ -1,6 +1,6 @@
 """HTTP conditional headers (If-Match, If-None-Match, If-Modified-Since,
 If-Unmodified-Since), evaluated the way the Blob service does
-(azure-lease-semantics.md §7). Pure: no Django."""
+(docs/reference/azure-compatibility.md §7). Pure: no Django."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Pure Python: the state machine raises these, and each adapter (Azure XML,
 JSON) turns them into its own wire shape in one exception handler.
 
-Messages are the real service's strings (azure-lease-semantics.md §5.1); the
+Messages are the real service's strings (docs/reference/azure-compatibility.md §5.1); the
 ones that name the resource come in a blob and a container variant.
 """
 

@@ -6,7 +6,7 @@
 A record stores absolute deadlines; the state a client sees is derived from
 them and ``now`` (``effective_state``), so nothing here depends on a
 background thread, and leases keep running on wall-clock time while the
-server is down. Cell by cell this follows azure-lease-semantics.md §3.2
+server is down. Cell by cell this follows docs/reference/azure-compatibility.md §3.2
 (lease operations) and §4.2 (reads and writes under a lease).
 
 Blobs and containers share every lease-operation cell. They differ in what a

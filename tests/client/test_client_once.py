@@ -144,18 +144,17 @@ def test_once_per_survives_a_crashed_runner(leasehold):
 
 
 
-def test_the_readme_initialisation_example_runs(leasehold):
-    """README's "Client helpers" example, as written, against the live server."""
+def test_the_guide_initialisation_example_runs(leasehold):
+    """The client helpers guide's initialisation example, as written, against the live server."""
     import re
 
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("## Client helpers"):text.index("## Configuration")]
+    section = (REPO / "docs" / "guide" / "client-helpers.md").read_text()
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     code = code.replace('"UseDevelopmentStorage=true"', "CONNECTION_STRING")
     loads = []
     namespace = {"CONNECTION_STRING": leasehold.connection_string, "deployment_id": "deployment-1",
                  "load_initial_data": lambda: loads.append(1)}
-    exec(compile(code, "README.md", "exec"), namespace)
-    exec(compile(code, "README.md", "exec"), namespace)  # a second instance, later: nothing to do
+    exec(compile(code, "client-helpers.md", "exec"), namespace)
+    exec(compile(code, "client-helpers.md", "exec"), namespace)  # a second instance, later: nothing to do
     assert loads == [1]
     assert namespace["blob"].get_blob_properties().metadata["progress"] == "done"

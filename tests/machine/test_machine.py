@@ -1,4 +1,4 @@
-"""The pure state machine, cell by cell (azure-lease-semantics.md §3.2, §4.2),
+"""The pure state machine, cell by cell (docs/reference/azure-compatibility.md §3.2, §4.2),
 then properties over random records, times and action sequences."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ to current-version actions.
 
 References: the Lease Blob page (seeds/001, "Changes to Lease Blob introduced
 in version 2012-02-12"), the 2012-02-12 announcement (seeds/000) and
-azure-lease-semantics.md §3.2, §10. Legacy leases are a fixed 60 s under an
+docs/reference/azure-compatibility.md §3.2, §10. Legacy leases are a fixed 60 s under an
 id the service draws; there is no change, no break period, no proposed id and
 no container lease; a released lease can still be renewed or broken; breaking
 a breaking or broken lease is 409 LeaseAlreadyBroken.

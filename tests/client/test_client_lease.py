@@ -68,6 +68,8 @@ def test_a_broken_lease_is_noticed_within_one_renewal_interval(backend):
         BlobLeaseClient(backend.blob(container, name)).break_lease(lease_break_period=0)
         took = backend.run_until(lease.lost.is_set, step=0.25 if backend.fake_time else 0.05, limit=2 * interval)
         assert took <= interval + (0.25 if backend.fake_time else 0.5)
+        # on_lost runs on the renewal thread right after `lost` is set: wait for it, not for time.
+        backend.run_until(lambda: bool(losses), step=0.01, limit=interval)
         assert losses == [lease] and "renewal refused" in lease.lost_reason
         assert lease.lost_at - broken_at <= interval + 0.5
         with pytest.raises(LeaseLostError, match="renewal refused"):

@@ -111,6 +111,25 @@ def test_a_waiter_is_granted_within_0_3_s_of_the_release_across_two_workers(sqli
                                                         ("acquire", 201, "")]
 
 
+def test_a_waiter_is_granted_at_the_end_of_a_break_without_a_signal(sqlite_server):
+    """A break with a period wakes the waiter (a signal), which learns the
+    break's end and is granted then by its own timer."""
+    base = sqlite_server.url
+    path = _container(base)
+    assert _acquire(base, path, -1).status_code == 201
+    answer = {}
+    thread = threading.Thread(target=lambda: answer.update(r=_acquire(base, path, 15, **{WAIT: "10"}),
+                                                            at=time.monotonic()))
+    thread.start()
+    time.sleep(0.5)
+    broken = azure_raw.signed("PUT", base, path + "?comp=lease&restype=container",
+                              headers={"x-ms-lease-action": "break", "x-ms-lease-break-period": "1"})
+    assert broken.status_code == 202
+    break_ends = time.monotonic() + 1
+    thread.join(timeout=30)
+    assert answer["r"].status_code == 201 and -0.1 < answer["at"] - break_ends < 0.3, answer["at"] - break_ends
+
+
 def test_a_wait_that_runs_out_is_the_usual_409_with_retry_after(sqlite_server):
     base = sqlite_server.url
     path = _container(base)

@@ -167,7 +167,6 @@ class Waiters:
         queue = self.queues.get(wait.queued) if wait.queued is not None else None
         if queue is None:
             return
-        was_first = queue.waits and queue.waits[0] is wait
         try:
             queue.waits.remove(wait)
         except ValueError:
@@ -176,7 +175,7 @@ class Waiters:
             if queue.timer is not None:
                 queue.timer.cancel()
             del self.queues[wait.queued]
-        elif was_first and not held:
+        elif not held:
             queue.wake_first()
 
     # ---------------------------------------------------------- listening for signals

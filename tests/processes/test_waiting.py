@@ -187,8 +187,9 @@ def test_the_leader_helpers_standby_takes_over_within_0_5_s_of_the_release(sqlit
 
 def test_a_thousand_waiters_take_no_thread_each(tmp_path):
     """One worker; 1,000 acquires waiting at once on one held container:
-    the worker's threads do not grow, each request is answered once (at the
-    end of its wait: 409) and recorded once."""
+    the worker's threads do not grow, the 1,001st is refused (the bound per
+    principal), each request is answered once (at the end of its wait: 409)
+    and recorded once."""
     database = tmp_path / "leasehold.sqlite3"
     prepare(str(database), tmp_path)
     server = Instance(str(database), tmp_path, "server", workers=1)
@@ -204,7 +205,7 @@ def test_a_thousand_waiters_take_no_thread_each(tmp_path):
         assert min(took for _, took in answers) >= 4 * 0.95  # each was held for its whole wait
         assert threads_waiting - threads_before <= 2, (threads_before, threads_waiting)
         acquires = [line for line in server.output().splitlines() if "PUT /" in line and "comp=lease" in line]
-        assert len(acquires) == 1 + 1000  # the holder's, then one answer per waiter
+        assert len(acquires) == 1 + 1 + 1000  # the holder's, the refused one, one answer per waiter
         events = _events(database, path)
         assert len(events) == 1 + 1000 and events.count(("acquire", 409, "LeaseAlreadyPresent")) == 1000
     finally:
@@ -236,6 +237,11 @@ async def _many_waiters(server, path: str, *, count: int, wait: float) -> tuple[
     tasks = [asyncio.ensure_future(one()) for _ in range(count)]
     await asyncio.sleep(wait * 0.7)  # all sent and waiting by now
     threads = _threads(server.proc.pid)
+    # One more is past the bound (LEASEHOLD_WAITERS_PER_PRINCIPAL, 1000): 503 ServerBusy at once.
+    started = time.monotonic()
+    over = await asyncio.get_running_loop().run_in_executor(None, lambda: _acquire(server.url, path, 15, **{WAIT: "4"}))
+    assert over.status_code == 503 and azure_raw.error_code(over) == "ServerBusy", over.text
+    assert over.headers["Retry-After"] == "1" and time.monotonic() - started < 2
     return await asyncio.gather(*tasks), threads
 
 

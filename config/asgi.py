@@ -59,7 +59,8 @@ from config import answers, long_reads
 from config.environ import wsgi_environ as _environ
 from config.lease_batch import LeaseBatcher
 from config.wsgi import application as wsgi_application
-from leases import timing
+from config.waiting import Waiters, serve_waiting  # after config.wsgi: Django is set up
+from leases import timing, waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
 from leases.storage.transactions import commits_together
@@ -137,6 +138,7 @@ class LeaseholdASGI:
         self._commits_together = None  # per process; asked once, in the batcher's context
         # exports run in a low-priority helper process (config/long_reads.py)
         self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
+        self.waiters = Waiters()  # acquires waiting for a held lease (config/waiting.py)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -159,10 +161,12 @@ class LeaseholdASGI:
                 # event loop under the hostile bench (a gc callback's log),
                 # every request of the worker waiting.
                 gc.freeze()
+                self.waiters.start()
                 if timing.ENABLED:  # bench only (leases/timing.py)
                     self.loop_watch = asyncio.get_running_loop().create_task(timing.watch_loop())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
+                self.waiters.close()
                 for lane in self.lanes.values():
                     lane.shutdown()
                 if self.long_reads is not None:
@@ -200,6 +204,9 @@ class LeaseholdASGI:
         lane = self.lanes[self.lane_name(scope)]
         environ["leasehold.lane"] = lane.name
         names = fastpath.takes(environ) if lane is self.lanes["lease"] and self.app is wsgi_application else None
+        if lane is self.lanes["lease"] and isinstance(body, bytes) and _may_wait(scope, environ, body):
+            await serve_waiting(self, scope, receive, send, body, length, environ, names, lane)
+            return
         if names is not None and self.batching and self.commits_together():
             if marks is not None:  # bench only: the batch's steps are copied in (config/lease_batch.py)
                 environ["leasehold.timing"] = marks
@@ -246,6 +253,22 @@ class LeaseholdASGI:
             lane.give_back(index)
             if not isinstance(body, bytes):
                 body.close()  # the spooled file, deleted on close
+
+    async def lease_answer(self, environ, names, lane) -> tuple[int, list, bytes]:
+        """One attempt of a lease request: batched (the Azure door's lean
+        path) or in a thread of the lease lane."""
+        if names is not None and self.batching and self.commits_together():
+            return await self.batcher.submit(environ, names)
+        index = lane.take()
+        try:
+            status, headers, content, result = await asyncio.get_running_loop().run_in_executor(
+                lane.executors[index], self.call, environ)
+        finally:
+            lane.give_back(index)
+        if result is not None:  # a streamed answer (a lease action's never is): close it
+            answers.close(result)
+            raise RuntimeError("a lease action answered with a stream")
+        return status, headers, content
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
@@ -335,6 +358,15 @@ class LeaseholdASGI:
             headers = [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
             return status, headers, None, result
         return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
+
+
+def _may_wait(scope, environ, body: bytes) -> bool:
+    """Whether a lease request asks to wait (leases/waiting.py): an Azure
+    acquire with x-leasehold-wait, a JSON acquire with "wait" in its body.
+    Every other lease request goes the usual way, untouched."""
+    if scope["path"].startswith(API_LEASES):
+        return scope["path"].startswith(API_LEASES + "acquire/") and b'"wait"' in body
+    return bool(environ.get(waiting.HEADER_KEY))
 
 
 def _content_length(scope) -> int:

@@ -96,6 +96,8 @@ STATUS = {
     "AuthorizationPermissionMismatch": 403,
     "RequestBodyTooLarge": 413,
     "InternalError": 500,
+    "TooManyRequests": 429,
+    "ServerBusy": 503,
 }
 # Everything else named in MESSAGES (the lease-operation conflicts and the
 # *AlreadyExists / SnapshotsPresent family) is a 409.

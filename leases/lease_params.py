@@ -43,7 +43,11 @@ def lease_id(value: str | None, *, noun: str, field: str = "lease_id") -> uuid.U
 
 
 def parse_int(value: str | int | None, field: str, *, noun: str) -> int | None:
-    if value is None or isinstance(value, int):
+    if value is None:
+        return value
+    if isinstance(value, int):  # from JSON: as long as a header's 12 characters at most (the history stores it)
+        if abs(value) >= 10**12:
+            raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=str(value))
         return value
     text = value.strip()
     # isascii: str.isdigit() accepts digits int() refuses, such as "²".

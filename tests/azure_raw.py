@@ -24,13 +24,22 @@ def signed(method: str, base: str, path: str, *, headers: dict | None = None, bo
            date: str | None = None, sign: bool = True, safe: str = "/~") -> requests.Response:
     """``safe``: the characters the client leaves unencoded in the path, as
     SDKs differ (JavaScript's encodeURIComponent also keeps !'()*)."""
+    url = base + quote(path, safe=safe + "?=&")
+    headers = signed_headers(method, url[len(base):], headers, body=body, account=account, key=key,
+                             version=version, date=date, sign=sign)
+    return requests.request(method, url, headers=headers, data=body or None, timeout=30)
+
+
+def signed_headers(method: str, path: str, headers: dict | None = None, *, body: bytes = b"",
+                   account: str = DEV_ACCOUNT, key: str = DEV_KEY, version: str | None = "2025-11-05",
+                   date: str | None = None, sign: bool = True) -> dict:
+    """The headers of a request to ``path`` (encoded, with its query), signed."""
     headers = {k.lower(): v for k, v in (headers or {}).items() if v is not None}
     headers.setdefault("x-ms-date", date or formatdate(usegmt=True))
     if version:
         headers.setdefault("x-ms-version", version)
-    url = base + quote(path, safe=safe + "?=&")
     if sign:
-        parts = urlsplit(url)
+        parts = urlsplit(path)
         length = str(len(body)) if body else ""
         slot = lambda name: length if name == "content-length" else headers.get(name, "")  # noqa: E731
         canon_headers = "".join(f"{k}:{headers[k]}\n" for k in sorted(h for h in headers if h.startswith("x-ms-")))
@@ -39,7 +48,7 @@ def signed(method: str, base: str, path: str, *, headers: dict | None = None, bo
         text = method + "\n" + "\n".join(slot(n) for n in SLOTS) + "\n" + canon_headers + canon_resource
         mac = hmac.new(base64.b64decode(key), text.encode(), hashlib.sha256).digest()
         headers["authorization"] = f"SharedKey {account}:{base64.b64encode(mac).decode()}"
-    return requests.request(method, url, headers=headers, data=body or None, timeout=10)
+    return headers
 
 
 def lease(base: str, path: str, action: str | None, **headers) -> requests.Response:

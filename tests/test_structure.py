@@ -67,6 +67,7 @@ LAYERS = {
     "leases.env": PURE,  # LEASEHOLD_* variables, typed
     "leases.lease_params": PURE,  # lease ids and numbers as the doors receive them
     "leases.client_headers": PURE,  # request ids and metadata header names, for both doors
+    "leases.waiting": PURE,  # an acquire that waits: the doors' part
     # The database: models, their schema and the storage underneath.
     "leases.models": MODELS,
     "leases.tokens": MODELS,
@@ -84,6 +85,7 @@ LAYERS = {
     "leases.keyset": SERVICES,
     "leases.startup": SERVICES,
     "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
+    "leases.wakeups": SERVICES,  # a release or break wakes the acquires waiting for it
     # The doors, each its own: none imports another.
     "leases.azure": DOOR,
     "leases.api": DOOR,

@@ -15,6 +15,12 @@ from azure.core.exceptions import (
 )
 
 GENERATION_HEADER = "Leasehold-Generation"
+# Leasehold's extension: an acquire waits on the server for a held lease
+# (up to 60 s) instead of being polled; Azure and Azurite ignore the header.
+WAIT_HEADER = "x-leasehold-wait"
+# Longest wait asked per request: also how late a stop() (cancel) can be
+# noticed by a helper waiting for a lease.
+SERVER_WAIT = 20.0
 
 # Lease durations Azure accepts; -1 is infinite.
 MIN_DURATION, MAX_DURATION, INFINITE = 15, 60, -1
@@ -107,6 +113,45 @@ def generation_of(http_response) -> int | None:
         return int(value) if value is not None else None
     except ValueError:
         return None
+
+
+def is_leasehold(exc: BaseException) -> bool:
+    """Whether a refusal came from Leasehold (its Server header), which can
+    hold an acquire until the lease is free (WAIT_HEADER)."""
+    response = getattr(exc, "response", None)
+    return response is not None and (response.headers.get("Server") or "").startswith("Leasehold")
+
+
+class ServerWait:
+    """Whether an acquire loop asks the server to hold the request until the
+    lease is free, and whether it may then try again at once. Asked until
+    the answers show a server that does not hold it (Azure and Azurite ignore
+    the header and answer at once): from then on it polls, as before."""
+
+    def __init__(self):
+        self.leasehold: bool | None = None  # a refusal's Server header said so
+        self.holds: bool | None = None  # an acquire that asked was held (not answered at once)
+        self.asked = 0.0
+        self.sent = 0.0
+
+    def options(self, left: float, now: float) -> dict:
+        """The acquire call's extra keyword arguments, ``left`` seconds to wait."""
+        self.sent, self.asked = now, 0.0
+        if self.leasehold is False or self.holds is False or left < 0.5:
+            return {}
+        self.asked = min(left, SERVER_WAIT)
+        return {"headers": {WAIT_HEADER: f"{self.asked:.1f}"}, "read_timeout": self.asked + 30}
+
+    def refused(self, exc: BaseException, now: float) -> bool:
+        """After a conflict: whether to ask again at once (the server held this one)."""
+        self.leasehold = is_leasehold(exc)
+        if self.asked:
+            self.holds = self.leasehold and now - self.sent >= 0.9 * self.asked
+        return bool(self.asked and self.holds)
+
+    @property
+    def worth_asking(self) -> bool:
+        return bool(self.leasehold) and self.holds is not False
 
 
 def jittered(seconds: float, rng: random.Random | None = None) -> float:

@@ -1,7 +1,9 @@
 """Leader election on a blob lease.
 
-Whoever holds the blob's lease leads. Followers poll for the lease (jittered,
-every ``poll_interval`` at most); the leader renews it in the background. A
+Whoever holds the blob's lease leads. Followers wait for the lease: on
+Leasehold the server holds their acquire until it is free (x-leasehold-wait),
+so a release is taken over at once; elsewhere they poll (jittered, every
+``poll_interval`` at most). The leader renews it in the background. A
 leader that dies stops renewing, its lease runs out and a follower takes over
 within the lease duration plus one poll interval; a leader whose renewals
 stop while it lives (partition, pause) sees ``term.check()`` raise and

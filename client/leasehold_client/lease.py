@@ -29,6 +29,7 @@ on exit, also when the block raises.
 from __future__ import annotations
 
 import logging
+import time
 import threading
 import uuid
 from typing import Callable
@@ -39,6 +40,7 @@ from ._common import (
     INFINITE,
     LeaseLostError,
     Timing,
+    ServerWait,
     backoff,
     generation_of,
     is_conflict,
@@ -91,6 +93,7 @@ class AutoRenewLease:
         self.lost_reason: str | None = None
         self.lost_at: float | None = None
         self._lease = BlobLeaseClient(client, lease_id=self.lease_id)
+        self._server_wait = ServerWait()
         self._state = threading.Lock()   # deadline, lost
         self._io = threading.Lock()      # one lease request at a time (renew vs release)
         self._done = threading.Event()   # set on release or loss: background threads end
@@ -110,11 +113,14 @@ class AutoRenewLease:
         clock = self.clock
         until = None if self.timeout is None else clock.monotonic() + self.timeout
         attempt = creates = 0
+        server_wait = self._server_wait  # Leasehold holds the request until the lease is free: no polling
         while True:
             seen: dict = {}
             sent = clock.monotonic()
+            left = float("inf") if until is None else until - sent
+            waiting = server_wait.options(0.0 if self.cancel.is_set() else left, time.monotonic())
             try:
-                self._lease.acquire(lease_duration=self.timing.duration,
+                self._lease.acquire(lease_duration=self.timing.duration, **waiting,
                                     raw_response_hook=lambda r: seen.update(response=r.http_response),
                                     **NO_SDK_RETRY)
             except Exception as exc:  # noqa: BLE001  classified below
@@ -122,7 +128,9 @@ class AutoRenewLease:
                     creates += 1
                     self._create_missing(exc)
                     continue
-                if is_conflict(exc):
+                if is_conflict(exc) and server_wait.refused(exc, time.monotonic()):
+                    delay = 0.0
+                elif is_conflict(exc):
                     delay = retry_after(exc)
                     # Retry-After (when the server says when it ends), never later
                     # than the next poll, plus a little jitter so waiters do not
@@ -173,6 +181,12 @@ class AutoRenewLease:
                 thread.start()
 
     # -- holding
+
+    @property
+    def server_waits(self) -> bool:
+        """Whether the server was found to hold an acquire until the lease is
+        free (Leasehold): waiting for it then costs no polling."""
+        return self._server_wait.worth_asking
 
     @property
     def held(self) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ._common import backoff, is_not_found
+from ._common import SERVER_WAIT, backoff, is_not_found
 from .clock import SYSTEM_CLOCK, SystemClock
 from .lease import AutoRenewLease
 
@@ -43,11 +43,15 @@ def do_once(blob_client, fn: Callable[[], object], *, duration: int = 60, poll_i
     call ran it. If ``fn`` raises, the error propagates, the blob is not
     marked done and another caller (or a later call) runs it instead."""
     attempt = 0
+    waits = False  # Leasehold holds an acquire until the runner releases: no polling then
     while True:
         metadata = read_metadata(blob_client)
         if metadata is not None and metadata.get(key) == DONE:
             return False
-        with AutoRenewLease(blob_client, duration, clock=clock, **lease_options) as lease:
+        options = lease_options
+        if waits:  # the acquire waits on the server, polling only where it cannot
+            options = {"timeout": SERVER_WAIT, "poll_interval": poll_interval, **lease_options}
+        with AutoRenewLease(blob_client, duration, clock=clock, **options) as lease:
             if lease.has_lease:
                 # Read again under the lease: another runner may have finished
                 # between our read and our acquire.
@@ -59,5 +63,7 @@ def do_once(blob_client, fn: Callable[[], object], *, duration: int = 60, poll_i
                 # Under the lease: refused (412) if it was lost meanwhile.
                 blob_client.set_blob_metadata(metadata, lease=lease.lease_id)
                 return True
-        clock.sleep(backoff(attempt, first=0.5, cap=poll_interval))
-        attempt += 1
+        waits = lease.server_waits
+        if not waits:
+            clock.sleep(backoff(attempt, first=0.5, cap=poll_interval))
+            attempt += 1

@@ -18,7 +18,8 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
-from .. import clock, lease_params, services
+from .. import clock, lease_params, services, waiting
+from ..errors import LeaseholdError
 from ..services import ResourceRef
 from . import schema
 from .base import ApiView, validated
@@ -53,8 +54,17 @@ class LeaseActionView(ApiView):
         ref = blob_ref(account, container, blob) if blob is not None else ResourceRef(account, container)
         params, unparsed = lease_params.parse_for_action(
             noun=ref.noun, **{name: data.get(name) for name in lease_params.NAMES})
-        result = SERVICES[self.action_name](ref=ref, actor=self.actor(), conditions=conditions,
-                                            reason=data.get("reason", ""), unparsed=unparsed, **params.as_kwargs())
+        actor, wait = self.actor(), False
+        if data.get("wait"):  # acquire only: leases/waiting.py
+            wait = unparsed is None and waiting.may_wait(request.META, data["wait"], actor.name,
+                                                         waiting.too_many("TooManyRequests"))
+        try:
+            result = SERVICES[self.action_name](ref=ref, actor=actor, conditions=conditions, wait=wait,
+                                                reason=data.get("reason", ""), unparsed=unparsed,
+                                                **params.as_kwargs())
+        except LeaseholdError as err:
+            waiting.note(request.META, err)  # a quiet refusal: the server waits, then asks again
+            raise
         obj = result.resource
         body = LeaseActionResultSerializer({
             "action": self.action_name,
@@ -84,7 +94,10 @@ def documented(summary: str, description: str = ""):
     "201 with the lease id. Refused with 409 LeaseAlreadyPresent (or LeaseIsBreakingAndCannotBeAcquired) "
     "while someone else holds it; the body then says why: `lease_state`, `retry_after` (seconds until it "
     "can be acquired, null while an infinite lease is held) and `generation`, and a Retry-After header "
-    "carries `retry_after`. Acquiring again with the current lease id changes its duration."))
+    "carries `retry_after`. Acquiring again with the current lease id changes its duration. With `wait` "
+    "(seconds, 0-60; a Leasehold extension) a held lease is waited for: the answer comes as soon as the lease "
+    "is granted, or with the 409 when the wait runs out; 429 TooManyRequests past the bound of waiting "
+    "requests per principal."))
 class AcquireView(LeaseActionView):
     action_name = "acquire"
     input_serializer = AcquireInput

@@ -18,7 +18,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from .. import machine
+from .. import machine, waiting
 from .. import metadata as metadata_rules
 from ..errors import LeaseholdError
 from ..models import Blob, Container, LeaseEvent
@@ -61,6 +61,19 @@ class BreakPeriodParam(_LeaseParam):
     json_types = (int,)
 
 
+@extend_schema_field({"type": "number", "minimum": 0, "maximum": waiting.MAX_WAIT})
+class WaitParam(serializers.Field):
+    """Seconds an acquire may wait for a held lease (leases/waiting.py): a JSON number, 0-60."""
+
+    def validate_empty_values(self, data):
+        if data is empty or data is None:
+            return True, None
+        return False, data
+
+    def to_internal_value(self, data):
+        return waiting.seconds_from_json(data)
+
+
 REASON = {"max_length": 500, "required": False, "allow_blank": True, "default": "",
           "help_text": "Why, for the lease history."}
 
@@ -68,6 +81,9 @@ REASON = {"max_length": 500, "required": False, "allow_blank": True, "default": 
 class AcquireInput(serializers.Serializer):
     duration = DurationParam(help_text="Seconds, 15 to 60, or -1 for a lease that never expires.")
     proposed_lease_id = LeaseIdParam(required=False, help_text="The lease id to use; drawn by the server if absent.")
+    wait = WaitParam(required=False, help_text=(
+        "A Leasehold extension: while someone else holds the lease, wait up to this many seconds (0-60) for it "
+        "(its release, break or expiry) and answer then; 409 with retry_after if the wait runs out."))
 
 
 class RenewInput(serializers.Serializer):

@@ -124,6 +124,9 @@ class PrincipalRateThrottle(SimpleRateThrottle):
     def allow_request(self, request, view):
         if self.rate is None:
             return True
+        wait = request.META.get("leasehold.wait")
+        if wait is not None and wait.principal is not None:  # a waiting acquire's next attempt: one request
+            return True
         self.retry_after = counter().hit(self.get_cache_key(request, view), limit=self.num_requests,
                                          period=self.duration, now=clock.now().timestamp())
         return self.retry_after is None

@@ -51,6 +51,8 @@ def azure_exception_handler(exc, context):
     response = wire.error_response(
         exc, request_id=getattr(view, "request_id", None) or str(uuid.uuid4()), now=clock.now(),
         head=getattr(request, "method", "") == "HEAD")
+    if exc.status == 503 and exc.detail.get("retry_after") is not None:  # e.g. too many waiting acquires
+        response["Retry-After"] = str(exc.detail["retry_after"])
     if fault is not None:
         mark_fault_logged(request)  # logged above with its cause; not again by django.request
     return response

@@ -32,7 +32,7 @@ from django.core import signals
 from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
 
-from .. import services
+from .. import services, waiting
 from ..services import ResourceRef
 from ..sharedkey import account_keys, verify_shared_key
 from . import inputs, lease_request
@@ -153,6 +153,7 @@ class LeaseCall:
     def answer(self):
         """The HttpResponse, every failure too answered by the one handler."""
         request, environ = self.request, self.environ
+        waiting.note(environ, self.error)  # a quiet refusal: the server waits, then asks again
         if self.error is None:
             response = lease_request.lease_response(environ, self.result, legacy=self.legacy)
         else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 
-from .. import client_headers, clock, lease_params, services
+from .. import client_headers, clock, lease_params, services, waiting
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
@@ -56,8 +56,12 @@ def lease(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -> HttpResp
     """Lease Container / Lease Blob: the headers parsed (a parameter that
     does not parse is refused, and recorded, by the service), the service
     called, its result as Azure's headers."""
-    return lease_response(meta, services.lease_action(**lease_arguments(meta, ref, who, legacy=legacy)),
-                          legacy=legacy)
+    try:
+        result = services.lease_action(**lease_arguments(meta, ref, who, legacy=legacy))
+    except LeaseholdError as err:
+        waiting.note(meta, err)  # a quiet refusal: the server waits, then asks again (leases/waiting.py)
+        raise
+    return lease_response(meta, result, legacy=legacy)
 
 
 def lease_arguments(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -> dict:
@@ -70,8 +74,16 @@ def lease_arguments(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -
     params, unparsed = lease_params.parse_for_action(
         noun=ref.noun, lease_id=h("HTTP_X_MS_LEASE_ID"), proposed_lease_id=h("HTTP_X_MS_PROPOSED_LEASE_ID"),
         duration=h("HTTP_X_MS_LEASE_DURATION"), break_period=h("HTTP_X_MS_LEASE_BREAK_PERIOD"))
-    return {"action": h("HTTP_X_MS_LEASE_ACTION"), "ref": ref, "actor": who, "conditions": checked,
-            "legacy": legacy, "unparsed": unparsed, **params.as_kwargs()}
+    action, wait = h("HTTP_X_MS_LEASE_ACTION"), False
+    if (action or "").lower() == "acquire" and meta.get(waiting.HEADER_KEY):  # x-leasehold-wait
+        try:
+            seconds = waiting.seconds_from_header(meta)
+        except LeaseholdError as err:  # refused and recorded by the service, as any bad lease header
+            unparsed = unparsed or err
+        else:
+            wait = unparsed is None and waiting.may_wait(meta, seconds, who.name, waiting.too_many("ServerBusy"))
+    return {"action": action, "ref": ref, "actor": who, "conditions": checked,
+            "legacy": legacy, "unparsed": unparsed, "wait": wait, **params.as_kwargs()}
 
 
 def lease_response(meta: dict, result, *, legacy: bool) -> HttpResponse:

@@ -32,6 +32,7 @@ HEADER_NAMES = {
     "proposed_lease_id": "x-ms-proposed-lease-id",
     "duration": "x-ms-lease-duration",
     "break_period": "x-ms-lease-break-period",
+    "wait": "x-leasehold-wait",  # a Leasehold extension (leases/waiting.py)
     "delete_snapshots": "x-ms-delete-snapshots",
     "blob_type": "x-ms-blob-type",
     "version": "x-ms-version",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from .. import clock, machine, metrics
+from .. import clock, machine, metrics, wakeups
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration
@@ -95,17 +95,28 @@ SUCCESS_STATUS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "
 def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions,
                   reason: str = "", legacy: bool = False, lease_id: uuid.UUID | None = None,
                   proposed_id: uuid.UUID | None = None, duration: int | None = None,
-                  break_period: int | None = None, unparsed: LeaseholdError | None = None) -> LeaseResult:
+                  break_period: int | None = None, unparsed: LeaseholdError | None = None,
+                  wait: bool = False) -> LeaseResult:
     """One transaction: read the row (locked), decide, write it, append the
     event; a refusal appends its event and commits, then is raised. Checks
     that need no database run before the write lock is taken. ``legacy``:
     the semantics of x-ms-version before 2012-02-12 (machine.py).
     ``unparsed``: the 400 of a parameter the door could not parse
-    (leases.lease_params), refused and recorded like any other refusal."""
+    (leases.lease_params), refused and recorded like any other refusal.
+    ``wait``: an acquire that will wait and try again (config/waiting.py):
+    refused because someone holds the lease, it records no event (its
+    request's final answer will) and says so (``refusal.waiting``)."""
     write = _lease_write(action, ref=ref, actor=actor, conditions=conditions, reason=reason, legacy=legacy,
                          lease_id=lease_id, proposed_id=proposed_id, duration=duration,
-                         break_period=break_period, unparsed=unparsed)
-    return _lease_result(*write_transaction(write))
+                         break_period=break_period, unparsed=unparsed, wait=wait)
+    return _woke(_lease_result(*write_transaction(write)), action, ref)
+
+
+def _woke(result: LeaseResult, action: str | None, ref: ResourceRef) -> LeaseResult:
+    """After a committed release or break: wake the acquires waiting for it (leases/wakeups.py)."""
+    if action in wakeups.FREEING:
+        wakeups.after_commit(wakeups.key(ref.account, ref.container, ref.blob))
+    return result
 
 
 def _lease_result(obj, outcome, refusal) -> LeaseResult:
@@ -116,7 +127,7 @@ def _lease_result(obj, outcome, refusal) -> LeaseResult:
 
 
 def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions, reason: str,
-                 legacy: bool, lease_id, proposed_id, duration, break_period, unparsed):
+                 legacy: bool, lease_id, proposed_id, duration, break_period, unparsed, wait: bool = False):
     """A lease action up to its write: the checks that need no database
     (a failed one is the refusal the write records) and the event's known
     values; returned is the write, to run in a write transaction, which
@@ -171,11 +182,17 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                 now = clock.now()
             EVENTS.set(event, conn, occurred_at=now)
             if refusal is not None:
-                with _recording_refusal(refusal):
-                    _event_finish(event, status=refusal.status, error=refusal,
-                                  state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
-                if refusal.code in REFUSAL_DETAIL_CODES and obj is not None:
+                held = refusal.code in REFUSAL_DETAIL_CODES and obj is not None
+                if not (held and wait):  # a waiting acquire's refusal is recorded by its last attempt
+                    with _recording_refusal(refusal):
+                        _event_finish(event, status=refusal.status, error=refusal,
+                                      state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
+                if held:
                     refusal.detail.update(_refusal_detail(obj, now))
+                    # for a waiting acquire: what it waits for, and when that state ends by itself
+                    refusal.waiting = wait
+                    refusal.wait_key = wakeups.key(ref.account, ref.container, ref.blob)
+                    refusal.ends_at = machine.deadline(obj.lease_record, now)
             else:
                 previous_id = obj.lease_id
                 holder = ()
@@ -191,6 +208,8 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                              lease_id=params["lease_id"] or outcome.lease_id or previous_id,
                              duration=outcome.record.duration if action != "break" else None)
                 _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
+                if action in wakeups.FREEING:
+                    wakeups.in_transaction(wakeups.key(ref.account, ref.container, ref.blob), conn, cursor)
         return obj, outcome, refusal
 
     return write
@@ -244,25 +263,27 @@ def lease_break(*, ref: ResourceRef, actor: Actor, break_period: int | None = No
 def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
                  lease_id: uuid.UUID | None = None, proposed_lease_id: uuid.UUID | None = None,
                  duration: int | None = None, break_period: int | None = None, reason: str = "",
-                 legacy: bool = False, unparsed: LeaseholdError | None = None) -> LeaseResult:
+                 legacy: bool = False, unparsed: LeaseholdError | None = None, wait: bool = False) -> LeaseResult:
     """Dispatch on an action name taken from the wire (may be unknown).
     ``legacy``: the request's x-ms-version is before 2012-02-12.
     ``unparsed``: the door could not parse a parameter (leases.lease_params.
     parse_for_action): the action is checked, then refused with this error,
-    and the refusal recorded, as Azure orders its checks."""
+    and the refusal recorded, as Azure orders its checks. ``wait``: see _lease_action."""
     return _lease_action(**_arguments(action, ref=ref, actor=actor, conditions=conditions, lease_id=lease_id,
                                       proposed_lease_id=proposed_lease_id, duration=duration,
-                                      break_period=break_period, reason=reason, legacy=legacy, unparsed=unparsed))
+                                      break_period=break_period, reason=reason, legacy=legacy, unparsed=unparsed,
+                                      wait=wait))
 
 
 def _arguments(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
                lease_id: uuid.UUID | None = None, proposed_lease_id: uuid.UUID | None = None,
                duration: int | None = None, break_period: int | None = None, reason: str = "",
-               legacy: bool = False, unparsed: LeaseholdError | None = None) -> dict:
+               legacy: bool = False, unparsed: LeaseholdError | None = None, wait: bool = False) -> dict:
     """lease_action's arguments (an action name from the wire) as _lease_action takes them."""
     return {"action": (action or "").lower() or None, "ref": ref, "actor": actor, "conditions": conditions,
             "lease_id": lease_id, "proposed_id": proposed_lease_id, "duration": duration,
-            "break_period": break_period, "reason": reason, "legacy": legacy, "unparsed": unparsed}
+            "break_period": break_period, "reason": reason, "legacy": legacy, "unparsed": unparsed,
+            "wait": wait}
 
 
 def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception]:
@@ -283,7 +304,7 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception
     for arguments, (written, error) in zip(actions, write_together(writes)):
         if error is None:
             try:
-                answers.append(_lease_result(*written))
+                answers.append(_woke(_lease_result(*written), arguments["action"], arguments["ref"]))
                 outcome = "success"
             except LeaseholdError as refusal:
                 answers.append(refusal)

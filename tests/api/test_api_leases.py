@@ -318,3 +318,26 @@ def test_a_bug_is_a_json_500_and_is_logged(api, resource, monkeypatch, caplog):
     body = response.json()
     assert (response.status_code, body["code"], body["request_id"]) == (500, "InternalError", response["X-Request-Id"])
     assert "unhandled error on POST" in caplog.text and "a bug" in caplog.text
+
+
+def test_a_waiting_acquire_refused_for_a_held_lease_is_quiet_until_its_last_attempt(api, resource):
+    """With the server's offer to wait (config/waiting.py puts a Wait in the
+    environ), a refusal for a held lease records nothing and tells the server
+    what to wait for; the last attempt's refusal is recorded; past the bound
+    per principal, 429 and nothing recorded. Without the offer, answered at once."""
+    from config.waiting import Waiters
+    from leases.waiting import Wait
+
+    acquire(api, resource, 60)
+    wait = Wait(Waiters(bound=1))
+    refused = lease(api, "acquire", resource, {"duration": 15, "wait": 5}, **{"leasehold.wait": wait})
+    assert refused.status_code == 409 and refused.json()["retry_after"] == 60
+    assert wait.key is not None and wait.ends_at is not None and LeaseEvent.objects.count() == 1
+    full = lease(api, "acquire", resource, {"duration": 15, "wait": 5}, **{"leasehold.wait": Wait(wait.registry)})
+    assert full.status_code == 429 and full.json()["code"] == "TooManyRequests" and full["Retry-After"] == "1"
+    assert LeaseEvent.objects.count() == 1
+    wait.final = True
+    assert lease(api, "acquire", resource, {"duration": 15, "wait": 5},
+                 **{"leasehold.wait": wait}).status_code == 409
+    assert lease(api, "acquire", resource, {"duration": 15, "wait": 5}).status_code == 409  # no offer: at once
+    assert list(LeaseEvent.objects.order_by("id").values_list("status_code", flat=True)) == [201, 409, 409]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 from typing import Callable
 
-from .._common import backoff, is_not_found
+from .._common import SERVER_WAIT, backoff, is_not_found
 from ..clock import SYSTEM_CLOCK, SystemClock
 from ..once import DONE, PROGRESS_KEY
 from .lease import AutoRenewLease
@@ -30,11 +30,15 @@ async def do_once(blob_client, fn: Callable, *, duration: int = 60, poll_interva
                   key: str = PROGRESS_KEY, clock: SystemClock = SYSTEM_CLOCK, **lease_options) -> bool:
     """Run ``fn()`` once across every caller sharing the blob; True if this call ran it."""
     attempt = 0
+    waits = False  # Leasehold holds an acquire until the runner releases: no polling then
     while True:
         metadata = await read_metadata(blob_client)
         if metadata is not None and metadata.get(key) == DONE:
             return False
-        async with AutoRenewLease(blob_client, duration, clock=clock, **lease_options) as lease:
+        options = lease_options
+        if waits:  # the acquire waits on the server, polling only where it cannot
+            options = {"timeout": SERVER_WAIT, "poll_interval": poll_interval, **lease_options}
+        async with AutoRenewLease(blob_client, duration, clock=clock, **options) as lease:
             if lease.has_lease:
                 metadata = await read_metadata(blob_client) or {}
                 if metadata.get(key) == DONE:
@@ -43,5 +47,7 @@ async def do_once(blob_client, fn: Callable, *, duration: int = 60, poll_interva
                 metadata[key] = DONE
                 await blob_client.set_blob_metadata(metadata, lease=lease.lease_id)
                 return True
-        await clock.sleep_async(backoff(attempt, first=0.5, cap=poll_interval))
-        attempt += 1
+        waits = lease.server_waits
+        if not waits:
+            await clock.sleep_async(backoff(attempt, first=0.5, cap=poll_interval))
+            attempt += 1

@@ -1,0 +1,277 @@
+"""Acquires that wait for a held lease, held by a worker's event loop (the
+doors' part, and the wire: leases/waiting.py).
+
+A waiting request is a coroutine: it holds its connection and a little
+memory, no thread and no lane. When its first attempt is refused because
+someone holds the lease, it waits for one of
+
+* a signal that the lease was released or broken, from any process or
+  instance (leases/wakeups.py: a unix datagram on SQLite, NOTIFY on
+  PostgreSQL; received here by the loop, no thread);
+* the known end of the blocking state (the lease's expiry, the break's
+  end), a timer of the loop;
+* the end of its own wait,
+
+then tries again through the door and the service, in the lease lane, like
+any request. The end of its wait is the final attempt, whose refusal (409
+with retry_after) is recorded and answered.
+
+Per resource the waiters of a worker queue in arrival order, and a signal
+or timer wakes only the first: after a grant, or any answer other than
+"still held", the next is woken to learn the new state. So a release costs
+each worker one or two attempts, not one per waiter; a waiter woken that
+loses the race (another worker's waiter won) waits again in its place.
+A signal that arrives while a waiter is between attempts is not lost: the
+recent signals are kept with a count, and a waiter checks them before it
+sleeps.
+
+Waiters are bounded per principal and worker (LEASEHOLD_WAITERS_PER_PRINCIPAL):
+past it the doors refuse (JSON 429, Azure 503 ServerBusy, Retry-After: 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import socket
+import threading
+import time
+
+from django.conf import settings
+
+from config import long_reads
+from config.environ import wsgi_environ
+from leases import clock, waiting, wakeups
+from leases.azure.fastpath import takes
+from leases.env import env_int, or_exit
+
+log = logging.getLogger("leasehold.waiting")
+
+RECENT = 4096  # signals remembered for waiters between attempts
+TIMER_MARGIN = 0.002  # seconds after a deadline before trying (the deadline itself still blocks)
+
+
+class _Queue:
+    """The waiters of one resource in this worker, first come first."""
+
+    __slots__ = ("waits", "timer")
+
+    def __init__(self):
+        self.waits: collections.deque = collections.deque()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def wake_first(self) -> None:
+        if self.waits:
+            woken = self.waits[0].woken
+            if woken is not None and not woken.done():
+                woken.set_result("woken")
+
+
+class Waiters:
+    """The waiting acquires of one worker process."""
+
+    def __init__(self, bound: int | None = None):
+        self.bound = bound if bound is not None else or_exit(env_int, "LEASEHOLD_WAITERS_PER_PRINCIPAL", 1000,
+                                                             at_least=0)
+        self.lock = threading.Lock()  # places: reserved by the doors in lane threads
+        self.places: dict[str, int] = {}
+        self.queues: dict[str, _Queue] = {}
+        self.seq = 0  # signals received
+        self.recent: collections.deque = collections.deque(maxlen=RECENT)  # (seq, key)
+        self.listening: asyncio.Task | None = None
+        self.sock: socket.socket | None = None
+        self.marker: str | None = None
+
+    # ---------------------------------------------------------- places (any thread)
+
+    def reserve(self, principal: str) -> bool:
+        with self.lock:
+            taken = self.places.get(principal, 0)
+            if taken >= self.bound:
+                return False
+            self.places[principal] = taken + 1
+            return True
+
+    def release(self, principal: str) -> None:
+        with self.lock:
+            left = self.places.get(principal, 1) - 1
+            if left > 0:
+                self.places[principal] = left
+            else:
+                self.places.pop(principal, None)
+
+    def waiting(self) -> int:
+        return sum(len(queue.waits) for queue in self.queues.values())
+
+    # ---------------------------------------------------------- on the loop
+
+    def signal(self, key: str) -> None:
+        """A lease was released or broken (any process): wake its first waiter here."""
+        self.seq += 1
+        self.recent.append((self.seq, key))
+        queue = self.queues.get(key)
+        if queue is not None:
+            queue.wake_first()
+
+    def wake_all(self) -> None:
+        """Signals may have been missed (a listener reconnected): every first waiter tries again."""
+        for queue in self.queues.values():
+            queue.wake_first()
+
+    def _signalled_since(self, key: str, seq: int) -> bool:
+        if seq >= self.seq:
+            return False
+        if not self.recent or self.recent[0][0] > seq + 1:  # forgotten: assume so
+            return True
+        return any(s > seq and k == key for s, k in reversed(self.recent))
+
+    async def wait(self, wait, gone: asyncio.Future) -> str:
+        """Until woken ("woken"), the wait's end ("timeout") or the client's
+        going away ("gone"). ``wait`` (leases.waiting.Wait) was refused
+        quietly: its key and the blocking state's end are set."""
+        loop = asyncio.get_running_loop()
+        queue = self.queues.get(wait.key)
+        if queue is None:
+            queue = self.queues[wait.key] = _Queue()
+        if wait.queued is None:
+            queue.waits.append(wait)
+            wait.queued = wait.key
+        self._set_timer(loop, queue, wait.ends_at)  # the latest word on when the blocking state ends
+        if self._signalled_since(wait.key, wait.seq):
+            return "woken"
+        remaining = wait.until - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        wait.woken = loop.create_future()
+        done, _ = await asyncio.wait((wait.woken, gone), timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        if gone in done:
+            return "gone"
+        return "woken" if done else "timeout"
+
+    def _set_timer(self, loop, queue: _Queue, ends_at) -> None:
+        if queue.timer is not None:
+            queue.timer.cancel()
+            queue.timer = None
+        if ends_at is not None:
+            delay = max(0.0, (ends_at - clock.now()).total_seconds()) + TIMER_MARGIN
+            queue.timer = loop.call_later(delay, queue.wake_first)
+
+    def leave(self, wait, *, held: bool) -> None:
+        """A waiter is answered (or its client gone). Unless its answer was
+        "still held", the next waiter tries: the state changed for it too."""
+        if wait.principal is not None:
+            self.release(wait.principal)
+            wait.principal = None
+        queue = self.queues.get(wait.queued) if wait.queued is not None else None
+        if queue is None:
+            return
+        try:
+            queue.waits.remove(wait)
+        except ValueError:
+            pass
+        if not queue.waits:
+            if queue.timer is not None:
+                queue.timer.cancel()
+            del self.queues[wait.queued]
+        elif not held:
+            queue.wake_first()
+
+    # ---------------------------------------------------------- listening for signals
+
+    def start(self) -> None:
+        """At the worker's start: listen for other processes' signals."""
+        folder = wakeups.marker_dir()
+        if folder is not None:
+            self._listen_datagrams(folder)
+        elif settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+            self.listening = asyncio.get_running_loop().create_task(self._listen_postgres())
+
+    def close(self) -> None:
+        if self.listening is not None:
+            self.listening.cancel()
+        if self.sock is not None:
+            asyncio.get_running_loop().remove_reader(self.sock.fileno())
+            self.sock.close()
+            self.sock = None
+        if self.marker is not None:
+            try:
+                os.unlink(self.marker)
+            except OSError:
+                pass
+
+    def _listen_datagrams(self, folder: str) -> None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(wakeups.address(folder, os.getpid()))
+            sock.setblocking(False)
+            self.marker = os.path.join(folder, str(os.getpid()))
+            open(self.marker, "w").close()
+        except OSError as exc:  # waiters still wake at their deadlines
+            log.warning("waiting acquires will not hear releases from other processes: %s", exc)
+            return
+        self.sock = sock
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._on_datagrams)
+
+    def _on_datagrams(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(256)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            self.signal(data.decode("ascii", "replace"))
+
+    async def _listen_postgres(self) -> None:
+        import psycopg
+
+        db = settings.DATABASES["default"]
+        params = {"dbname": db["NAME"], "user": db.get("USER") or None, "password": db.get("PASSWORD") or None,
+                  "host": db.get("HOST") or None, "port": db.get("PORT") or None, "autocommit": True}
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(**{k: v for k, v in params.items() if v is not None})
+                async with conn:
+                    await conn.execute(f"LISTEN {wakeups.CHANNEL}")
+                    self.wake_all()  # whatever was released while nobody listened
+                    async for note in conn.notifies():
+                        self.signal(note.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001  (the database restarting: listen again)
+                log.warning("waiting acquires: listening for releases failed, again in 1 s: %s", exc)
+                await asyncio.sleep(1)
+
+
+async def serve_waiting(app, scope, receive, send, body, length, environ, names, lane) -> None:
+    """An acquire that may wait (config/waiting.py): tried; if refused
+    quietly for a held lease, waited for and tried again, until it is
+    granted or its wait runs out (the final, recorded attempt)."""
+    wait = environ[waiting.ENVIRON] = waiting.Wait(app.waiters)
+    wait.seq = app.waiters.seq
+    answer = None
+    try:
+        answer = await app.lease_answer(environ, names, lane)
+        if wait.key is not None:
+            gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
+            try:
+                while wait.key is not None:
+                    how = await app.waiters.wait(wait, gone)
+                    if how == "gone":
+                        answer = None
+                        return
+                    environ = wsgi_environ(scope, body, length)
+                    environ.update({"leasehold.received_at": time.monotonic(), "leasehold.lane": lane.name,
+                                    waiting.ENVIRON: wait})
+                    wait.final, wait.key, wait.seq = how == "timeout", None, app.waiters.seq
+                    answer = await app.lease_answer(environ, takes(environ) if names else None, lane)
+            finally:
+                gone.cancel()
+        status, headers, content = answer
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+    finally:
+        app.waiters.leave(wait, held=answer is not None and answer[0] == 409)

@@ -1,0 +1,77 @@
+"""The waiting acquires of one worker (config/waiting.py), without a server:
+a signal wakes only the first waiter of its resource, a signal that arrives
+between attempts is not lost, the next waiter is woken when the first one
+leaves with anything but "still held", the blocking state's end wakes the
+first waiter by itself (on the clock seam), and the bound per principal."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+from config.waiting import Waiters
+from leases import clock
+from leases.waiting import Wait
+
+
+def _waiting(waiters: Waiters, key: str = "k", *, wait: float = 5.0, ends_at=None) -> Wait:
+    w = Wait(waiters)
+    w.key, w.ends_at, w.seq = key, ends_at, waiters.seq
+    w.until = time.monotonic() + wait
+    return w
+
+
+def test_a_signal_wakes_only_the_first_waiter_and_the_next_when_the_first_leaves():
+    async def scenario():
+        waiters = Waiters(bound=10)
+        never = asyncio.get_running_loop().create_future()
+        first, second = _waiting(waiters), _waiting(waiters)
+        one = asyncio.ensure_future(waiters.wait(first, never))
+        two = asyncio.ensure_future(waiters.wait(second, never))
+        await asyncio.sleep(0.01)
+        waiters.signal("other")  # another resource: nobody here
+        waiters.signal("k")
+        await asyncio.sleep(0.01)
+        assert one.done() and one.result() == "woken" and not two.done()
+        waiters.leave(first, held=False)  # granted: the next learns the new state
+        await asyncio.sleep(0.01)
+        assert two.result() == "woken"
+        waiters.leave(second, held=True)
+        assert waiters.queues == {}
+
+    asyncio.run(scenario())
+
+
+def test_a_signal_between_two_attempts_is_not_lost():
+    async def scenario():
+        waiters = Waiters(bound=10)
+        w = _waiting(waiters)
+        waiters.signal("k")  # while its attempt ran (seq taken before it)
+        assert await waiters.wait(w, asyncio.get_running_loop().create_future()) == "woken"
+
+    asyncio.run(scenario())
+
+
+def test_the_blocking_states_end_wakes_the_first_waiter_and_the_wait_runs_out():
+    async def scenario():
+        waiters = Waiters(bound=10)
+        never = asyncio.get_running_loop().create_future()
+        ends = clock.freeze() + timedelta(seconds=0.05)
+        assert await waiters.wait(_waiting(waiters, ends_at=ends), never) == "woken"
+        assert await waiters.wait(_waiting(waiters, "j", wait=0.05), never) == "timeout"
+        gone = asyncio.get_running_loop().create_future()
+        gone.set_result(None)
+        assert await waiters.wait(_waiting(waiters, "g"), gone) == "gone"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        clock.reset()
+
+
+def test_waiters_are_bounded_per_principal():
+    waiters = Waiters(bound=2)
+    assert waiters.reserve("a") and waiters.reserve("a") and not waiters.reserve("a") and waiters.reserve("b")
+    waiters.release("a")
+    assert waiters.reserve("a")

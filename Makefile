@@ -20,7 +20,6 @@ run: $(BIN)/.installed
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py leasehold_setup
-	@echo "Leasehold on http://$${LEASEHOLD_BIND:-127.0.0.1:10000}  (admin: /admin/)"
 	exec $(BIN)/python -m config.serve
 
 # The admin's browser test needs Debian's Chromium; install it if missing.

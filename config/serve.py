@@ -37,6 +37,8 @@ import logging
 import os
 import signal
 import socket
+import sys
+import time
 
 from leases.env import SettingError, env_bool, env_choice, env_int, env_log_level, env_str, or_exit
 
@@ -122,38 +124,114 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         log_level=level,
         access_log=env_bool("LEASEHOLD_ACCESS_LOG"),
     )
-    if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
-        uvicorn.run("config.asgi:application", **options)
-        return
     config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
+    if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
+        class Server(uvicorn.Server):
+            async def startup(self, sockets=None) -> None:
+                await super().startup(sockets)
+                if self.started:
+                    _ready_line(host, port, level)()
+
+        Server(config).run()
+        return
     listener = OwnListener.reserve(host, port)
-    logging.getLogger("uvicorn.error").info("Leasehold running on http://%s:%d (Press CTRL+C to quit)",
-                                            host, listener.getsockname()[1])
+    ready = _ready_line(host, listener.getsockname()[1], level)
     try:
-        _supervisor()(config, sockets=[listener]).run()
+        _supervisor()(config, sockets=[listener], ready=ready).run()
     except KeyboardInterrupt:
         pass
 
 
+def _ready_line(host: str, port: int, level: str):
+    """The one line `make run` shows at the default log level once every
+    worker serves; quiet when the operator asked for errors only."""
+    shown = f"[{host}]" if ":" in host else host
+    line = f"Leasehold ready on http://{shown}:{port} (admin: /admin/)"
+
+    def say() -> None:
+        if level in ("debug", "info", "warning"):
+            print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
 def _supervisor():
+    from multiprocessing.connection import wait
+
+    from uvicorn.config import STARTUP_FAILURE
     from uvicorn.supervisors import Multiprocess
+    from uvicorn.supervisors.multiprocess import Process
 
     class Supervisor(Multiprocess):
-        """uvicorn's supervisor, which says only at info level (hidden at the
-        default level, warning) that it replaced a worker. Here a warning
-        says which worker ended and how: an operator's first clue to a
-        crash, or to a worker hung past LEASEHOLD_WORKER_HEALTHCHECK."""
+        """uvicorn's supervisor, with two changes. A worker's exit is seen at
+        once: the health check waits on each worker's process sentinel beside
+        its pipe, so a worker that dies while its ping is in flight is
+        replaced within the supervisor's half-second loop, not after
+        LEASEHOLD_WORKER_HEALTHCHECK (uvicorn's wait on the pipe alone sees no
+        end of file: the supervisor holds the pipe's other end too). And a
+        replaced worker is a warning saying how it ended (uvicorn says it at
+        info level, without how): died with its signal or exit status, or
+        hung past the health check and killed."""
+
+        def __init__(self, config, sockets, ready) -> None:
+            super().__init__(config, sockets)
+            self.ready = ready
+
+        def init_processes(self) -> None:
+            super().init_processes()
+            timeout = self.config.timeout_worker_healthcheck
+            if all(p.wait_until_ready(timeout, self.should_exit) for p in self.processes):
+                self.ready()
 
         def keep_subprocess_alive(self) -> None:
-            before = [(worker, worker.process.is_alive()) for worker in self.processes]
-            super().keep_subprocess_alive()
-            for (old, was_running), new in zip(before, self.processes):
-                if new is not old:
-                    how = (f"did not answer for {self.config.timeout_worker_healthcheck} s and was killed"
-                           if was_running else _how_it_ended(old.process.exitcode))
-                    logging.getLogger("uvicorn.error").warning(
-                        "Worker process %s %s; worker %s started in its place.", old.process.pid, how,
-                        new.process.pid)
+            if self.should_exit.is_set():
+                return
+            timeout = self.config.timeout_worker_healthcheck
+            waiting: dict[Process, float] = {}
+            for process in list(self.processes):
+                if not process.process.is_alive():
+                    self._replace(process, hung=False)
+                    continue
+                try:
+                    process.parent_conn.send(b"ping")
+                except OSError:
+                    self._replace(process, hung=False)
+                    continue
+                waiting[process] = time.monotonic() + timeout
+            while waiting and not self.should_exit.is_set():
+                handles = [h for p in waiting for h in (p.parent_conn, p.process.sentinel)]
+                ready = wait(handles, timeout=0.5)
+                for process in list(waiting):
+                    if process.process.sentinel in ready or not process.process.is_alive():
+                        del waiting[process]
+                        self._replace(process, hung=False)
+                    elif process.parent_conn in ready:
+                        del waiting[process]
+                        try:
+                            process.parent_conn.recv()
+                        except (OSError, EOFError):
+                            self._replace(process, hung=False)
+                    elif time.monotonic() >= waiting[process]:
+                        del waiting[process]
+                        self._replace(process, hung=True)
+                self.handle_signals()  # a SIGTERM is not kept waiting behind a hung worker
+
+        def _replace(self, old: Process, *, hung: bool) -> None:
+            old.kill()
+            old.join()
+            log = logging.getLogger("uvicorn.error")
+            if old.exitcode == STARTUP_FAILURE and not hung:  # would fail the same way again
+                log.error("Worker process %s failed to start; stopping.", old.pid)
+                self.should_exit.set()
+                return
+            if self.should_exit.is_set():
+                return
+            new = Process(self.config, self.sockets)
+            new.start()
+            self.processes[self.processes.index(old)] = new
+            how = (f"did not answer for {self.config.timeout_worker_healthcheck} s and was killed" if hung
+                   else _how_it_ended(old.exitcode))
+            log.warning("Worker process %s %s; worker %s started in its place.", old.pid, how, new.pid)
 
     return Supervisor
 

@@ -202,3 +202,38 @@ def test_a_worker_that_died_or_hung_is_replaced_and_the_log_says_so(server, sig,
     assert f"Worker process {victim} {said}; worker " in server.output()
     for _ in range(4):  # connections land on both workers, the new one among them
         assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
+
+
+def test_a_worker_that_dies_while_its_health_check_waits_is_replaced_at_once(server):
+    """The supervisor pings each worker every half second and waits up to
+    LEASEHOLD_WORKER_HEALTHCHECK for the answer. A worker that dies during
+    that wait is seen dying (its process sentinel), not waited for: it is
+    replaced within about a second and logged as died, with its signal."""
+    server.env["LEASEHOLD_WORKER_HEALTHCHECK"] = "60"
+    server.migrate().start()
+    _wait_for_both_workers(server)
+    victim = _workers(server)[0]
+    os.kill(victim, signal.SIGSTOP)  # its next ping goes unanswered: the supervisor waits on it
+    time.sleep(1.5)  # a few of the supervisor's half-second rounds, not lease time
+    killed = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    _wait_until_replaced(server, victim)
+    assert time.monotonic() - killed < 3  # the old supervisor waited out the 60-s health check
+    assert f"Worker process {victim} was ended by signal SIGKILL; worker " in server.output()
+    assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_server_says_once_that_it_is_ready_at_the_default_log_level(tmp_path, workers):
+    s = Server(tmp_path, workers=workers)
+    s.env.pop("LEASEHOLD_LOG_LEVEL", None)
+    try:
+        s.migrate().start()
+        line = f"Leasehold ready on http://127.0.0.1:{s.port} (admin: /admin/)"
+        deadline = time.monotonic() + 30
+        while line not in s.output():
+            assert time.monotonic() < deadline, s.output()
+            time.sleep(0.05)
+        assert s.output().count(line) == 1
+    finally:
+        s.kill()

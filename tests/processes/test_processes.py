@@ -4,6 +4,7 @@ processes of the production server (config/serve.py), durability across SIGKILL,
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -18,6 +19,7 @@ import pytest
 import requests
 
 from tests import azure_raw
+from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from tests.conftest import CONNECTION, free_port
 
 pytestmark = pytest.mark.processes
@@ -224,6 +226,13 @@ def test_readme_start_command_serves_development_storage(tmp_path):
         lease = blob.acquire_lease(lease_duration=15)
         assert blob.get_blob_properties().lease.state == "leased"
         lease.release()
+        # The README's SDK example, as written, twice in a row (a second run must not fail).
+        here = CONNECTION.format(a=DEV_ACCOUNT, k=DEV_KEY, url=base)
+        example = _readme_example().replace('"UseDevelopmentStorage=true"', repr(here))
+        for _ in range(2):
+            namespace = {}
+            exec(compile(example, "README.md", "exec"), namespace)
+            assert namespace["blob"].get_blob_properties().lease.state == "available"
         assert requests.get(f"{base}/admin/login/", timeout=10).status_code == 200
         css = requests.get(f"{base}/static/admin/css/base.css", timeout=10)
         assert css.status_code == 200 and "text/css" in css.headers["Content-Type"]
@@ -232,3 +241,10 @@ def test_readme_start_command_serves_development_storage(tmp_path):
         os.killpg(proc.pid, signal.SIGTERM)
         out = proc.communicate(timeout=30)[0].decode(errors="replace")
     assert "Password:" in out  # the first admin password is shown once
+    assert f"Leasehold ready on http://127.0.0.1:{port} (admin: /admin/)" in out
+
+
+def _readme_example() -> str:
+    text = (ROOT / "README.md").read_text()
+    quick_start = text[text.index("## Quick start"):]
+    return re.search(r"```python\n(.*?)```", quick_start, re.S).group(1)

@@ -50,7 +50,8 @@ def _header(request, name: str) -> str | None:
 
 ACCOUNT_ROUTES = {("GET", None, "list"): "list_containers",
                   ("GET", "account", "properties"): "account_info",
-                  ("HEAD", "account", "properties"): "account_info"}
+                  ("HEAD", "account", "properties"): "account_info",
+                  ("GET", "service", "properties"): "service_properties"}
 CONTAINER_ROUTES = {
     ("PUT", "container", None): "create_container",
     ("DELETE", "container", None): "delete_container",
@@ -197,6 +198,9 @@ class AzureBlobView(APIView):
         response["x-ms-account-kind"] = "StorageV2"
         response["x-ms-is-hns-enabled"] = "false"
         return response
+
+    def service_properties(self):
+        return HttpResponse(wire.SERVICE_PROPERTIES_XML, content_type="application/xml")
 
     # -- containers
 

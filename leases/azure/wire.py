@@ -184,3 +184,17 @@ def list_blobs_xml(*, endpoint: str, container: str, blobs, prefixes, prefix, ma
         out.append(f"<BlobPrefix><Name>{escape(p)}</Name></BlobPrefix>")
     out.append(f"</Blobs><NextMarker>{escape(next_marker or '')}</NextMarker></EnumerationResults>")
     return "".join(out)
+
+
+# Get Blob Service Properties: a new storage account's defaults (logging and
+# metrics off, no CORS rules, no soft delete, no static website). Leasehold has
+# none of these features, so the answer is fixed; SDK clients read it at start.
+_OFF = "<RetentionPolicy><Enabled>false</Enabled></RetentionPolicy>"
+SERVICE_PROPERTIES_XML = (
+    '<?xml version="1.0" encoding="utf-8"?><StorageServiceProperties>'
+    f"<Logging><Version>1.0</Version><Read>false</Read><Write>false</Write><Delete>false</Delete>{_OFF}</Logging>"
+    f"<HourMetrics><Version>1.0</Version><Enabled>false</Enabled>{_OFF}</HourMetrics>"
+    f"<MinuteMetrics><Version>1.0</Version><Enabled>false</Enabled>{_OFF}</MinuteMetrics>"
+    "<Cors /><DeleteRetentionPolicy><Enabled>false</Enabled></DeleteRetentionPolicy>"
+    "<StaticWebsite><Enabled>false</Enabled></StaticWebsite></StorageServiceProperties>"
+)

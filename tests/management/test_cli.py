@@ -59,3 +59,21 @@ def test_log_level_setting_is_checked_at_start(level, ok):
     assert (done.returncode == 0) == ok, done.stderr[-2000:]
     if not ok:
         assert "LEASEHOLD_LOG_LEVEL must be one of" in done.stderr
+
+
+@pytest.mark.django_db
+def test_a_lost_admin_password_is_reset_by_leasehold_setup(monkeypatch):
+    """The documented way back from a lost admin password (docs/guide/operations.md)."""
+    from django.contrib.auth import authenticate, get_user_model
+
+    monkeypatch.delenv("LEASEHOLD_ADMIN_PASSWORD", raising=False)
+    call_command("leasehold_setup", admin_password="first-one", stdout=StringIO())
+    again = StringIO()
+    call_command("leasehold_setup", stdout=again)  # a plain re-run leaves the password alone
+    assert "Admin" not in again.getvalue() and authenticate(username="admin", password="first-one")
+    get_user_model().objects.filter(username="admin").update(is_active=False)  # locked out, too
+    out = StringIO()
+    call_command("leasehold_setup", reset_admin_password=True, stdout=out)
+    new = out.getvalue().split("Password: ")[1].split()[0]
+    assert "Admin password reset. User: admin" in out.getvalue()
+    assert authenticate(username="admin", password=new) and not authenticate(username="admin", password="first-one")

@@ -33,6 +33,9 @@ class Command(BaseCommand):
         parser.add_argument("--admin-user", default="admin")
         parser.add_argument("--admin-password", default=None,
                             help="Password for a new admin user (default: LEASEHOLD_ADMIN_PASSWORD or generated).")
+        parser.add_argument("--reset-admin-password", action="store_true",
+                            help="Give --admin-user a new password (--admin-password, LEASEHOLD_ADMIN_PASSWORD "
+                                 "or generated and shown once), making it an active superuser; for a lost password.")
 
     @staticmethod
     def _analyze():
@@ -46,7 +49,7 @@ class Command(BaseCommand):
                 cursor.execute("PRAGMA analysis_limit=1000")
                 cursor.execute("ANALYZE")
 
-    def handle(self, *args, admin_user, admin_password, **options):
+    def handle(self, *args, admin_user, admin_password, reset_admin_password=False, **options):
         accounts = parse_accounts(settings.LEASEHOLD_ACCOUNTS)
         if settings.LEASEHOLD_DEV_ACCOUNT and DEV_ACCOUNT not in {a[0] for a in accounts}:
             accounts.insert(0, (DEV_ACCOUNT, DEV_KEY, ""))
@@ -59,15 +62,23 @@ class Command(BaseCommand):
 
         self._analyze()
         User = get_user_model()
-        if User.objects.filter(is_superuser=True).exists():
+        if User.objects.filter(is_superuser=True).exists() and not reset_admin_password:
             return
         password = admin_password or env_str("LEASEHOLD_ADMIN_PASSWORD")
         shown = password is None
         password = password or secrets.token_urlsafe(12)
-        User.objects.create_superuser(username=admin_user, email="", password=password)
+        user = User.objects.filter(username=admin_user).first()
+        if user is None:
+            User.objects.create_superuser(username=admin_user, email="", password=password)
+            done = "Admin account created"
+        else:
+            user.set_password(password)
+            user.is_active = user.is_staff = user.is_superuser = True
+            user.save()
+            done = "Admin password reset"
         if shown:
             self.stdout.write(self.style.WARNING(
-                f"\nAdmin account created. User: {admin_user}  Password: {password}\n"
+                f"\n{done}. User: {admin_user}  Password: {password}\n"
                 "This password is shown only once; change it in the admin.\n"))
         else:
-            self.stdout.write(f"Admin account created. User: {admin_user}")
+            self.stdout.write(f"{done}. User: {admin_user}")

@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 
 from leases import health
 from leases.azure.fallback import invalid_uri
@@ -13,6 +15,8 @@ urlpatterns = [
     path("health/live", health.live, name="health-live"),
     path("health/ready", health.ready, name="health-ready"),
     path("metrics", health.MetricsView.as_view(), name="metrics"),
+    # Browsers ask for it on every admin page; "favicon.ico" can name no account.
+    path("favicon.ico", RedirectView.as_view(url=static("leases/favicon.svg"))),
     # Everything else is the Azure Blob endpoint, path-style:
     # /{account}[/{container}[/{blob}]]. "admin", "api", "static", "health" and "metrics" are
     # therefore not usable as account names.

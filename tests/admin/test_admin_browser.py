@@ -110,3 +110,22 @@ def test_operator_breaks_a_lease_in_the_browser(azure_server, estate, operator, 
     assert "Actor" in fields, (page.url, fields)
     assert (fields["Actor"], fields["Via"], fields["Break period"], fields["Reason"]) == (
         "user:alice", "admin", "10", "deploy stuck on it")
+
+
+@pytest.mark.browser
+def test_admin_pages_load_their_icon_without_a_console_error(azure_server, operator, browser_page):
+    """Browsers ask every site for /favicon.ico; it answered 400 in Azure XML,
+    a console error on every admin page. The admin names its icon, and
+    /favicon.ico leads to the same one."""
+    page = browser_page
+    errors = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    failed = []
+    page.on("response", lambda response: response.status >= 400 and failed.append(response.url))
+    page.goto(f"{azure_server}/admin/login/")
+    page.wait_for_load_state("networkidle")
+    icon = page.eval_on_selector("link[rel=icon]", "link => link.href")
+    assert page.request.get(icon).headers["content-type"].startswith("image/svg+xml")
+    direct = page.request.get(f"{azure_server}/favicon.ico")
+    assert direct.ok and direct.headers["content-type"].startswith("image/svg+xml")
+    assert errors == [] and failed == []

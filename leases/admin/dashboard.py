@@ -40,8 +40,8 @@ def dashboard(request, admin_site):
     }
     if see_history:
         events = LeaseEvent.objects.all()
-        context["breaks"] = events.filter(action="break", outcome=LeaseEvent.Outcome.SUCCESS)[:ROWS]
-        context["refusals"] = events.filter(outcome=LeaseEvent.Outcome.REFUSED)[:ROWS]
+        context["breaks"] = _with_paths(events.filter(action="break", outcome=LeaseEvent.Outcome.SUCCESS)[:ROWS])
+        context["refusals"] = _with_paths(events.filter(outcome=LeaseEvent.Outcome.REFUSED)[:ROWS])
         context["history_url"] = reverse("admin:leases_leaseevent_changelist", current_app=admin_site.name)
     if request.GET.get("embed"):
         return TemplateResponse(request, "admin/leases/dashboard_panel.html", context)
@@ -83,3 +83,11 @@ def _ending_soon(models, now, admin_site) -> list[dict]:
                          "url": reverse(f"admin:leases_{model._meta.model_name}_change", args=[obj.pk],
                                         current_app=admin_site.name)})
     return sorted(rows, key=lambda row: row["deadline"])[:ROWS]
+
+
+def _with_paths(events) -> list:
+    """Each event with its resource path as HTML that wraps at the slashes."""
+    rows = list(events)
+    for event in rows:
+        event.path_html = display.path(event.resource_path)
+    return rows

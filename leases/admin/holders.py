@@ -5,7 +5,10 @@ break.
 
 "Holds now" is a lease locked at the request's instant: leased (not past
 its expiry) or breaking (not past its break end). The holder is the actor of
-the acquire that started the lease. One grouped read per model, narrowed by
+the acquire that started the lease (an account's key, an API token, an admin
+user) and the address it came from: services sharing one account key are
+told apart by their addresses. In URLs a holder is ``name from address``
+(``name`` alone: every address). One grouped read per model, narrowed by
 the (lease_state, expiry) and (lease_state, break time) indexes; no index
 leads with the holder column, so the holder filter and this page read the
 held leases' rows (bench/admin_pages.py times them)."""
@@ -35,12 +38,31 @@ def held_now_q(now) -> Q:
     return effective_state_q(machine.LEASED, now) | effective_state_q(machine.BREAKING, now)
 
 
+FROM = " from "
+
+
+def holder_key(name: str, address: str) -> str:
+    """A holder as the URLs name it: ``account:x from 10.0.0.5``."""
+    return f"{name}{FROM}{address}" if address else name
+
+
+def _holds(key: str) -> str:
+    name, sep, address = key.rpartition(FROM)
+    return f"{name} holds from {address}" if sep else f"{key} holds"
+
+
+def holder_q(key: str) -> Q:
+    """The leases of the holder a URL names (``name`` alone: at any address)."""
+    name, sep, address = key.rpartition(FROM)
+    return Q(lease_holder=name, lease_holder_address=address) if sep else Q(lease_holder=key)
+
+
 def holder_rows(model, now) -> list[dict]:
     rows = (model.objects.filter(held_now_q(now)).exclude(lease_holder="").order_by()
-            .values("lease_holder")
+            .values("lease_holder", "lease_holder_address")
             .annotate(leases=Count("pk"), breaking=Count("pk", filter=Q(lease_state=machine.BREAKING)),
                       since=Min("lease_acquired_at"), latest=Max("lease_acquired_at"))
-            .order_by("-leases", "lease_holder")[:MAX_HOLDERS])
+            .order_by("-leases", "lease_holder", "lease_holder_address")[:MAX_HOLDERS])
     return list(rows)
 
 
@@ -64,7 +86,7 @@ class HolderFilter(admin.SimpleListFilter):
     def queryset(self, request, queryset):
         if self.value() is None:
             return queryset
-        return queryset.filter(held_now_q(lease_now(request)), lease_holder=self.value())
+        return queryset.filter(held_now_q(lease_now(request)), holder_q(self.value()))
 
 
 class HolderViewsMixin:
@@ -91,8 +113,10 @@ class HolderViewsMixin:
                 continue
             model_admin = self.admin_site.get_model_admin(model)  # public since Django 5.0
             for row in holder_rows(model, now):
-                entry = holders.setdefault(row["lease_holder"], {"holder": row["lease_holder"], "kinds": {}})
-                query = urlencode({"holder": row["lease_holder"]})
+                key = holder_key(row["lease_holder"], row["lease_holder_address"])
+                entry = holders.setdefault(key, {"holder": row["lease_holder"], "key": key,
+                                                 "address": row["lease_holder_address"], "kinds": {}})
+                query = urlencode({"holder": key})
                 entry["kinds"][name] = {
                     **row, "since_html": display.timestamp(row["since"]),
                     "latest_html": display.timestamp(row["latest"]),
@@ -101,7 +125,7 @@ class HolderViewsMixin:
                     "break_url": (reverse(f"admin:leases_{name}_holder_break", current_app=self.admin_site.name)
                                   + "?" + query) if model_admin.has_break_permission(request) else None,
                 }
-        rows = sorted(holders.values(), key=lambda e: (-sum(k["leases"] for k in e["kinds"].values()), e["holder"]))
+        rows = sorted(holders.values(), key=lambda e: (-sum(k["leases"] for k in e["kinds"].values()), e["key"]))
         for entry in rows:
             entry["blob"], entry["container"] = entry["kinds"].get("blob"), entry["kinds"].get("container")
             starts = [kind["since"] for kind in entry["kinds"].values() if kind["since"] is not None]
@@ -137,7 +161,7 @@ class HolderViewsMixin:
             return HttpResponseRedirect(holders_url)
         from .lease_actions import MAX_BREAK
 
-        objects = list(self.get_queryset(request).filter(held_now_q(lease_now(request)), lease_holder=holder)
+        objects = list(self.get_queryset(request).filter(held_now_q(lease_now(request)), holder_q(holder))
                        .order_by("pk")[: MAX_BREAK + 1])
         if len(objects) > MAX_BREAK:
             messages.warning(request, f"{holder} holds more than {MAX_BREAK} {self.opts.verbose_name} leases: this "
@@ -146,7 +170,7 @@ class HolderViewsMixin:
         if not objects:
             return self.refuse_to(request, holders_url, f"{holder} holds no {self.opts.verbose_name} lease now.")
         return self.confirmation(request, "break", objects, form, cancel_url=holders_url,
-                                 heading=f"Break every {self.opts.verbose_name} lease that {holder} holds")
+                                 heading=f"Break every {self.opts.verbose_name} lease that {_holds(holder)}")
 
     def refuse_to(self, request, url: str, message: str):
         self.message_user(request, message, messages.ERROR)

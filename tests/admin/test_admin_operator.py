@@ -145,9 +145,10 @@ def test_holders_page_counts_leases_per_holder_since_when(superuser_client, esta
     assert opsstore["since"] == min(estate.blobs[n].lease_acquired_at for n in ("leased", "infinite", "breaking"))
     page = response.content.decode()
     assert f'href="{BLOBS}?holder=account%3Anode-7"' in page
-    assert f'href="{BLOBS}holders/break/?holder=account%3Aopsstore" class="lease-holder-break">Break all 3…' in page
-    assert (f'href="{CONTAINERS}holders/break/?holder=account%3Aopsstore" class="lease-holder-break">Break all 1…'
-            in page)
+    assert f'href="{BLOBS}holders/break/?holder=account%3Aopsstore+from+10.1.2.3" class="lease-holder-break">' \
+           'Break all 3…' in page
+    assert (f'href="{CONTAINERS}holders/break/?holder=account%3Aopsstore+from+10.1.2.3" class="lease-holder-break">'
+            'Break all 1…' in page)
 
 
 def test_break_every_lease_of_one_holder_with_confirmation_and_reason(client, breaker, estate):
@@ -173,12 +174,42 @@ def test_break_every_lease_of_one_holder_with_confirmation_and_reason(client, br
     assert estate.container.__class__.objects.get(pk=estate.container.pk).lease_state == machine.LEASED
 
 
+def test_services_sharing_one_account_key_are_told_apart_and_broken_apart(client, breaker, estate):
+    """Every service on the dev account signs with one key: the holder is the
+    account and the address the acquire came from, and "Break all" breaks the
+    leases of that address only, exactly those its confirmation listed."""
+    client.force_login(breaker)
+    for name, address in (("available", "10.9.0.1"), ("expired", "10.9.0.1"), ("broken", "10.9.0.2")):
+        lease_acquire(ref=estate.ref(name), actor=Actor(name="account:shared", via="azure", remote_addr=address),
+                      duration=60)
+    rows = client.get(f"{BLOBS}holders/").context["rows"]
+    shared = {r["address"]: r["blob"]["leases"] for r in rows if r["holder"] == "account:shared"}
+    assert shared == {"10.9.0.1": 2, "10.9.0.2": 1}
+    url = f"{BLOBS}holders/break/?holder=account:shared from 10.9.0.1"
+    html = client.get(url).content.decode()
+    assert "Break every blob lease that account:shared holds from 10.9.0.1" in html
+    seen = re.findall(r'name="seen" value="([^"]+)"', html)
+    assert len(seen) == 2 and "available.txt" in html and "expired.txt" in html and "broken.txt" not in html
+    # A lease the same service takes after the page was shown is not broken by it.
+    from leases.services import ResourceRef, blob_put
+
+    late = ResourceRef(ACCOUNT, CONTAINER, "late.txt")
+    blob_put(ref=late, actor=app(), content=b"x")
+    lease_acquire(ref=late, actor=Actor(name="account:shared", via="azure", remote_addr="10.9.0.1"), duration=60)
+    response = client.post(url, {"post": "yes", "seen": seen, "when": "now", "reason": "host 1 died"})
+    assert response.status_code == 302
+    states = {b.name: b.lease_state for b in Blob.objects.filter(name__in=["available.txt", "expired.txt",
+                                                                        "broken.txt", "late.txt"])}
+    assert states == {"available.txt": machine.BROKEN, "expired.txt": machine.BROKEN,
+                      "broken.txt": machine.LEASED, "late.txt": machine.LEASED}
+
+
 def test_holder_break_needs_the_models_break_permission(client, viewer, estate):
     client.force_login(viewer)
     response = client.get(f"{BLOBS}holders/break/?holder=account:opsstore", follow=True)
     assert messages_of(response) == ["You may not break blob leases: that needs the “Can break blob lease” "
                                      "permission."]
-    assert "Break all" not in client.get(f"{BLOBS}holders/").content.decode()
+    assert "lease-holder-break" not in client.get(f"{BLOBS}holders/").content.decode()
 
 
 # ------------------------------------------------------------------ one time zone

@@ -240,7 +240,7 @@ class BlobAdmin(LeaseResourceAdmin):
                     "holder", "modified")
     list_filter = (EffectiveStateFilter, DurationTypeFilter, HolderFilter, BlobAccountFilter, ContainerFilter)
     sortable_by = ("blob_name", "time_left")
-    ordering = ("container_id", "name", "snapshot")  # the unique (container, name, snapshot) index
+    ordering = ("name", "container_id", "snapshot")  # by name, as the list marks it (blob_name_idx)
     # The lease first: it is what an operator comes for; file metadata after.
     fieldsets = (
         (None, {"fields": ("container_path", "name", "snapshot")}),

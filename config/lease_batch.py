@@ -175,11 +175,13 @@ class LeaseBatcher:
     def _answers(self, batch, calls) -> list[tuple[asyncio.Future, object]]:
         if isinstance(calls, BaseException):
             return [(future, calls) for _, _, future in batch]
-        try:
-            return [(future, self.finish(call.environ, self.answer(call)))
-                    for call, (_, _, future) in zip(calls, batch)]
-        except BaseException as exc:  # a bug: every waiting request gets it, none hangs
-            return [(future, exc) for _, _, future in batch]
+        answers = []
+        for call, (_, _, future) in zip(calls, batch):
+            try:
+                answers.append((future, self.finish(call.environ, self.answer(call))))
+            except BaseException as exc:  # noqa: BLE001  a bug in one answer is that request's only
+                answers.append((future, exc))
+        return answers
 
 
 def _timed_batch(lane: str) -> dict:

@@ -117,15 +117,18 @@ class LeaseCall:
     __slots__ = ("environ", "request", "legacy", "arguments", "result", "error")
 
     def __init__(self, environ: dict, names: tuple[str, str, str | None]):
-        path = environ["PATH_INFO"] = get_path_info(environ)  # decoded, as WSGIRequest leaves it
         environ["SCRIPT_NAME"] = ""
         self.environ = environ
-        self.request = LeanRequest("PUT", path, environ)
+        self.request = LeanRequest("PUT", "", environ)
         self.request.request_id = request_id = str(uuid.uuid4())
         self.arguments = self.result = self.error = None
         self.legacy = False
         account, container, blob = names
         try:
+            # Decoded as WSGIRequest decodes it; PATH_INFO itself stays as PEP 3333 has
+            # it, so a call checked again (a batch the loop handed to the lease thread)
+            # decodes the same bytes, whatever the name's characters.
+            path = self.request.path = get_path_info(environ)
             inputs.check_header_values(environ)
             self.legacy = lease_request.check_version(environ)
             require_account(verify_shared_key(environ, path, account_keys), account)

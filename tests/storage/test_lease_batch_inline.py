@@ -63,10 +63,10 @@ def _batcher(executor, in_flight: int) -> LeaseBatcher:
                         batched, in_flight=lambda: in_flight)
 
 
-def _acquire_request() -> tuple[dict, tuple]:
+def _acquire_request(blob: str = "b") -> tuple[dict, tuple]:
     import time
 
-    env = environ("/devstoreaccount1/inline/b", {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15",
+    env = environ(f"/devstoreaccount1/inline/{blob}", {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15",
                                                  "x-ms-proposed-lease-id": LEASE_ID})
     env["leasehold.received_at"] = time.monotonic()
     return env, fastpath.takes(dict(env))
@@ -120,3 +120,49 @@ def test_a_busy_writer_sends_the_batch_to_the_thread_and_the_loop_goes_on(lane):
     assert ticks[-1] - ticks[0] >= 0.4  # the answer came after the lock was let go ...
     assert len(ticks) >= 10  # ... and the loop ran on meanwhile
     assert max(b - a for a, b in zip(ticks, ticks[1:])) < 0.4
+
+
+@pytest.mark.parametrize("name", ["文件", "😀", "Überweisung"])
+def test_a_name_outside_latin_1_is_checked_again_by_the_thread_after_the_loop_stood_aside(lane, name):
+    """The loop checks a lone request, finds the writer busy and hands the
+    batch to the lease thread, which checks it again: the second check must
+    decode the same path (it encoded an already decoded one as Latin-1 and
+    failed the whole batch with a 500)."""
+    from leases import services
+
+    services.blob_put(ref=ResourceRef("devstoreaccount1", "inline", name), actor=ACTOR, content=b"x")
+    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    threading.Timer(0.3, os.close, (holder,)).start()
+    answer = asyncio.run(_batcher(lane, in_flight=1).submit(*_acquire_request(name)))
+    assert _answered(answer) == (201, LEASE_ID)
+    assert lane.batches == 1
+    assert LeaseEvent.objects.filter(blob=name, action="acquire", outcome="success").count() == 1
+
+
+def test_one_requests_failing_answer_is_its_own(lane):
+    """Requests committed together: one whose answer fails (a bug) gets its
+    error; the others of its batch get theirs."""
+    from leases import services
+
+    services.blob_put(ref=ResourceRef("devstoreaccount1", "inline", "c"), actor=ACTOR, content=b"x")
+    real = fastpath.LeaseCall.answer
+
+    def answer(call):
+        if call.request.path.endswith("/c"):
+            raise RuntimeError("a bug in one answer")
+        return real(call)
+
+    # Both arrive in one turn of the loop: one batch, handed to the thread.
+    batcher = LeaseBatcher(lane, fastpath.LeaseCall, fastpath.write_together, answer, batched,
+                           in_flight=lambda: 1)
+
+    async def both():
+        return await asyncio.gather(batcher.submit(*_acquire_request("b")), batcher.submit(*_acquire_request("c")),
+                                    return_exceptions=True)
+
+    first, second = asyncio.run(both())
+    assert _answered(first) == (201, LEASE_ID)
+    assert isinstance(second, RuntimeError)
+    assert lane.batches == 1

@@ -25,10 +25,13 @@ from django.urls import resolve, set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
 from . import fastpath
+from .fallback import invalid_uri
 
 # The first path segment of an Azure request is an account name (see
 # config/urls.py); these prefixes belong to the other doors.
 AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static|health|metrics)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
+# The site's own paths (config/urls.py); every other path is the Azure door's.
+SITE_PATH = re.compile(r"^/(?:admin|api|static|health|metrics|favicon\.ico)(?:/|$)")
 
 
 class AzureDoorHandler:
@@ -78,9 +81,24 @@ class LeaseholdWSGI:
         self.azure = AzureDoorHandler()
 
     def __call__(self, environ, start_response):
-        if AZURE_PATH.match(environ.get("PATH_INFO", "")):
+        path = environ.get("PATH_INFO", "")
+        if AZURE_PATH.match(path):
             lease = fastpath.takes(environ)  # a lease request of the usual shape: the lean path
             if lease is not None:
                 return fastpath.serve(environ, lease, start_response)
             return self.azure(environ, start_response)
-        return self.site(environ, start_response)
+        if SITE_PATH.match(path):
+            return self.site(environ, start_response)
+        # The Azure door's by position, naming no account it could hold (upper case,
+        # too short, '//', 'OPTIONS *'): Azure's XML 400 InvalidUri for every method,
+        # before any middleware (the CSRF check answered PUT and DELETE in HTML).
+        response = invalid_uri(_Method(environ.get("REQUEST_METHOD", "GET")))
+        start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
+        return response
+
+
+class _Method:
+    __slots__ = ("method",)
+
+    def __init__(self, method: str):
+        self.method = method

@@ -20,9 +20,13 @@ class SeenGenerationsField(forms.Field):
 
     def to_python(self, value):
         try:
-            return {int(pk): int(gen) for pk, _, gen in (item.partition(":") for item in value or ())}
+            seen = {int(pk): int(gen) for pk, _, gen in (item.partition(":") for item in value or ())}
         except ValueError:
-            raise ValidationError("The confirmation page was altered; start again.") from None
+            seen = None
+        # Keys and generations are the database's 64-bit integers: check before any query uses them.
+        if seen is None or any(not (0 <= n < 2**63) for pair in seen.items() for n in pair):
+            raise ValidationError("The confirmation page was altered; start again.")
+        return seen
 
 
 class BreakForm(forms.Form):
@@ -91,6 +95,11 @@ class HolderAtForm(forms.Form):
 
     def clean(self):
         data = super().clean()
-        if data.get("held_at") and data.get("tz"):
-            data["held_at"] = timezone.make_aware(timezone.make_naive(data["held_at"]), data["tz"])
+        if data.get("held_at"):
+            try:
+                if data.get("tz"):
+                    data["held_at"] = timezone.make_aware(timezone.make_naive(data["held_at"]), data["tz"])
+                data["held_at"].astimezone(timezone.get_fixed_timezone(0))  # as the history stores it: UTC
+            except (OverflowError, ValueError):
+                self.add_error("held_at", "Give a time between the years 1 and 9999 in UTC.")
         return data

@@ -225,3 +225,25 @@ def test_the_operators_zone_cuts_days_and_renders_times(superuser_client, estate
     superuser_client.cookies["leasehold_tz"] = "Mars/Olympus_Mons"  # unknown: the server's zone
     response = superuser_client.get(HISTORY)
     assert response.context["date_drilldown"]["zone"] == "UTC"
+
+
+# ------------------------------------------------------------------ hostile input (issue 25, finding 8)
+
+@pytest.mark.parametrize("when, zone", [("9999-12-31T23:59:59", "Etc/GMT+12"), ("0001-01-01T00:00:00", "Etc/GMT-14")])
+def test_a_time_past_the_calendars_edge_is_a_form_error(superuser_client, estate, when, zone):
+    blob = estate.blobs["leased"]
+    for url in (f"{BLOBS}{blob.pk}/change/", f"{HISTORY}holder/"):
+        response = superuser_client.get(url, {"held_at": when, "tz": zone, "account": ACCOUNT,
+                                              "container": CONTAINER, "blob": "leased.txt"})
+        assert response.status_code == 200
+        assert "Give a time between the years 1 and 9999 in UTC." in response.content.decode()
+
+
+@pytest.mark.parametrize("seen", ["9223372036854775808:1", "1:9223372036854775808", "-1:1", "1:x"])
+def test_an_altered_confirmation_is_refused_not_a_500(client, breaker, estate, seen):
+    client.force_login(breaker)
+    blob = estate.blobs["leased"]
+    response = client.post(f"{BLOBS}{blob.pk}/break/", {"post": "yes", "seen": [seen], "when": "now"})
+    assert response.status_code == 200
+    assert "The confirmation page was altered; start again." in response.content.decode()
+    assert Blob.objects.get(pk=blob.pk).lease_state == machine.LEASED

@@ -232,7 +232,7 @@ class LeaseEvent(models.Model):
         REFUSED = "refused"
 
     occurred_at = models.DateTimeField(db_index=True)
-    action = models.CharField(max_length=16)  # acquire, renew, change, release, break, or a write: "ended-by-write"
+    action = models.CharField(max_length=16)  # acquire, renew, change, release, break; "ended-by-write", "ended-by-delete"
     outcome = models.CharField(max_length=8, choices=Outcome.choices)
     resource_type = models.CharField(max_length=9)  # container | blob
     account = models.CharField(max_length=24)

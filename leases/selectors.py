@@ -66,7 +66,7 @@ def list_blobs(*, container: Container, prefix: str = "", delimiter: str = "", m
     return blobs, prefixes, ""
 
 
-HOLDING_ACTIONS = ("acquire", "renew", "change", "release", "break", "ended-by-write")
+HOLDING_ACTIONS = ("acquire", "renew", "change", "release", "break", "ended-by-write", "ended-by-delete")
 
 
 def holder_at(*, account: str, container: str, blob: str = "", when):

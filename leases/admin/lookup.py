@@ -38,6 +38,8 @@ def _end_after(held: dict, later: list[LeaseEvent]) -> dict:
             return _said("released", event.occurred_at, event)
         if event.action == "ended-by-write":
             return _said("ended by a write", event.occurred_at, event)
+        if event.action == "ended-by-delete":
+            return _said("ended by a delete", event.occurred_at, event)
         if event.action == "break" and event.state_after == machine.BROKEN:
             return _said("broken", event.occurred_at, event)
         state, deadline = event.state_after or state, event.expires_at
@@ -57,6 +59,8 @@ def _end_of(last: LeaseEvent) -> dict | None:
         return _said("released", last.occurred_at, last)
     if last.action == "ended-by-write":
         return _said("ended by a write", last.occurred_at, last)
+    if last.action == "ended-by-delete":
+        return _said("ended by a delete", last.occurred_at, last)
     if last.state_after == machine.BROKEN:
         return _said("broken", last.occurred_at, last)
     if last.state_after == machine.BREAKING and last.expires_at:

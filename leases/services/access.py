@@ -92,3 +92,13 @@ def _after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: dateti
     _record(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=blob.lease_generation)
     return list(blob.set_lease_record(record))
+
+
+def _ended_by_delete(obj, *, ref: ResourceRef, actor: Actor, now: datetime) -> None:
+    """A delete ends the lease of what it deletes (held, breaking, or one
+    remembered after expiry or a break): record that it did, with the actor."""
+    before = obj.effective_lease_state(now)
+    if before == machine.AVAILABLE:
+        return
+    _record(ref=ref, actor=actor, action="ended-by-delete", now=now, status=202, lease_id=obj.lease_id,
+            state_before=before, state_after=machine.AVAILABLE, generation=obj.lease_generation)

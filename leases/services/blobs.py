@@ -13,7 +13,7 @@ from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration, new_etag
-from .access import _after_blob_write, _check_access, _committing_refusals, _reading
+from .access import _after_blob_write, _check_access, _committing_refusals, _ended_by_delete, _reading
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
 
 
@@ -206,6 +206,7 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = 
     versions = {blob.content_version, *snapshots.values_list("content_version", flat=True)}
     snapshots.delete()
     if delete_snapshots != "only":
+        _ended_by_delete(blob, ref=ref, actor=actor, now=now)
         blob.delete()
     blob_content.release_unreferenced(versions, now=now)
 

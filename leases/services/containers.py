@@ -12,7 +12,7 @@ from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Account, Blob, Container, FencingGeneration, new_etag
-from .access import _check_access, _committing_refusals, _reading
+from .access import _check_access, _committing_refusals, _ended_by_delete, _reading
 from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 
 
@@ -53,7 +53,10 @@ def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | No
     now = clock.now()  # read once the row is locked (services.lease_actions says why)
     conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
     _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
-    # Blob leases do not protect a container: its blobs go with it.
+    _ended_by_delete(obj, ref=ref, actor=actor, now=now)
+    # Blob leases do not protect a container: its blobs go with it, and their leases end with it.
+    for blob in Blob.objects.filter(container=obj, snapshot="").exclude(lease_state=machine.AVAILABLE).defer("content"):
+        _ended_by_delete(blob, ref=ResourceRef(ref.account, ref.container, blob.name), actor=actor, now=now)
     versions = set(Blob.objects.filter(container=obj, content_version__isnull=False)
                    .values_list("content_version", flat=True))
     obj.delete()

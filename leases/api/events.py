@@ -7,11 +7,13 @@ from __future__ import annotations
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
 from .. import clock, selectors, services
 from ..keyset import keyset_rows
+
 from . import schema
 from .base import ApiGenericView, ApiListView, ApiView, validated_query
 from .filters import EventFilter, QueryFilterBackend
@@ -29,6 +31,10 @@ class RefusesHistoryChanges:
 
     def http_method_not_allowed(self, request, *args, **kwargs):
         if request.method not in ("GET", "HEAD", "OPTIONS"):
+            # Only a principal who may read the history has its attempts recorded; any
+            # other is refused as its GET would be, so no token can fill the history.
+            if not request.user.has_perm("leases.view_leaseevent"):
+                raise PermissionDenied
             services.history_tamper_refused(
                 actor=self.actor(), attempt="history-delete" if request.method == "DELETE" else "history-change",
                 status=405, target=f"{request.method} {request.path}")

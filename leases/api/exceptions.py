@@ -96,11 +96,14 @@ def _domain_error(err: LeaseholdError, request_id: str) -> JsonResponse:
 def _drf_error(exc: drf.APIException, request_id: str) -> JsonResponse:
     code = next(c for cls, c in (*DRF_CODES, (drf.APIException, "InvalidInput")) if isinstance(exc, cls))
     extra = {}
+    message = MESSAGES.get(code)
     if isinstance(exc, drf.ValidationError):
         extra["errors"] = exc.detail
+    elif message is None:  # DRF's own words, formatted (its default_detail may hold a {media_type})
+        message = str(exc.detail)
     elif str(exc.detail) != str(exc.default_detail):
         extra["reason"] = str(exc.detail)  # e.g. why a CSRF check or a token failed
-    response = _response(exc.status_code, code, MESSAGES.get(code, str(exc.default_detail)), request_id, **extra)
+    response = _response(exc.status_code, code, message or str(exc.default_detail), request_id, **extra)
     if getattr(exc, "auth_header", None):
         response["WWW-Authenticate"] = exc.auth_header
     if isinstance(exc, drf.Throttled) and exc.wait is not None:

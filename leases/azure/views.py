@@ -156,10 +156,11 @@ class AzureBlobView(APIView):
             args = (ResourceRef(self.kwargs["account"], container),)
         else:
             blob = blob.replace("\\", "/")
-            handler = BLOB_ROUTES.get((method, comp))
+            # restype names a container or the service: on a blob's URL it is a mistake, not ignored
+            handler = BLOB_ROUTES.get((method, comp)) if restype is None else None
             args = (ResourceRef(self.kwargs["account"], container, blob, query.get("snapshot", "")),)
         if handler is None:
-            if comp is not None:
+            if comp is not None and not (blob and restype is not None):
                 raise LeaseholdError("InvalidQueryParameterValue", field="comp", value=comp)
             raise LeaseholdError("InvalidQueryParameterValue", field="restype", value=restype or "")
         return getattr(self, handler)(*args)

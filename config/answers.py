@@ -4,7 +4,7 @@ streamed one piece by piece; the front's own plain-text refusals."""
 
 from __future__ import annotations
 
-from config.front import CaseKept
+from config.front import CaseKept, refusal
 from leases.metrics import count_unavailable
 
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
@@ -74,3 +74,12 @@ async def plain(send, status: int, text: bytes) -> None:
                 "headers": [(b"content-type", b"text/plain; charset=utf-8"),
                             (b"content-length", str(len(text)).encode()), (b"connection", b"close")]})
     await send({"type": "http.response.body", "body": text})
+
+
+async def refused(send, path: str, status: int, code: str, message: str) -> None:
+    """The front's refusal of a request (its size) in its door's shape, the connection closed."""
+    raw = refusal(path.encode("utf-8", "replace"), status, code, message)
+    head, _, body = raw.partition(b"\r\n\r\n")
+    headers = [tuple(line.split(b": ", 1)) for line in head.split(b"\r\n")[1:]]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -19,7 +19,15 @@ front and not granian):
   connection is closed. The body's limits are config/asgi.py's; an idle
   keep-alive connection is closed after ``KEEP_ALIVE_SECONDS``.
 
-Both additions are small overrides of documented extension points
+* **Limits where the bytes arrive**, before any parsing by Django or any
+  authentication: the request line and headers together at most
+  ``LEASEHOLD_MAX_HEADER_BYTES``, at most ``LEASEHOLD_MAX_HEADERS`` header
+  lines, the URL at most ``LEASEHOLD_MAX_URL_BYTES``. A request past one is
+  answered 431 or 414 in its door's shape (JSON under /api/, Azure's XML
+  elsewhere) and its connection closed, having cost the server no more than
+  the bytes allowed (and one read).
+
+The additions are small overrides of documented extension points
 (uvicorn's ``http=`` setting takes a protocol class); tests through the
 real server process (tests/test_serving_header_case.py) keep them honest
 across uvicorn versions.
@@ -27,9 +35,14 @@ across uvicorn versions.
 
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import datetime, timezone
+
+import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from leases.env import env_float, or_exit
+from leases.env import env_float, env_int, or_exit
 
 RAW_HEADERS = "leasehold.raw_headers"
 # Idle keep-alive connections cost a few KiB each and no thread; clients
@@ -51,15 +64,87 @@ def header_timeout() -> float:
     return or_exit(env_float, "LEASEHOLD_HEADER_TIMEOUT", 10, above=0)
 
 
+def head_limits() -> tuple[int, int, int]:
+    """(request line and header bytes, header lines, URL bytes)."""
+    return (or_exit(env_int, "LEASEHOLD_MAX_HEADER_BYTES", 65536, at_least=1024),
+            or_exit(env_int, "LEASEHOLD_MAX_HEADERS", 1000, at_least=16),
+            or_exit(env_int, "LEASEHOLD_MAX_URL_BYTES", 32768, at_least=256))
+
+
+class _TooBig(Exception):
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(code)
+        self.status, self.code, self.message = status, code, message
+
+
+URL_TOO_LONG = (414, "RequestUriTooLong", "The request URI is longer than the server accepts.")
+HEADERS_TOO_BIG = (431, "RequestHeaderFieldsTooLarge", "The request's headers are larger than the server accepts.")
+REASONS = {413: b"Payload Too Large", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+
+
+def refusal(url: bytes, status: int, code: str, message: str) -> bytes:
+    """The whole HTTP answer to a request refused for its size, in its door's shape."""
+    request_id = str(uuid.uuid4())
+    if url.startswith(b"/api/"):
+        body = json.dumps({"code": code, "message": message, "request_id": request_id}).encode()
+        kind = b"application/json"
+    else:
+        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "0Z"
+        body = ("\ufeff<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>" + code + "</Code><Message>"
+                + message + f"\nRequestId:{request_id}\nTime:{now}</Message></Error>").encode()
+        kind = b"application/xml"
+    return b"".join([b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status]), b"content-type: ", kind,
+                     b"\r\nx-ms-error-code: ", code.encode(), b"\r\nx-ms-request-id: ", request_id.encode(),
+                     b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body), body])
+
+
 class LeaseholdHttpProtocol(HttpToolsProtocol):
     header_seconds = None  # read once per process
+    limits: tuple[int, int, int] | None = None
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if LeaseholdHttpProtocol.header_seconds is None:
             LeaseholdHttpProtocol.header_seconds = header_timeout()
+            LeaseholdHttpProtocol.limits = head_limits()
         self.header_timer = None
         self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes: int | None = 0  # bytes of the request line and headers so far; None once complete
+        self.header_lines = 0
+
+    # -- size limits
+
+    def data_received(self, data: bytes) -> None:
+        """uvicorn's, with the size limits: a callback below raises _TooBig
+        (httptools hands it on as the context of a parser error)."""
+        self._unset_keepalive_if_required()
+        if self.head_bytes is not None:
+            self.head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+        except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, _TooBig):
+                self._refuse(exc.__context__)
+                return
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+            return
+        if self.head_bytes is not None and self.head_bytes > self.limits[0] and not self.transport.is_closing():
+            self._refuse(_TooBig(*HEADERS_TOO_BIG))  # headers still coming, already past the limit
+
+    def _refuse(self, too_big: _TooBig) -> None:
+        self.logger.info("Request refused for its size (%s); connection closed.", too_big.code)
+        self._disarm_header_timer()
+        self.head_bytes = None
+        if not self.transport.is_closing():
+            self.transport.write(refusal(getattr(self, "url", b""), too_big.status, too_big.code, too_big.message))
+            self.transport.close()
 
     # -- header read timeout
 
@@ -99,12 +184,28 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._arm_header_timer()  # a keep-alive connection's next request
         self.raw_headers = []
+        self.header_lines = 0
         self.scope["extensions"] = {RAW_HEADERS: self.raw_headers}
 
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self.limits[2]:
+            raise _TooBig(*URL_TOO_LONG)
+
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.header_lines += 1
+        if self.header_lines > self.limits[1]:
+            raise _TooBig(*HEADERS_TOO_BIG)
         self.raw_headers.append((name, value))
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._disarm_header_timer()
+        if sum(len(n) + len(v) + 4 for n, v in self.raw_headers) + len(self.url) > self.limits[0]:
+            raise _TooBig(*HEADERS_TOO_BIG)
+        self.head_bytes = None
         super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.head_bytes = 0  # the next request's head on this connection

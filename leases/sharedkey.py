@@ -83,9 +83,24 @@ def raw_paths(environ: dict, decoded_path: str) -> list[str]:
     return paths
 
 
-@functools.lru_cache(maxsize=1024)
+# Caches keyed by what a client sends keep only short keys: their bytes stay
+# bounded (entries x key size) whatever an unauthenticated client sends.
+CACHED_KEY_CHARS = 256
+
+
 def _canonical_query(query_string: str) -> str:
     """The query part of the canonicalized resource (query strings repeat)."""
+    if len(query_string) > CACHED_KEY_CHARS:
+        return _canonical_query_of(query_string)
+    return _canonical_query_cached(query_string)
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical_query_cached(query_string: str) -> str:
+    return _canonical_query_of(query_string)
+
+
+def _canonical_query_of(query_string: str) -> str:
     query = defaultdict(list)
     for k, v in parse_qsl(query_string, keep_blank_values=True):
         query[k.lower()].append(v)
@@ -125,9 +140,20 @@ def sign(key: str, text: str) -> str:
     return base64.b64encode(digest).decode()
 
 
-@functools.lru_cache(maxsize=256)
 def _parse_date(value: str) -> datetime | None:
-    """Clients send the same date string for a second; parse it once."""
+    """Clients send the same date string for a second; parse it once (a
+    date is some 30 characters: a longer string is parsed, not kept)."""
+    if len(value) > 64:
+        return _parse_date_of(value)
+    return _parse_date_cached(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_date_cached(value: str) -> datetime | None:
+    return _parse_date_of(value)
+
+
+def _parse_date_of(value: str) -> datetime | None:
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):

@@ -1,0 +1,118 @@
+"""Limits where the bytes arrive (issue 25, findings 2 and 3), against the
+production server: the request line and headers, the header lines and the
+URL are bounded before any parsing or authentication, a lease action's body
+before it is read; each refusal is its door's error (Azure XML, or JSON
+under /api/), and the connection is closed having cost the server no more
+than the bytes it allowed. Caches keyed by what clients send stay small."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from .test_processes import Server
+
+pytestmark = pytest.mark.processes
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("limits"), workers=1)
+    s.migrate().start()
+    yield s
+    s.kill()
+
+
+def _exchange(port: int, head: bytes, *, body_stream: bytes = b"") -> tuple[bytes, float]:
+    """Send ``head`` (and ``body_stream``) from a thread, read the answer; the
+    answer and how long it took."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+
+    def send():
+        try:
+            sock.sendall(head + body_stream)
+        except OSError:  # the server closed the connection under the client: expected
+            pass
+
+    started = time.monotonic()
+    sender = threading.Thread(target=send, daemon=True)
+    sender.start()
+    raw = b""
+    try:
+        while chunk := sock.recv(65536):
+            raw += chunk
+    except ConnectionResetError:
+        pass
+    took = time.monotonic() - started
+    sock.close()
+    return raw, took
+
+
+def _rss_kib(server) -> int:
+    from .test_workers import _workers
+
+    pids = _workers(server) or [server.proc.pid]
+    with open(f"/proc/{pids[0]}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmRSS"))
+
+
+def test_a_huge_header_is_431_in_azure_xml_before_it_is_all_read(server):
+    head = (b"PUT /devstoreaccount1/c/b?comp=lease HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"x-ms-date: " + b"A" * (8 << 20) + b"\r\n\r\n")
+    before = _rss_kib(server)
+    for _ in range(5):
+        raw, took = _exchange(server.port, head)
+        assert raw.startswith(b"HTTP/1.1 431"), raw[:200]
+        assert b"x-ms-error-code: RequestHeaderFieldsTooLarge" in raw and b"<Code>RequestHeaderFieldsTooLarge</Code>" in raw
+    assert _rss_kib(server) - before < 20 * 1024  # 40 MiB of headers sent; far less kept
+    # and the server still serves
+    raw, _ = _exchange(server.port, b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 200")
+
+
+def test_too_many_header_lines_is_431_and_an_api_path_gets_json(server):
+    lines = b"".join(b"x-h%d: v\r\n" % i for i in range(1500))
+    raw, _ = _exchange(server.port, b"GET /api/v1/events/ HTTP/1.1\r\nHost: 127.0.0.1\r\n" + lines + b"\r\n")
+    assert raw.startswith(b"HTTP/1.1 431"), raw[:200]
+    assert b"content-type: application/json" in raw.lower() and b'"code": "RequestHeaderFieldsTooLarge"' in raw
+
+
+def test_a_url_too_long_is_414(server):
+    raw, _ = _exchange(server.port, b"GET /devstoreaccount1/c/" + b"n" * 40000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    assert raw.startswith(b"HTTP/1.1 414"), raw[:200]
+    assert b"<Code>RequestUriTooLong</Code>" in raw
+
+
+def test_headers_within_the_limits_are_served(server):
+    meta = b"".join(b"x-ms-meta-k%d: %s\r\n" % (i, b"v" * 60) for i in range(100))  # 8 KiB of metadata
+    raw, _ = _exchange(server.port, b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + meta + b"\r\n")
+    assert raw.startswith(b"HTTP/1.1 200")
+
+
+@pytest.mark.parametrize("path, shape", [("/api/v1/leases/acquire/devstoreaccount1/c/b", b'"code": "RequestBodyTooLarge"'),
+                                         ("/devstoreaccount1/c/b?comp=lease", b"<Code>RequestBodyTooLarge</Code>")])
+def test_a_big_body_to_a_lease_action_is_413_before_it_is_read(server, path, shape):
+    head = (b"PUT " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 64000000\r\n\r\n")
+    if path.startswith("/api/"):
+        head = head.replace(b"PUT ", b"POST ", 1)
+    raw, took = _exchange(server.port, head)  # no body sent at all: the answer comes anyway
+    assert raw.startswith(b"HTTP/1.1 413"), raw[:200]
+    assert shape in raw and took < 5
+
+
+def test_caches_keyed_by_client_input_keep_only_short_keys():
+    from leases import sharedkey
+
+    sharedkey._parse_date_cached.cache_clear()
+    sharedkey._canonical_query_cached.cache_clear()
+    for i in range(300):
+        sharedkey._parse_date(f"{i:05d}" + "A" * 5000)
+        sharedkey._canonical_query(f"comp=lease&x={i}" + "B" * 5000)
+    assert sharedkey._parse_date_cached.cache_info().currsize == 0
+    assert sharedkey._canonical_query_cached.cache_info().currsize == 0
+    sharedkey._parse_date("Tue, 24 Nov 2026 22:00:00 GMT")
+    assert sharedkey._parse_date_cached.cache_info().currsize == 1

@@ -52,12 +52,17 @@ def properties(response: HttpResponse, obj) -> HttpResponse:
     return response
 
 
-def lease(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -> HttpResponse:
+def lease(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool,
+          refused: LeaseholdError | None = None) -> HttpResponse:
     """Lease Container / Lease Blob: the headers parsed (a parameter that
-    does not parse is refused, and recorded, by the service), the service
-    called, its result as Azure's headers."""
+    does not parse is refused, and recorded, by the service; so is
+    ``refused``, the door's own objection), the service called, its result
+    as Azure's headers."""
+    arguments = lease_arguments(meta, ref, who, legacy=legacy)
+    if refused is not None:
+        arguments.update(unparsed=refused, wait=False)
     try:
-        result = services.lease_action(**lease_arguments(meta, ref, who, legacy=legacy))
+        result = services.lease_action(**arguments)
     except LeaseholdError as err:
         waiting.note(meta, err)  # a quiet refusal: the server waits, then asks again (leases/waiting.py)
         raise

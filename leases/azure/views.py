@@ -159,6 +159,10 @@ class AzureBlobView(APIView):
             # restype names a container or the service: on a blob's URL it is a mistake, not ignored
             handler = BLOB_ROUTES.get((method, comp)) if restype is None else None
             args = (ResourceRef(self.kwargs["account"], container, blob, query.get("snapshot", "")),)
+        if handler is None and blob and restype is not None and (method, comp) == ("PUT", "lease"):
+            # A lease attempt on a blob's URL with a container's restype: refused, and recorded, by the service.
+            return self.lease(args[0], refused=LeaseholdError("InvalidQueryParameterValue", field="restype",
+                                                               value=restype))
         if handler is None:
             if comp is not None and not (blob and restype is not None):
                 raise LeaseholdError("InvalidQueryParameterValue", field="comp", value=comp)
@@ -252,9 +256,10 @@ class AzureBlobView(APIView):
 
     # -- leases (containers and blobs)
 
-    def lease(self, ref: ResourceRef):
+    def lease(self, ref: ResourceRef, refused: LeaseholdError | None = None):
         # The lean path (fastpath.py) answers most lease requests with the same function.
-        return lease_request.lease(self.request._request.META, ref, self.actor(), legacy=self.legacy)
+        return lease_request.lease(self.request._request.META, ref, self.actor(), legacy=self.legacy,
+                                   refused=refused)
 
     # -- blobs
 

@@ -38,3 +38,5 @@ def test_restype_container_on_a_blobs_url_is_refused_and_leases_nothing(azure_se
     assert answer.status_code == 400 and answer.headers["x-ms-error-code"] == "InvalidQueryParameterValue"
     assert "<QueryParameterName>restype</QueryParameterName>" in answer.text
     assert Blob.objects.get(name="b").lease_state == "available"
+    refused = LeaseEvent.objects.get(blob="b", outcome="refused")  # a lease attempt: recorded, as every refusal
+    assert (refused.action, refused.error_code) == ("acquire", "InvalidQueryParameterValue")

@@ -11,11 +11,10 @@ that does not parse is 400 InvalidHeaderValue naming its field. Ranges
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass, fields
 
-from . import guids
+from . import guids, numbers
 from .errors import LeaseholdError
 
 
@@ -43,27 +42,18 @@ def lease_id(value: str | None, *, noun: str, field: str = "lease_id") -> uuid.U
     return guids.parse(value, field, noun=noun)
 
 
-# A whole number as a header writes it: an optional minus, then ASCII digits
-# (str.isdigit() takes digits int() refuses, such as "²"), 12 characters at most.
-_WHOLE = re.compile(r"-?[0-9]{1,12}")
-
-
 def parse_int(value: str | int | None, field: str, *, noun: str) -> int | None:
-    """The one strict number parser of both doors: a header's text or a JSON
-    integer (not a boolean), in the range the history can store, checked
-    before any arithmetic; anything else is 400 InvalidHeaderValue naming the field."""
+    """A header's text or a JSON integer, by the one strict parser
+    (leases/numbers.py), in the range the history stores (under 10^12 either
+    way), checked before any arithmetic; anything else is 400
+    InvalidHeaderValue naming the field."""
     if value is None:
         return value
-    if isinstance(value, int) and not isinstance(value, bool):  # from JSON
-        if abs(value) >= 10**12:
-            raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=str(value)[:40])
-        return value
-    if not isinstance(value, str):  # a JSON float, string of digits, list, ...
-        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=str(value)[:40])
-    text = value.strip()
-    if not _WHOLE.fullmatch(text) or len(text) > 12:
-        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field, value=value)
-    return int(text)
+    number = numbers.whole(value, low=-(10**12) + 1, high=10**12 - 1)
+    if number is None:
+        raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field,
+                             value=value if isinstance(value, str) else str(value)[:40])
+    return number
 
 
 def parse(*, noun: str, lease_id: str | None = None, proposed_lease_id: str | None = None,

@@ -12,7 +12,7 @@ from django.contrib import admin, messages
 from django.db import connections
 from django.db.models import Q
 
-from leases import machine
+from leases import machine, numbers
 from leases.models import Account, Container, LeaseEvent, effective_state_q
 
 from .common import lease_now
@@ -93,8 +93,9 @@ class AccountFilter(CheckedFilter):
         return list(Account.objects.values_list("pk", "name")[:MAX_CHOICES])
 
     def narrow(self, request, queryset, value):
-        if value.isdigit() and Account.objects.filter(pk=int(value)).exists():
-            return queryset.filter(self.in_account(int(value)))
+        pk = numbers.whole(value, low=1, high=numbers.BIGINT)
+        if pk is not None and Account.objects.filter(pk=pk).exists():
+            return queryset.filter(self.in_account(pk))
         return None
 
     def in_account(self, account_id: int) -> Q:
@@ -119,11 +120,12 @@ class ContainerFilter(CheckedFilter):
     def lookups(self, request, model_admin):
         containers = Container.objects.select_related("account").order_by("account__name", "name")
         account = request.GET.get(AccountFilter.parameter_name, "")
-        if account.isdigit():
-            containers = containers.filter(account_id=account)
+        account_id = numbers.whole(account, low=1, high=numbers.BIGINT)
+        if account_id is not None:
+            containers = containers.filter(account_id=account_id)
         choices = [(c.pk, f"{c.account.name}/{c.name}") for c in containers[:MAX_CHOICES]]
         chosen = self.value()
-        if chosen and chosen.isdigit() and all(str(pk) != chosen for pk, _ in choices):
+        if numbers.whole(chosen, low=1, high=numbers.BIGINT) is not None and all(str(pk) != chosen for pk, _ in choices):
             # Chosen through a link (a container's blob count): show it selected.
             chosen_container = Container.objects.select_related("account").filter(pk=chosen).first()
             if chosen_container:
@@ -131,8 +133,9 @@ class ContainerFilter(CheckedFilter):
         return choices
 
     def narrow(self, request, queryset, value):
-        if value.isdigit() and Container.objects.filter(pk=int(value)).exists():
-            return queryset.filter(container_id=int(value))
+        pk = numbers.whole(value, low=1, high=numbers.BIGINT)
+        if pk is not None and Container.objects.filter(pk=pk).exists():
+            return queryset.filter(container_id=pk)
         return None
 
 

@@ -119,7 +119,7 @@ class EventFilter(django_filters.FilterSet):
                                                          (machine.BLOB, machine.BLOB)])
     lease_id = django_filters.UUIDFilter(method="filter_lease_id",
                                          help_text="Events of this lease id, including a change to or from it.")
-    action = CharInFilter(help_text="Comma-separated, e.g. acquire,renew (also writes: put-blob, ended-by-write...).")
+    action = CharInFilter(help_text="Comma-separated, e.g. acquire,renew (also writes: put-blob, ended-by-write, ended-by-delete...).")
     outcome = django_filters.ChoiceFilter(choices=LeaseEvent.Outcome.choices)
     actor = django_filters.CharFilter(help_text='e.g. "token:deployer", "user:alice", "account:devstoreaccount1".')
     via = django_filters.ChoiceFilter(choices=[(v, v) for v in ("azure", "api", "admin", "cli")])

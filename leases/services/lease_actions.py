@@ -286,6 +286,18 @@ def _arguments(action: str | None, *, ref: ResourceRef, actor: Actor, conditions
             "wait": wait}
 
 
+def _own_failure(prepare, arguments: dict):
+    """``prepare(**arguments)``, the write it returns; if preparing failed
+    (a bug), a write that raises that failure, so that only this request of
+    a batch fails (in its own savepoint) and the others are written."""
+    try:
+        return prepare(**arguments)
+    except Exception as exc:  # noqa: BLE001
+        def fail():
+            raise exc
+        return fail
+
+
 def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception]:
     """Several lease actions, each given as ``lease_action``'s keyword
     arguments (``action`` among them), written in one write transaction
@@ -299,7 +311,7 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception
     (config/lease_batch.py)."""
     started = time.perf_counter()
     actions = [_arguments(**request) for request in requests]
-    writes = [_lease_write(**arguments) for arguments in actions]
+    writes = [_own_failure(_lease_write, arguments) for arguments in actions]
     answers = []
     for arguments, (written, error) in zip(actions, write_together(writes)):
         if error is None:
@@ -309,6 +321,9 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception
             except LeaseholdError as refusal:
                 answers.append(refusal)
                 outcome = "refused"
+            except Exception as exc:  # noqa: BLE001  (a bug: this request's answer only)
+                answers.append(exc)
+                outcome = "error"
         else:
             answers.append(error)
             outcome = "error"

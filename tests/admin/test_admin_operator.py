@@ -247,3 +247,9 @@ def test_an_altered_confirmation_is_refused_not_a_500(client, breaker, estate, s
     assert response.status_code == 200
     assert "The confirmation page was altered; start again." in response.content.decode()
     assert Blob.objects.get(pk=blob.pk).lease_state == machine.LEASED
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "9223372036854775808", "-1", "1e3"])
+def test_account_and_container_filters_take_only_whole_ids(superuser_client, estate, value):
+    for name in ("account", "container"):
+        assert superuser_client.get(BLOBS, {name: value}).status_code == 200

@@ -141,6 +141,10 @@ def three_ways(monkeypatch, path: str, spec: dict, seed: int):
     return results
 
 
+# Names outside Latin-1, from several planes (issue 25): CJK, an astral emoji, a combining mark.
+UNICODE_NAMES = ("\u6587\u4ef6", "\U0001f600", "e\u0301/\U0002070e")
+
+
 def script():
     """(path, request) pairs, in order; each meets the state the ones before left."""
     blob, cont = BLOB, CONTAINER
@@ -205,6 +209,8 @@ def script():
         lease("/devstoreaccount1/fast/with\\back", "acquire", duration=15),
         lease("/devstoreaccount1/fast/nul\x00name", "acquire", duration=15),
         lease("/devstoreaccount1/fast/caf\u00e9 blob", "acquire", duration=15),
+        *(lease(f"/devstoreaccount1/fast/{name}", "acquire", duration=15) for name in UNICODE_NAMES),
+        *(lease(f"/devstoreaccount1/fast/{name}", "break") for name in UNICODE_NAMES),
     ]
     return steps
 
@@ -223,6 +229,8 @@ def fast_state(db):
     services.blob_put(ref=ResourceRef(DEV_ACCOUNT, "fast", "item.bin"), actor=actor, content=b"x")
     services.blob_put(ref=ResourceRef(DEV_ACCOUNT, "fast", "with/back"), actor=actor, content=b"x")
     services.blob_put(ref=ResourceRef(DEV_ACCOUNT, "fast", "caf\u00e9 blob"), actor=actor, content=b"x")
+    for name in UNICODE_NAMES:
+        services.blob_put(ref=ResourceRef(DEV_ACCOUNT, "fast", name), actor=actor, content=b"x")
     yield
     lease_clock.reset()
     signals.request_started.connect(close_old_connections)
@@ -269,3 +277,18 @@ def test_container_lease_needs_restype_to_be_lean():
     assert fastpath.takes(env) is None  # answered by the general path: 400 for the missing restype
     env["QUERY_STRING"] = "restype=container&comp=lease"
     assert fastpath.takes(env) == ("devstoreaccount1", "fast", None)
+
+
+@pytest.mark.parametrize("path", [BLOB, CONTAINER])
+@pytest.mark.parametrize("action, header, value", [
+    ("acquire", "duration", "--15"), ("acquire", "duration", "+15"), ("acquire", "duration", "1" * 40),
+    ("acquire", "duration", "1.5"), ("break", "break_period", "--0"), ("break", "break_period", "-" * 9 + "1"),
+])
+def test_malformed_numbers_are_400_and_recorded_on_every_lease_path(fast_state, monkeypatch, path, action,
+                                                                      header, value):
+    """Issue 25: "--15" passed the digits check and failed in int(): 500."""
+    _, spec = lease(path, action, **{header: value})
+    for (status, headers, body), events in three_ways(monkeypatch, path, spec, seed=1):
+        assert status.startswith("400") and b"<Code>InvalidHeaderValue</Code>" in body, (status, body)
+        assert [(e["action"], e["outcome"], e["error_code"]) for e in events] == \
+            [(action, "refused", "InvalidHeaderValue")]

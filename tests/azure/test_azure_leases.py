@@ -306,3 +306,29 @@ def test_upload_without_overwrite_onto_a_leased_blob_is_lease_id_missing(service
     blob.upload_blob(b"y", lease=lease, overwrite=True)
     props = blob.get_blob_properties()
     assert props.lease.state == "leased" and props.size == 1  # an overwrite keeps the lease
+
+
+def test_restype_container_on_a_blob_path_is_refused(azure_server, service):
+    """Issue 25: ``?comp=lease&restype=container`` on a blob path leased the blob."""
+    service.create_container("rtype").upload_blob("b", b"x")
+    response = azure_raw.signed("PUT", azure_server, "/devstoreaccount1/rtype/b?comp=lease&restype=container",
+                                headers={"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15"})
+    assert (response.status_code, azure_raw.error_code(response)) == (400, "InvalidQueryParameterValue")
+    assert "<QueryParameterName>restype</QueryParameterName>" in response.text
+    assert Blob.objects.get(name="b").lease_state == "available"
+    assert Container.objects.get(name="rtype").lease_state == "available"
+
+
+@pytest.mark.parametrize("name", ["\u6587\u4ef6", "\U0001f600", "dir/\U0002070e e\u0301.txt"])
+def test_sdk_leases_blobs_named_outside_latin_1(service, name):
+    """Issue 25: names outside Latin-1 on every lease action through the SDK."""
+    container = service.create_container("uni")
+    blob = container.upload_blob(name, b"x")
+    lease = BlobLeaseClient(blob)
+    lease.acquire(lease_duration=15)
+    lease.renew()
+    lease.change(str(uuid.uuid4()))
+    lease.break_lease(lease_break_period=0)
+    lease.acquire(lease_duration=-1)
+    lease.release()
+    assert [e.outcome for e in LeaseEvent.objects.filter(blob=name).order_by("id")] == ["success"] * 6

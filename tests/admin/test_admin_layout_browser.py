@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from .test_admin_busy import short_wait  # noqa: F401 (a fixture)
 from .test_admin_operator_browser import (PASSWORD, SCREENS, browser, chromium, go, open_page,  # noqa: F401
                                           users)
 
@@ -144,3 +145,28 @@ def test_every_admin_page_is_laid_out_right(open_page, users, superuser, busy_es
     report = "\n".join(f"{name}: {problem}" for name, problems in found.items() for problem in problems)
     assert not found, report
     assert [e for e in errors if "404" not in e] == []
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_the_busy_page_is_laid_out_right(open_page, users, superuser, estate, short_wait, width):  # noqa: F811
+    """The page an operator sees when another process holds the writer past
+    LEASEHOLD_WRITE_WAIT (admin/leasehold_busy.html)."""
+    from .test_admin_busy import Holder
+
+    superuser.set_password(PASSWORD)
+    superuser.save()
+    w, h = WIDTHS[width]
+    page = open_page("root", width=w, height=h)  # logged in before the writer is taken: a login writes
+    go(page, f"/admin/leases/blob/{estate.blobs['leased'].pk}/break/")
+    holder = Holder("flock")
+    try:
+        with page.expect_navigation():
+            page.get_by_role("button", name="Yes, break the lease").click()
+        assert "The database is busy; try again." in page.content()
+        (SCREENS / "layout").mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=SCREENS / "layout" / f"busy-{width}.png", full_page=True)
+        problems = page.evaluate(CHECK, w < 600)
+    finally:
+        holder.let_go()
+    assert problems == []

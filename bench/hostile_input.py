@@ -26,14 +26,14 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import servers  # noqa: E402
 from hostile import ACCOUNT, CONTAINER, KEY, pct, setup_blobs  # noqa: E402
-from loadgen import Connection, LeaseRequests, Signer  # noqa: E402
+from loadgen import Signer  # noqa: E402
+from upload_renewal import renew_loop as holder  # noqa: E402  (16 holders renewing every 0.25 s)
 
 
 def rss_kib(pid: int) -> int:
@@ -60,28 +60,13 @@ def raw(port: int, head: bytes, body: bytes = b"") -> bytes:
         sock.close()
 
 
-def holder(server, signer, name: str, stop: threading.Event, out: list) -> None:
-    conn = Connection("127.0.0.1", server.port)
-    reqs = LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{name}")
-    lease_id = str(uuid.uuid4())
-    status, _, _ = conn.request(reqs.acquire(lease_id, 15))
-    assert status == 201, status
-    while not stop.is_set():
-        t0 = time.monotonic()
-        status, _, _ = conn.request(reqs.renew(lease_id))
-        out.append((time.monotonic() - t0, status))
-        time.sleep(0.25)
-    conn.request(reqs.release(lease_id))
-    conn.close()
-
-
 def attacker(port: int, stop: threading.Event, answers: list) -> None:
     body = b'{"duration": 15, "pad": "' + b"x" * (60 << 20) + b'"}'
     big_json = (b"POST /api/v1/leases/acquire/%s/%s/victim HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                b"Content-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % (ACCOUNT.encode(), CONTAINER.encode(),
-                                                                                  len(body)))
-    big_header = b"GET /%s?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nx-ms-date: %s\r\n\r\n" % (ACCOUNT.encode(),
-                                                                                            b"A" * (1 << 20))
+                b"Content-Type: application/json\r\nConnection: close\r\n" % (ACCOUNT.encode(), CONTAINER.encode())
+                + b"Content-Length: %d\r\n\r\n" % len(body))
+    big_header = (b"GET /%s?comp=list HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" % ACCOUNT.encode()
+                  + b"x-ms-date: %s\r\n\r\n" % (b"A" * (1 << 20)))
     turn = 0
     while not stop.is_set():
         answer = raw(port, big_json, body) if turn % 2 == 0 else raw(port, big_header)
@@ -128,9 +113,9 @@ def main() -> int:
         before = {p: rss_kib(p) for p in workers}
         for i in range(1000):
             junk = os.urandom(24 << 10).hex().encode()[: 64 << 10]  # 64 KiB of random header values
-            raw(args.port, b"PUT /%s/%s/b%d?comp=lease HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                b"Authorization: SharedKey nobody:AAAA\r\nConnection: close\r\nx-ms-date: %s\r\n\r\n" % (ACCOUNT.encode(),
-                                                                                  CONTAINER.encode(), i, junk))
+            raw(args.port, b"PUT /%s/%s/b%d?comp=lease HTTP/1.1\r\nHost: 127.0.0.1\r\n" % (
+                ACCOUNT.encode(), CONTAINER.encode(), i) + b"Authorization: SharedKey nobody:AAAA\r\n"
+                b"Connection: close\r\nx-ms-date: %s\r\n\r\n" % junk)
         after = {p: rss_kib(p) for p in workers}
         print("memory after 1,000 requests of 64 KiB header values: " + ", ".join(
             f"worker {p} {before[p] / 1024:.1f} -> {after[p] / 1024:.1f} MiB (+{(after[p] - before[p]) / 1024:.1f})"

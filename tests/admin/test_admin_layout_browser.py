@@ -116,7 +116,8 @@ def busy_estate(estate):
 
     from .helpers import ACCOUNT, CONTAINER, app
 
-    long = ResourceRef(ACCOUNT, CONTAINER, "reports/2026/11/nightly-reconciliation-of-every-ledger-Überweisung-文件.csv")
+    long = ResourceRef(ACCOUNT, CONTAINER,
+                       "reports/2026/11/nightly-reconciliation-of-every-ledger-Überweisung-文件.csv")
     blob_put(ref=long, actor=app(), content=b"x")
     lease_acquire(ref=long, actor=app(), duration=60)
     for _ in range(3):

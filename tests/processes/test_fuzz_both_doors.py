@@ -156,7 +156,8 @@ def test_twenty_thousand_mutated_requests_on_both_doors_never_5xx_and_harm_no_by
         assert _send(conn, "PUT", f"/{ACCOUNT}/fuzz?restype=container", {}, b"").status == 201
         blobs = [f"b{i}" for i in range(BYSTANDERS)] + ["t1", "t2", "文件", "😀"]
         for blob in blobs:
-            assert _send(conn, "PUT", quote(f"/{ACCOUNT}/fuzz/{blob}"), {"x-ms-blob-type": "BlockBlob"}, b"x").status == 201
+            created = _send(conn, "PUT", quote(f"/{ACCOUNT}/fuzz/{blob}"), {"x-ms-blob-type": "BlockBlob"}, b"x")
+            assert created.status == 201
         conn.close()
 
         stop = threading.Event()

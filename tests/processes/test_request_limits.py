@@ -66,7 +66,8 @@ def test_a_huge_header_is_431_in_azure_xml_before_it_is_all_read(server):
     for _ in range(5):
         raw, took = _exchange(server.port, head)
         assert raw.startswith(b"HTTP/1.1 431"), raw[:200]
-        assert b"x-ms-error-code: RequestHeaderFieldsTooLarge" in raw and b"<Code>RequestHeaderFieldsTooLarge</Code>" in raw
+        assert b"x-ms-error-code: RequestHeaderFieldsTooLarge" in raw
+        assert b"<Code>RequestHeaderFieldsTooLarge</Code>" in raw
     assert _rss_kib(server) - before < 20 * 1024  # 40 MiB of headers sent; far less kept
     # and the server still serves
     raw, _ = _exchange(server.port, b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
@@ -81,19 +82,23 @@ def test_too_many_header_lines_is_431_and_an_api_path_gets_json(server):
 
 
 def test_a_url_too_long_is_414(server):
-    raw, _ = _exchange(server.port, b"GET /devstoreaccount1/c/" + b"n" * 40000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    long_url = b"GET /devstoreaccount1/c/" + b"n" * 40000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    raw, _ = _exchange(server.port, long_url)
     assert raw.startswith(b"HTTP/1.1 414"), raw[:200]
     assert b"<Code>RequestUriTooLong</Code>" in raw
 
 
 def test_headers_within_the_limits_are_served(server):
     meta = b"".join(b"x-ms-meta-k%d: %s\r\n" % (i, b"v" * 60) for i in range(100))  # 8 KiB of metadata
-    raw, _ = _exchange(server.port, b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n" + meta + b"\r\n")
+    head = b"GET /health/live HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+    raw, _ = _exchange(server.port, head + meta + b"\r\n")
     assert raw.startswith(b"HTTP/1.1 200")
 
 
-@pytest.mark.parametrize("path, shape", [("/api/v1/leases/acquire/devstoreaccount1/c/b", b'"code": "RequestBodyTooLarge"'),
-                                         ("/devstoreaccount1/c/b?comp=lease", b"<Code>RequestBodyTooLarge</Code>")])
+@pytest.mark.parametrize("path, shape", [
+    ("/api/v1/leases/acquire/devstoreaccount1/c/b", b'"code": "RequestBodyTooLarge"'),
+    ("/devstoreaccount1/c/b?comp=lease", b"<Code>RequestBodyTooLarge</Code>"),
+])
 def test_a_big_body_to_a_lease_action_is_413_before_it_is_read(server, path, shape):
     head = (b"PUT " + path.encode() + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Content-Length: 64000000\r\n\r\n")

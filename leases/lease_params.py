@@ -44,12 +44,12 @@ def lease_id(value: str | None, *, noun: str, field: str = "lease_id") -> uuid.U
 
 def parse_int(value: str | int | None, field: str, *, noun: str) -> int | None:
     """A header's text or a JSON integer, by the one strict parser
-    (leases/numbers.py), in the range the history stores (under 10^12 either
-    way), checked before any arithmetic; anything else is 400
+    (leases/numbers.py), in the range the history's columns hold (32 bits on
+    PostgreSQL), checked before any arithmetic; anything else is 400
     InvalidHeaderValue naming the field."""
     if value is None:
         return value
-    number = numbers.whole(value, low=-(10**12) + 1, high=10**12 - 1)
+    number = numbers.whole(value, low=-(2**31), high=2**31 - 1)  # the history's integer columns, on every database
     if number is None:
         raise LeaseholdError("InvalidHeaderValue", noun=noun, field=field,
                              value=value if isinstance(value, str) else str(value)[:40])

@@ -66,6 +66,7 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_O
 test: export PYTHONDONTWRITEBYTECODE =
 test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
 	$(BIN)/mkdocs build --strict --quiet
+	$(BIN)/ruff check --quiet .
 	set +e; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not postgres" $(PYTEST_ARGS); a=$$?; \
 	[ $$a -eq 0 ] || [ $$a -eq 5 ] || exit $$a; \

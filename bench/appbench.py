@@ -11,7 +11,6 @@ is the tool for judging hot-path changes; --profile shows where time goes.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import sys
 import tempfile

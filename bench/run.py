@@ -231,7 +231,7 @@ def med(values: list[float]) -> float:
 
 
 def ratio_median(pairs: list[tuple[float, float]]) -> float:
-    return med([l / a for a, l in pairs if a and a == a and l == l])
+    return med([lh / a for a, lh in pairs if a and a == a and lh == lh])
 
 
 def _short(name: str) -> str:

@@ -293,8 +293,10 @@ def _own_failure(prepare, arguments: dict):
     try:
         return prepare(**arguments)
     except Exception as exc:  # noqa: BLE001
+        error = exc  # the except clause unbinds ``exc`` when it ends; the write raises it later
+
         def fail():
-            raise exc
+            raise error
         return fail
 
 

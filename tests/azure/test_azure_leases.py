@@ -15,7 +15,7 @@ from azure.storage.blob import BlobLeaseClient
 from leases.models import Blob, Container, LeaseEvent
 
 from tests import azure_raw
-from tests.machine.test_machine import ACCESS, ACQUIRE, BREAK, CHANGE, OK, RELEASE, RENEW, STATES, A, B, C, X
+from tests.machine.test_machine import ACCESS, ACQUIRE, BREAK, CHANGE, OK, RELEASE, RENEW, A, B, C, X
 
 GUIDS = {A: "ca761232ed4211cebacd00aa0057b223", B: "{3C7E72EB-B430-4526-BC53-D8ECEF03798F}",
          C: "11111111-2222-3333-4444-555555555555"}
@@ -135,7 +135,7 @@ def test_lease_operation_cell(subject, action, state, args, want):
 def call(subject, action, args):
     """Send one lease action. The SDK always proposes an id on acquire, so the
     no-proposed-id acquire goes out through the raw signed client."""
-    path = f"/devstoreaccount1/subject" + ("" if subject.kind == "container" else "/sub/ject (1).txt")
+    path = "/devstoreaccount1/subject" + ("" if subject.kind == "container" else "/sub/ject (1).txt")
     base = subject.client.url.split("/devstoreaccount1")[0]
     g = lambda k: None if k is None else GUIDS[k]  # noqa: E731
     if action == "acquire":

@@ -166,3 +166,26 @@ def test_one_requests_failing_answer_is_its_own(lane):
     assert _answered(first) == (201, LEASE_ID)
     assert isinstance(second, RuntimeError)
     assert lane.batches == 1
+
+
+def test_a_member_whose_write_cannot_be_prepared_fails_alone_with_its_own_error(lane, monkeypatch):
+    """services.lease_actions_together: the failure of preparing one member's
+    write is that member's answer, as raised (not a NameError of the closure
+    that carries it), and the others are written."""
+    from leases import services
+    from leases.services import lease_actions
+
+    services.blob_put(ref=ResourceRef("devstoreaccount1", "inline", "c"), actor=ACTOR, content=b"x")
+    real = lease_actions._lease_write
+
+    def prepare(**arguments):
+        if arguments["ref"].blob == "c":
+            raise RuntimeError("a bug preparing one write")
+        return real(**arguments)
+
+    monkeypatch.setattr(lease_actions, "_lease_write", prepare)
+    requests = [dict(action="acquire", ref=ResourceRef("devstoreaccount1", "inline", name), actor=ACTOR,
+                     duration=15, proposed_lease_id=None) for name in ("b", "c")]
+    first, second = services.lease_actions_together(requests)
+    assert first.resource.lease_state == "leased"
+    assert isinstance(second, RuntimeError) and str(second) == "a bug preparing one write"

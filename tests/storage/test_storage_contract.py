@@ -13,7 +13,6 @@ and (make test's second pass) on PostgreSQL; the backend hooks on SQLite.
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from datetime import timedelta

@@ -145,6 +145,9 @@ class AzureBlobView(APIView):
     def route(self, method: str) -> HttpResponse:
         rest = self.kwargs.get("rest") or ""
         container, _, blob = rest.partition("/")
+        if blob and not container:
+            # '/account//blob': a blob in no container, which no route can serve
+            raise LeaseholdError("InvalidUri")
         query = self.request.GET
         restype = query.get("restype")
         comp = query.get("comp")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import socket
 import time
 from email.utils import formatdate
@@ -568,8 +569,9 @@ def check_azure_answer(response) -> None:
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                    HealthCheck.too_slow])
+# LEASEHOLD_FUZZ_EXAMPLES=5000 for a longer hunt than the suite's
+@settings(max_examples=int(os.environ.get("LEASEHOLD_FUZZ_EXAMPLES", "300")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(request=azure_requests())
 def test_fuzzed_signed_requests_never_500_and_errors_always_parse(azure_server, box, request):
     method, path, query, headers, body = request

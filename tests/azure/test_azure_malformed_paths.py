@@ -11,6 +11,8 @@ from xml.etree import ElementTree
 import pytest
 import requests
 
+from tests import azure_raw
+
 PATHS = ["/DEVSTOREACCOUNT1/c/b", "/ab/c/d", "//devstoreaccount1/c/b", "/a.b/c", "/"]
 
 
@@ -49,3 +51,12 @@ def test_the_sites_own_paths_keep_their_answers(azure_server, client):
     assert requests.get(azure_server + "/health/live", timeout=10).status_code == 200
     assert requests.get(azure_server + "/admin/login/", timeout=10).status_code == 200
     assert requests.post(azure_server + "/admin/login/", timeout=10).status_code == 403  # CSRF, as before
+
+
+@pytest.mark.parametrize("method,query", [("PUT", "?restype=container&comp=lease"), ("PUT", "?comp=lease"),
+                                          ("GET", ""), ("DELETE", "?restype=container")])
+def test_a_blob_in_no_container_is_invalid_uri(azure_server, method, query):
+    # '/account//b' once reached the blob lease route with no resource to name: a 500
+    answer = azure_raw.signed(method, azure_server, "/devstoreaccount1//b" + query,
+                              headers={"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15"})
+    assert (answer.status_code, answer.headers.get("x-ms-error-code")) == (400, "InvalidUri"), answer.text[:300]

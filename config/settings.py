@@ -23,14 +23,44 @@ def _secret_key() -> str:
         return env_str("LEASEHOLD_SECRET_KEY")
     path = VAR_DIR / "secret_key"
     try:
-        return path.read_text().strip()
+        key = path.read_text().strip()
     except FileNotFoundError:
-        VAR_DIR.mkdir(parents=True, exist_ok=True)
-        key = secrets.token_urlsafe(50)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key)
-        return key
+        return _new_secret_key(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SystemExit(f"cannot read the secret key file {path}: {exc}; fix it, or delete it to have a new "
+                         "one made (admin sessions end), or set LEASEHOLD_SECRET_KEY") from None
+    if not key:
+        raise SystemExit(f"the secret key file {path} is empty; delete it to have a new one made (admin "
+                         "sessions end), or set LEASEHOLD_SECRET_KEY")
+    return key
+
+
+def _new_secret_key(path: Path) -> str:
+    """Written whole and durably before anyone uses it: a temporary file,
+    fsync, linked into place (the first process to link wins; the others
+    read its key), and the directory fsynced, so a power cut leaves either
+    no key file or a whole one."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    tmp = path.with_name(f".secret_key.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, key.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:  # another process of this start made it first
+        return path.read_text().strip()
+    finally:
+        os.unlink(tmp)
+    directory = os.open(VAR_DIR, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    return key
 
 
 SECRET_KEY = _secret_key()

@@ -108,3 +108,35 @@ def test_settings_read_typed_values(tmp_path):
             " 'synchronous=NORMAL' in o['init_command'], s.LEASEHOLD_CLOCK_SKEW_SECONDS)")
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert run.stdout.split() == ["False", "2.5", "''", "True", "60"], run.stderr[-2000:]
+
+
+# ------------------------------------------------------------------ the secret key file (issue 25, finding 9)
+
+def _settings_in(var_dir: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "LEASEHOLD_SECRET_KEY"}
+    env.update(LEASEHOLD_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="config.settings")
+    return subprocess.run([sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
+                          cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_an_empty_secret_key_file_stops_the_start_naming_the_file(tmp_path):
+    (tmp_path / "secret_key").write_text("")  # as a power cut right after the first start left it
+    done = _settings_in(tmp_path)
+    assert done.returncode != 0
+    assert f"the secret key file {tmp_path / 'secret_key'} is empty" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_secret_key_is_made_once_whole_and_private_even_by_processes_starting_together(tmp_path):
+    starts = [subprocess.Popen([sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
+                               cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True,
+                               env={**{k: v for k, v in os.environ.items() if k != "LEASEHOLD_SECRET_KEY"},
+                                    "LEASEHOLD_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings"})
+              for _ in range(4)]
+    keys = {p.communicate(timeout=60)[0].strip() for p in starts}
+    stored = (tmp_path / "secret_key").read_text()
+    assert keys == {stored} and len(stored) >= 50
+    assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".secret_key")] == []  # no temporary left
+    assert _settings_in(tmp_path).stdout.strip() == stored  # read again, not made again

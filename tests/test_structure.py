@@ -80,6 +80,7 @@ LAYERS = {
     "leases.services": SERVICES,
     "leases.selectors": SERVICES,
     "leases.retention": SERVICES,
+    "leases.duties": SERVICES,  # the database's duty lock: one pruner at a time across instances
     "leases.metrics": SERVICES,
     "leases.keyset": SERVICES,
     "leases.startup": SERVICES,

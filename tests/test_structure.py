@@ -84,6 +84,7 @@ LAYERS = {
     "leases.metrics": SERVICES,
     "leases.keyset": SERVICES,
     "leases.startup": SERVICES,
+    "leases.shared_secret": SERVICES,  # one secret key per PostgreSQL database, settled at start
     "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
     # The doors, each its own: none imports another.
     "leases.azure": DOOR,

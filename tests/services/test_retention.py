@@ -395,10 +395,21 @@ def test_unpaced_pruning_uses_whole_batches(db, clock, monkeypatch):
     sizes = []
     real = retention._prune_batch
 
-    def counting(policy, now, limit):
+    def counting(policy, now, limit, floors=None):
         sizes.append(limit)
-        return real(policy, now, limit)
+        return real(policy, now, limit, floors)
 
     monkeypatch.setattr(retention, "_prune_batch", counting)
     assert retention.prune(Policy(renewals=timedelta(days=1), batch=3), now=now, pace=False) == 7
     assert sizes == [3, 3, 3]
+
+
+def test_batches_continue_where_the_last_stopped_without_skipping_ties(db, clock):
+    """On PostgreSQL each batch starts from the newest event the previous one
+    deleted: events sharing that instant are not skipped."""
+    now = clock.freeze()
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(occurred_at=now - timedelta(days=2, seconds=i // 4), action="renew", outcome="success",
+                   resource_type="container", account=ACCOUNT, container="old", status_code=200) for i in range(10)])
+    assert retention.prune(Policy(renewals=timedelta(days=1), batch=3, pause=0), now=now) == 10
+    assert not LeaseEvent.objects.filter(container="old").exists()

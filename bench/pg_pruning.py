@@ -114,9 +114,8 @@ def main() -> None:
         prune_for(args.arm, args.prune_for)
         return
 
-    import loadgen
     import servers
-    from run import ACCOUNT, CONTAINER, KEY, cycle_blob, pct, setup_server
+    from run import cycle_blob, setup_server
     from tests import pg_cluster
 
     blobs = [cycle_blob(i) for i in range(args.clients)]
@@ -135,8 +134,7 @@ def main() -> None:
                     short = args.backlog - backlog(url)
                     if short > 0:
                         refill(url, short)
-                    results[arm].append(one_window(server, url, arm, args, blobs, loadgen, ACCOUNT, CONTAINER,
-                                                   KEY, pct))
+                    results[arm].append(one_window(server, url, arm, args, blobs))
                     got = results[arm][-1]
                     servers.log(f"round {r + 1}/{args.rounds} {arm:>4}: {got['rps']:.0f} req/s, p99 "
                                 f"{got['p99']:.1f} ms, pruned {got['pruned']:.0f}/s, batch ~{got['batch']}")
@@ -164,35 +162,26 @@ def _durable_start(self):
     return self
 
 
-def one_window(server, url, arm, args, blobs, loadgen, account, container, key, pct) -> dict:
+def one_window(server, url, arm, args, blobs) -> dict:
+    """The clients on the server for one window, the arm's pruner beside them."""
+    from retention import one_window as load_window, summary  # bench/retention.py: the same load
+
     pruner = None
     if arm != "none":
         env = {**server.env, "LEASEHOLD_DATABASE": url}
         pruner = subprocess.Popen([sys.executable, __file__, "--prune-for", str(args.window), "--arm", arm],
                                   cwd=BENCH.parent, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert pruner.stdout.readline().strip() == "ready"
-    signer = loadgen.Signer(account, key)
-    recs = [loadgen.Recorder() for _ in blobs]
-    stop_at = time.perf_counter() + args.window
-    threads = [threading.Thread(target=loadgen.cycle_worker, daemon=True, args=(
-        "127.0.0.1", server.port, [loadgen.LeaseRequests(signer, server.host, f"/{account}/{container}/{b}")],
-        stop_at, rec)) for b, rec in zip(blobs, recs)]
-    for t in threads:
-        t.start()
-    if pruner:
         pruner.stdin.write("go\n")
         pruner.stdin.flush()
-    for t in threads:
-        t.join(timeout=args.window + loadgen.SOCKET_TIMEOUT * 4 + 5)
+    recs = load_window(server, args, blobs)
     pruned, batch = 0.0, 0
     if pruner:
         out = json.loads(pruner.stdout.readline())
         pruner.wait(60)
         pruned = out["deleted"] / out["seconds"]
         batch = statistics.median(out["sizes"]) if out["sizes"] else 0
-    lats = sorted(lat for rec in recs for _, _, _, lat in rec.records)
-    return {"rps": len(lats) / args.window, "p99": pct(lats, 0.99) * 1e3, "pruned": pruned, "batch": batch,
-            "5xx": sum(1 for rec in recs for _, _, status, _ in rec.records if status >= 500)}
+    return {**summary(recs, args.window), "pruned": pruned, "batch": batch}
 
 
 if __name__ == "__main__":

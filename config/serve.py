@@ -84,6 +84,12 @@ def main() -> None:
     from leases.startup import refuse_unready_database
 
     refuse_unready_database()
+    # On PostgreSQL, one secret key for every instance (an admin login works on all of them).
+    from leases import shared_secret
+
+    key = shared_secret.for_workers(env_str("LEASEHOLD_SECRET_KEY"))
+    if key:
+        os.environ["LEASEHOLD_SECRET_KEY"] = key  # the workers' settings read it
     if front == "uvicorn":
         _serve_uvicorn(host, port, workers, level)
     else:  # loses metadata name case (module docstring)

@@ -18,9 +18,15 @@ VAR_DIR = Path(env_str("LEASEHOLD_VAR_DIR") or BASE_DIR / "var")
 
 
 def _secret_key() -> str:
-    """From LEASEHOLD_SECRET_KEY, else generated once and kept in var/."""
+    """From LEASEHOLD_SECRET_KEY, else generated once and kept in var/
+    (SQLite), else the database's (PostgreSQL: leases/shared_secret.py)."""
     if env_str("LEASEHOLD_SECRET_KEY"):
         return env_str("LEASEHOLD_SECRET_KEY")
+    if env_str("LEASEHOLD_DATABASE", "").startswith(("postgres://", "postgresql://")):
+        # The server (config/serve.py) settles the key every instance of the
+        # database shares and hands it to its workers as LEASEHOLD_SECRET_KEY;
+        # anything else (a command) signs nothing that must outlive it.
+        return secrets.token_urlsafe(50)
     path = VAR_DIR / "secret_key"
     try:
         key = path.read_text().strip()

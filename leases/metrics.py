@@ -13,6 +13,9 @@ Two kinds:
 - Gauges of the database (leases by effective state, history size, oldest
   event, database file size), read from the database at scrape time, so
   they are the same whichever process answers.
+- ``leasehold_instance_info``: which instance answered (LEASEHOLD_INSTANCE,
+  else host name and port), its host and the answering process, so that
+  the scrapes of instances sharing a database are told apart.
 
 Hot-path cost: one counter increment and one histogram observation per
 lease request, small beside the request itself (figures: bench/README.md,
@@ -25,7 +28,7 @@ import os
 import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
 # Label values come from fixed sets, never from the request: a bogus action
 # name must not create a new time series.
@@ -147,6 +150,23 @@ class DatabaseCollector:
             yield db
 
 
+class InstanceCollector:
+    """leasehold_instance_info: this instance's name, host and process."""
+
+    def collect(self):
+        import socket
+
+        from .env import env_str
+
+        host = socket.gethostname()
+        port = env_str("LEASEHOLD_BIND", "127.0.0.1:10000").rpartition(":")[2]
+        info = InfoMetricFamily("leasehold_instance", "The instance that answered this scrape (LEASEHOLD_INSTANCE, "
+                                "else host:port), its host name and the process id of the worker that answered.")
+        info.add_metric([], {"instance": env_str("LEASEHOLD_INSTANCE") or f"{host}:{port}", "hostname": host,
+                             "pid": str(os.getpid())})
+        yield info
+
+
 def exposition() -> bytes:
     """The text a scrape gets: every process's counters, the database's gauges."""
     registry = CollectorRegistry()
@@ -161,4 +181,5 @@ def exposition() -> bytes:
             registry.register(collector)
         del REGISTRY  # the process-wide registry also holds the library's process/GC metrics
     registry.register(DatabaseCollector())
+    registry.register(InstanceCollector())
     return generate_latest(registry)

@@ -340,6 +340,40 @@ class FencingGeneration(models.Model):
         return next(iter(found), 0)
 
 
+class ApiRateCount(models.Model):
+    """JSON API requests per principal and rate window, counted in the
+    database so that every instance sharing a PostgreSQL database counts
+    against one limit (leases/api/throttling.py; on SQLite the counters keep
+    to a file of their own). Unlogged on PostgreSQL (migration 0009): no WAL,
+    no fsync per API request; a crash empties it, which only forgets counts."""
+
+    key = models.TextField()
+    slot = models.BigIntegerField()  # the fixed window: Unix time // period
+    count = models.IntegerField()
+    expires = models.FloatField()  # Unix time after which no window can see it
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["key", "slot"], name="api_rate_key_slot")]
+        indexes = [models.Index(fields=["expires"], name="api_rate_expires_idx")]
+
+
+class SharedSecret(models.Model):
+    """The secret key (sessions, CSRF, password reset) of every instance of a
+    PostgreSQL database (leases/shared_secret.py): one row, written once by
+    the first instance that starts. ``key`` is the key itself when the
+    database keeps it (no LEASEHOLD_SECRET_KEY), else empty; ``fingerprint``
+    identifies the key in use either way, so an instance with another key
+    is refused at start."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    key = models.TextField(blank=True)
+    fingerprint = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"secret key {self.fingerprint[:12]}… since {self.created_at:%Y-%m-%d %H:%M:%S}"
+
+
 def new_etag() -> str:
     return '"0x' + uuid.uuid4().hex[:15].upper() + '"'
 

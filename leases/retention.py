@@ -10,18 +10,24 @@ those events for ever, the default, so nothing surprising happens):
                                    lease, and every refusal
 
 Pruning deletes in short write transactions sized by time, not by count:
-each batch's DELETE should hold the write lock about ``HOLD_TARGET`` (2 ms,
-a few lease transactions' worth), so the batch shrinks when the deletes
-run slow (a cold cache, a busy disk, a slow machine) and grows, up to
-``LEASEHOLD_RETENTION_BATCH`` rows (default 100), when they run fast. A
-lease operation that arrives during a prune waits about that long, not
-the tens of milliseconds a fixed 100-row batch took on a busy machine (each
-row deleted costs ~55 us of CPU: eleven indexes and the append-only
-trigger). Between batches the pruner rests at least
+each batch's DELETE should take about its database's ``HOLD_TARGET``, so
+the batch shrinks when the deletes run slow (a cold cache, a busy disk, a
+slow machine) and grows, up to ``LEASEHOLD_RETENTION_BATCH`` rows, when
+they run fast. On SQLite the deletes hold the one writer lock every lease
+write waits for: 2 ms (a few lease transactions' worth), at most 100 rows
+(each costs ~55 us of CPU: eleven indexes and the append-only trigger). On
+PostgreSQL they lock only the rows deleted, which no lease request touches,
+and a statement's fixed cost (a round trip, a plan, the dead index entries
+of earlier batches to skip) can pass 2 ms on its own: 20 ms, at most 2,000
+rows. Between batches the pruner rests at least
 ``LEASEHOLD_RETENTION_PAUSE`` seconds (default 0.01) and at least twice as
-long as the batch held the lock, so lease operations get two thirds of the
-lock's time or more while a backlog is worked off; at the target that still
-deletes ~3,000 events a second, more than 16 clients at full speed insert.
+long as the batch took, so lease operations get two thirds of the lock's
+(or a core's) time or more while a backlog is worked off; at the targets
+that still deletes thousands of events a second, more than full-speed
+traffic inserts (bench/README.md, "Pruning on PostgreSQL").
+
+One process prunes at a time among all that share the database, whichever
+holds its duty lock (leases/duties.py), round by round.
 
 The database allows the deletes: its triggers (migration 0005) refuse to
 delete any event that did not occur before the horizon in
@@ -31,7 +37,6 @@ to now minus the shortest retention, in the batch's own transaction.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
@@ -43,13 +48,17 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from . import blob_content, clock, metrics
+from . import blob_content, clock, duties, metrics
 from .env import env_float, env_int, env_str
 from .models import HistoryHorizon, LeaseEvent
 
 log = logging.getLogger("leasehold.retention")
 
-HOLD_TARGET = 0.002  # seconds a batch's deletes should hold the write lock (module docstring)
+# Seconds a batch's deletes should take, and the most rows a batch deletes
+# unless LEASEHOLD_RETENTION_BATCH says otherwise, by database (module docstring).
+HOLD_TARGET = 0.002
+PG_HOLD_TARGET = 0.020
+MOST_ROWS = {"sqlite": 100, "postgresql": 2000}
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 86400}
@@ -69,7 +78,7 @@ def parse_duration(value: str | None, name: str) -> timedelta | None:
 class Policy:
     renewals: timedelta | None = None  # successful renewals
     events: timedelta | None = None  # everything else
-    batch: int = 100  # most rows per transaction; fewer when they are slow to delete
+    batch: int | None = None  # most rows per transaction (None: MOST_ROWS); fewer when slow to delete
     pause: float = 0.01
 
     @classmethod
@@ -79,8 +88,11 @@ class Policy:
                                            "LEASEHOLD_RETENTION_RENEWALS"),
                    events=parse_duration(env_str("LEASEHOLD_RETENTION_EVENTS", environ=environ),
                                          "LEASEHOLD_RETENTION_EVENTS"),
-                   batch=env_int("LEASEHOLD_RETENTION_BATCH", 100, at_least=1, environ=environ),
+                   batch=env_int("LEASEHOLD_RETENTION_BATCH", None, at_least=1, environ=environ),
                    pause=env_float("LEASEHOLD_RETENTION_PAUSE", 0.01, at_least=0, environ=environ))
+
+    def most_rows(self, vendor: str) -> int:
+        return self.batch or MOST_ROWS.get(vendor, MOST_ROWS["sqlite"])
 
     @property
     def prunes(self) -> bool:
@@ -101,16 +113,27 @@ def policy() -> Policy:
 _RENEWAL = "action = 'renew' AND outcome = 'success'"
 
 
-def _statements(policy: Policy, now: datetime) -> list[tuple[str, datetime]]:
-    """(DELETE of up to N rows, cutoff) per kind of event that is pruned."""
+def _statements(policy: Policy, now: datetime, floors: dict | None = None) -> list[tuple[int, str, list]]:
+    """(kind, DELETE of up to N rows, its parameters but N) per kind of event
+    that is pruned, oldest first through the (action, occurred_at) or
+    occurred_at index. On PostgreSQL a statement answers (rows deleted,
+    newest deleted), and the next batch of the same run starts from that
+    newest (``floors``): the index entries of rows deleted before stay, dead,
+    until a vacuum, and a scan from the oldest end walks through every one
+    of them (with a few hundred thousand, one-row batches took over 20 ms)."""
     table = LeaseEvent._meta.db_table
+    pg = connection.vendor == "postgresql"
     out = []
-    for where, kept in ((_RENEWAL, policy.renewals), (f"NOT ({_RENEWAL})", policy.events)):
+    for kind, (where, kept) in enumerate(((_RENEWAL, policy.renewals), (f"NOT ({_RENEWAL})", policy.events))):
         if kept is None:
             continue
-        # Oldest first, through the (action, occurred_at) or occurred_at index.
-        out.append((f"DELETE FROM {table} WHERE id IN (SELECT id FROM {table} WHERE {where} "
-                    f"AND occurred_at < %s ORDER BY occurred_at LIMIT %s)", now - kept))
+        floor = (floors or {}).get(kind)
+        select = (f"SELECT id FROM {table} WHERE {where}{' AND occurred_at >= %s' if floor else ''} "
+                  f"AND occurred_at < %s ORDER BY occurred_at LIMIT %s")
+        sql = (f"WITH gone AS (DELETE FROM {table} WHERE id IN ({select}) RETURNING occurred_at) "
+               f"SELECT count(*), max(occurred_at) FROM gone" if pg
+               else f"DELETE FROM {table} WHERE id IN ({select})")
+        out.append((kind, sql, [*([floor] if floor else []), now - kept]))
     return out
 
 
@@ -130,12 +153,13 @@ def advance_horizon(to: datetime) -> datetime:
 
 def prune_batch(policy: Policy, now: datetime | None = None, limit: int | None = None) -> int:
     """One short transaction: advance the horizon, delete up to ``limit``
-    (default ``policy.batch``) events past it. Returns how many were deleted."""
-    return _prune_batch(policy, now or clock.now(), limit or policy.batch)[0]
+    (default ``policy.most_rows``) events past it. Returns how many were deleted."""
+    return _prune_batch(policy, now or clock.now(), limit or policy.most_rows(connection.vendor))[0]
 
 
-def _prune_batch(policy: Policy, now: datetime, limit: int) -> tuple[int, float]:
-    """(events deleted, seconds the deletes took under the write lock)."""
+def _prune_batch(policy: Policy, now: datetime, limit: int, floors: dict | None = None) -> tuple[int, float]:
+    """(events deleted, seconds the deletes took under the write lock);
+    ``floors``: where this run's previous batches stopped, kept up to date."""
     horizon = policy.horizon(now)
     if horizon is None:
         return 0, 0.0
@@ -143,24 +167,30 @@ def _prune_batch(policy: Policy, now: datetime, limit: int) -> tuple[int, float]
     with transaction.atomic():
         advance_horizon(horizon)
         with connection.cursor() as cursor:
-            for sql, cutoff in _statements(policy, now):
+            for kind, sql, params in _statements(policy, now, floors):
                 if deleted >= limit:
                     break
                 started = time.perf_counter()
-                cursor.execute(sql, [cutoff, limit - deleted])
+                cursor.execute(sql, [*params, limit - deleted])
+                if connection.vendor == "postgresql":
+                    count, newest = cursor.fetchone()
+                    if newest is not None and floors is not None:
+                        floors[kind] = newest
+                else:
+                    count = max(cursor.rowcount, 0)
                 held += time.perf_counter() - started
-                deleted += max(cursor.rowcount, 0)
+                deleted += count
     metrics.PRUNED.inc(deleted)
     return deleted, held
 
 
-def next_batch_size(size: int, held: float, most: int) -> int:
-    """The next batch's size: scaled towards HOLD_TARGET, by at most a
+def next_batch_size(size: int, held: float, most: int, target: float = HOLD_TARGET) -> int:
+    """The next batch's size: scaled towards ``target`` seconds, by at most a
     factor of two either way (one slow batch, a page fault or a preempted
     thread, must not collapse it), between 1 and ``most``."""
     if held <= 0:
         return min(most, size * 2)
-    scaled = int(size * HOLD_TARGET / held)
+    scaled = int(size * target / held)
     return max(1, min(most, size * 2, max(size // 2, scaled)))
 
 
@@ -168,16 +198,19 @@ def prune(policy: Policy, *, now: datetime | None = None, pace: bool = True,
           stop: threading.Event | None = None) -> int:
     """Batches until nothing is left past the horizon (or ``stop`` is set);
     returns the number of events deleted. Unpaced (a one-off run on a
-    server that is not running) every batch is ``policy.batch`` rows."""
+    server that is not running) every batch is ``policy.most_rows`` rows."""
     total = 0
-    size = min(policy.batch, 25) if pace else policy.batch
+    most = policy.most_rows(connection.vendor)
+    target = HOLD_TARGET if connection.vendor == "sqlite" else PG_HOLD_TARGET
+    size = min(most, 25) if pace else most
+    floors: dict = {}
     while not (stop and stop.is_set()):
-        deleted, held = _prune_batch(policy, now or clock.now(), size)
+        deleted, held = _prune_batch(policy, now or clock.now(), size, floors)
         total += deleted
         if deleted < size:
             break
         if pace:
-            size = next_batch_size(size, held, policy.batch)
+            size = next_batch_size(size, held, most, target)
             rest = max(policy.pause, 2 * held)
             if stop is not None:
                 stop.wait(rest)
@@ -191,49 +224,39 @@ def prune(policy: Policy, *, now: datetime | None = None, pace: bool = True,
 # ------------------------------------------------------------------ continuously, in one process
 
 class Pruner(threading.Thread):
-    """Prunes every ``idle`` seconds, in whichever server process holds the
-    pruner's file lock (one per database file; the others keep trying, so
-    another takes over if that process dies)."""
+    """Prunes every ``idle`` seconds, a round at a time, in whichever
+    process holds the database's duty lock for that round (leases/duties.py:
+    one among every process and instance sharing the database; the others
+    find it taken and try next round, so another takes over if one dies)."""
 
-    def __init__(self, policy: Policy, lock_path: str, idle: float = 10.0):
+    def __init__(self, policy: Policy, idle: float = 10.0, lock: duties.DutyLock | None = None):
         super().__init__(name="leasehold-retention", daemon=True)
-        self.policy, self.lock_path, self.idle = policy, lock_path, idle
+        self.policy, self.idle = policy, idle
+        self.lock = lock or duties.DutyLock()
         self.stopping = threading.Event()
-        self._lock_fd: int | None = None
 
     def stop(self) -> None:
         self.stopping.set()
-
-    def _hold_lock(self) -> bool:
-        if self._lock_fd is not None:
-            return True
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            return False
-        self._lock_fd = fd
-        return True
 
     def run(self) -> None:
         from django.db import close_old_connections
 
         while not self.stopping.is_set():
             try:
-                if self._hold_lock():
-                    prune(self.policy, stop=self.stopping)
-                    if not self.stopping.is_set():
-                        # Large blobs' released and abandoned chunks, in the same bounded batches
-                        # (they are also collected after every Put Blob).
-                        blob_content.prune()
+                if self.lock.acquire():
+                    try:
+                        prune(self.policy, stop=self.stopping)
+                        if not self.stopping.is_set():
+                            # Large blobs' released and abandoned chunks, in the same bounded batches
+                            # (they are also collected after every Put Blob).
+                            blob_content.prune()
+                    finally:
+                        self.lock.release()
             except Exception:  # a locked or full disk must not end pruning for good
                 log.exception("retention: pruning failed; retrying in %.0f s", self.idle)
             finally:
                 close_old_connections()
             self.stopping.wait(self.idle)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
 
 
 _pruner: Pruner | None = None
@@ -248,10 +271,7 @@ def start_pruner() -> Pruner | None:
         return None
     with _pruner_lock:
         if _pruner is None or not _pruner.is_alive():
-            name = str(connection.settings_dict["NAME"])
-            lock_path = (name if connection.vendor == "sqlite" else os.path.join(
-                str(settings.VAR_DIR), "leasehold")) + ".retention.lock"
-            _pruner = Pruner(active, lock_path, idle=env_float("LEASEHOLD_RETENTION_IDLE", 10, above=0))
+            _pruner = Pruner(active, idle=env_float("LEASEHOLD_RETENTION_IDLE", 10, above=0))
             _pruner.start()
     return _pruner
 

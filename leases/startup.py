@@ -1,6 +1,6 @@
 """What the server checks before it serves (config/serve.py): a database it
-can read and write, with every migration applied and the lease history's
-append-only trigger in place. Otherwise it refuses to start and says what to
+can read and write, with every migration applied, none it does not know (a
+newer version's), and the lease history's append-only trigger in place. Otherwise it refuses to start and says what to
 run, rather than answering every request with an error.
 
     python -m leases.startup      # the same check on its own; exit 1 if refused
@@ -36,8 +36,12 @@ def problems(using: str = "default") -> list[str]:
         conn.ensure_connection()
         found = []
         executor = MigrationExecutor(conn)
+        newer = _unknown_migrations(executor.loader)
         plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
-        if plan:
+        if newer:
+            found.append(f"the database's schema is newer than this version of Leasehold (it has migrations this "
+                         f"code does not know: {', '.join(newer)}): run the version that migrated it, or a newer one")
+        elif plan:
             names = ", ".join(f"{m.app_label}.{m.name}" for m, _ in plan)
             found.append(f"the database lacks migrations ({names}): {MIGRATE}")
         elif HISTORY_TABLE in conn.introspection.table_names() and not _history_guarded(conn):
@@ -55,6 +59,13 @@ def problems(using: str = "default") -> list[str]:
         conn.close()
         if interval is not None:
             options["checkpoint_interval"] = interval
+
+
+def _unknown_migrations(loader) -> list[str]:
+    """Migrations recorded as applied, of this code's apps, that this code
+    does not have: a newer version migrated the database."""
+    return sorted(f"{app}.{name}" for app, name in loader.applied_migrations
+                  if app in loader.migrated_apps and (app, name) not in loader.graph.nodes)
 
 
 def _history_guarded(conn) -> bool:

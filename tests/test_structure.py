@@ -82,9 +82,11 @@ LAYERS = {
     "leases.services": SERVICES,
     "leases.selectors": SERVICES,
     "leases.retention": SERVICES,
+    "leases.duties": SERVICES,  # the database's duty lock: one pruner at a time across instances
     "leases.metrics": SERVICES,
     "leases.keyset": SERVICES,
     "leases.startup": SERVICES,
+    "leases.shared_secret": SERVICES,  # one secret key per PostgreSQL database, settled at start
     "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
     "leases.wakeups": SERVICES,  # a release or break wakes the acquires waiting for it
     # The doors, each its own: none imports another.

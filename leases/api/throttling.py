@@ -4,7 +4,7 @@
 Why not DRF's cache-based throttles: with LocMemCache every worker counts on
 its own (N workers allow N times the rate), and every cache backend is used
 read-modify-write (get the history, append, set), so concurrent workers
-overwrite each other's hits. Why not a table in the lease database: every API
+overwrite each other's hits. Why not a table in a SQLite lease database: every API
 request would then queue for SQLite's single writer lock behind lease
 writes, which are what this server is for.
 
@@ -17,8 +17,14 @@ window, estimated from the counts of the current and the previous fixed
 window (the previous one weighted by how much of it still overlaps), which
 avoids the double burst a fixed window allows at its boundary.
 
-The counters are per host: several hosts behind one PostgreSQL database
-would each count on their own.
+On PostgreSQL, where several instances (hosts) share the database, the
+counters are in the database instead (``DatabaseCounter``, the table
+leases_apiratecount): PostgreSQL has no single writer lock to queue
+behind, and a per-host file would let each instance admit the whole rate.
+One statement per hit counts it and reads the previous window; the upsert
+locks the key's row until commit, so hits on one key are serialised across
+instances, and a refused hit rolls back its count. The table is unlogged:
+no WAL and no fsync per API request.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import sqlite3
 import threading
 
 from django.conf import settings
+from django.db import connection, transaction
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
@@ -87,6 +94,29 @@ class SlidingWindowCounter:
         return None
 
 
+class DatabaseCounter:
+    """The same sliding window, counted in the lease database (PostgreSQL)."""
+
+    def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None:
+        window, into = divmod(now, period)
+        window = int(window)
+        overlap = 1 - into / period
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO leases_apiratecount (key, slot, count, expires) VALUES (%s, %s, 1, %s) "
+                "ON CONFLICT (key, slot) DO UPDATE SET count = leases_apiratecount.count + 1 RETURNING count, "
+                "(SELECT p.count FROM leases_apiratecount p WHERE p.key = %s AND p.slot = %s)",
+                [key, window, (window + 2) * period, key, window - 1])
+            current, previous = cursor.fetchone()
+            current, previous = current - 1, previous or 0  # the counts before this request
+            if previous * overlap + current >= limit:
+                transaction.set_rollback(True)  # refused requests do not count
+                return _wait(previous, current, limit=limit, period=period, window=window, now=now)
+            if current == 0:  # a key's first hit in a window: sweep what no window can see any more
+                cursor.execute("DELETE FROM leases_apiratecount WHERE expires < %s", [now])
+        return None
+
+
 def _wait(previous: int, current: int, *, limit: int, period: int, window: int, now: float) -> float:
     """Seconds until ``previous * overlap + current`` drops below ``limit``."""
     if current >= limit:
@@ -99,7 +129,9 @@ _counters: dict[str, SlidingWindowCounter] = {}
 _counters_lock = threading.Lock()
 
 
-def counter() -> SlidingWindowCounter:
+def counter() -> SlidingWindowCounter | DatabaseCounter:
+    if connection.vendor == "postgresql":  # instances on other hosts count in the same place
+        return DatabaseCounter()
     path = settings.LEASEHOLD_THROTTLE_DATABASE
     with _counters_lock:
         if path not in _counters:

@@ -1,10 +1,11 @@
 """Rate limits: per principal, on the lease clock, and exact across
-processes sharing the counter file."""
+processes sharing the counter file, or (PostgreSQL) the database."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,8 +13,12 @@ from pathlib import Path
 import pytest
 from rest_framework.settings import api_settings
 
-from leases.api.throttling import SlidingWindowCounter
+from django.db import connection
+
+from leases.api.throttling import DatabaseCounter, SlidingWindowCounter, counter
 from tests.api.helpers import API, make_container
+
+pytestmark = pytest.mark.also_postgres
 
 WINDOW_START = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -55,8 +60,11 @@ def test_refusals_count_too_but_refused_requests_do_not(client_with, three_per_m
     assert statuses == [400, 400, 400, 429, 429]
 
 
-def test_the_window_slides(tmp_path):
-    counter = SlidingWindowCounter(str(tmp_path / "t.sqlite3"))
+@pytest.mark.parametrize("kind", ["file", "database"])
+def test_the_window_slides(tmp_path, kind, request):
+    if kind == "database":
+        request.getfixturevalue("db")
+    counter = SlidingWindowCounter(str(tmp_path / "t.sqlite3")) if kind == "file" else DatabaseCounter()
     start = WINDOW_START.timestamp()
     assert [counter.hit("k", limit=4, period=60, now=start + 50) for _ in range(4)] == [None] * 4
     # 2 s into the next window, 58/60 of the previous one still counts: 4 * 58/60 < 4.
@@ -95,3 +103,33 @@ def test_the_limit_is_exact_across_processes(tmp_path):
     admitted = [int(child.communicate(timeout=60)[0]) for child in children]
     assert sum(admitted) == 50 and all(child.returncode == 0 for child in children)
     assert max(admitted) < 50  # they really did share the work
+
+
+def test_on_postgresql_the_database_counts(db):
+    """Instances on other hosts share the database, not a file."""
+    assert isinstance(counter(), DatabaseCounter if connection.vendor == "postgresql" else SlidingWindowCounter)
+
+
+def test_the_database_counter_is_exact_across_connections(transactional_db):
+    """Four connections (as four instances would have) hit one key at once:
+    exactly the limit is admitted, and the refused hits are not counted."""
+    go = threading.Barrier(4)
+    admitted = []
+
+    def hammer():
+        try:
+            go.wait()
+            admitted.append(sum(DatabaseCounter().hit("shared", limit=50, period=3600,
+                                                      now=WINDOW_START.timestamp()) is None for _ in range(40)))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sum(admitted) == 50 and max(admitted) < 50, admitted
+    from leases.models import ApiRateCount
+
+    assert ApiRateCount.objects.get(key="shared").count == 50

@@ -137,3 +137,24 @@ def test_postgresql_unmigrated_or_read_only_is_refused(postgres, tmp_path):
         conn.execute(f'ALTER DATABASE "{parts.path[1:]}" SET default_transaction_read_only = on')
     out = _start(database, tmp_path)
     assert "the database is read-only" in out, out
+
+
+def test_a_newer_schema_is_refused(tmp_path, request):
+    """A database a newer version migrated (a migration this code does not
+    know is recorded as applied) is refused, naming the migration."""
+    on_pg = os.environ.get("LEASEHOLD_DATABASE", "").startswith("postgres")
+    database = request.getfixturevalue("postgres")() if on_pg else tmp_path / "leasehold.sqlite3"
+    prepare(database, tmp_path)
+    insert = ("INSERT INTO django_migrations (app, name, applied) VALUES "
+              "('leases', '0099_from_a_newer_version', CURRENT_TIMESTAMP)")
+    if on_pg:
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as conn:
+            conn.execute(insert)
+    else:
+        with sqlite3.connect(database) as conn:
+            conn.execute(insert)
+    out = _start(database, tmp_path)
+    assert "schema is newer than this version" in out and "leases.0099_from_a_newer_version" in out, out
+    assert len(out.strip().splitlines()) == 1, out

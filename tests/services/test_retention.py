@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from leases import retention, selectors, services
+from leases import duties, retention, selectors, services
 from leases.models import HistoryHorizon, LeaseEvent
 from leases.retention import Policy, parse_duration
 from leases.services import Actor, ResourceRef
@@ -166,19 +166,85 @@ def test_prune_runs_beside_lease_traffic_and_deletes_only_past_the_horizon(trans
     assert LeaseEvent.objects.filter(container="box", action="acquire").count() == 1
 
 
-def test_one_pruner_per_database_file(transactional_db, clock, tmp_path):
-    """Server processes each start a pruner; only the holder of the file
-    lock prunes, and another takes over once it stops."""
-    lock = str(tmp_path / "db.retention.lock")
-    policy = Policy(renewals=timedelta(days=1))
-    first, second = retention.Pruner(policy, lock, idle=0.01), retention.Pruner(policy, lock, idle=0.01)
-    assert first._hold_lock()
-    assert not second._hold_lock()
-    first.start()
-    first.stop()
-    first.join(10)
-    assert not first.is_alive()
-    assert second._hold_lock()
+def _in_thread(fn):
+    """``fn()`` in a thread of its own, as another process would: its own
+    database connection (closed after). Its result."""
+    out = []
+
+    def run():
+        try:
+            out.append(fn())
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    return out[0]
+
+
+def test_one_duty_holder_per_database(transactional_db):
+    """The duty lock (pruning, blob GC) is the database's: held by one
+    connection at a time, whichever process or instance it belongs to
+    (a var dir of its own each: nothing of theirs is in the lock), free
+    again once the holder lets go or its connection ends."""
+    held = duties.DutyLock()
+    assert held.acquire()
+    try:
+        assert _in_thread(lambda: duties.DutyLock().acquire()) is False
+    finally:
+        held.release()
+    other = duties.DutyLock()
+    assert _in_thread(other.acquire) is True  # and never released: its holder "died"
+    if connection.vendor == "sqlite":
+        other.release()  # as the kernel does when its process ends
+    # On PostgreSQL the holder's connection ended with its thread, and its lock with it.
+    again = duties.DutyLock()
+    assert again.acquire(wait=5)
+    again.release()
+    if connection.vendor == "sqlite":  # keyed by the database file, not the var dir
+        assert duties.lock_path() == f"{connection.settings_dict['NAME']}.retention.lock"
+
+
+def test_pruners_take_turns(transactional_db, clock, monkeypatch):
+    """Pruners of four processes, each trying every 10 ms: never two rounds
+    at once, and pruning still gets done."""
+    now = clock.freeze()
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(occurred_at=now - timedelta(days=2, seconds=i), action="renew", outcome="success",
+                   resource_type="container", account=ACCOUNT, container="old", status_code=200) for i in range(40)])
+    active, most, rounds = [0], [0], [0]
+    guard = threading.Lock()
+    real = retention.prune
+
+    def watched(*args, **kwargs):
+        with guard:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+        try:
+            threading.Event().wait(0.02)  # long enough for the others to try meanwhile
+            return real(*args, now=now, pace=False)
+        finally:
+            with guard:
+                active[0] -= 1
+                rounds[0] += 1
+
+    monkeypatch.setattr(retention, "prune", watched)
+    pruners = [retention.Pruner(Policy(renewals=timedelta(days=1), batch=5), idle=0.01) for _ in range(4)]
+    for pruner in pruners:
+        pruner.start()
+    try:
+        for _ in range(500):
+            if rounds[0] >= 12:
+                break
+            threading.Event().wait(0.01)
+    finally:
+        for pruner in pruners:
+            pruner.stop()
+        for pruner in pruners:
+            pruner.join(10)
+    assert rounds[0] >= 12 and most[0] == 1, (rounds, most)
+    assert not LeaseEvent.objects.filter(container="old").exists()
 
 
 def test_the_pruner_thread_prunes(transactional_db, clock, tmp_path):
@@ -188,8 +254,7 @@ def test_the_pruner_thread_prunes(transactional_db, clock, tmp_path):
                    resource_type="container", account=ACCOUNT, container="old", status_code=200) for i in range(10)])
     LeaseEvent.objects.create(occurred_at=now, action="renew", outcome="success", resource_type="container",
                               account=ACCOUNT, container="new", status_code=200)
-    pruner = retention.Pruner(Policy(renewals=timedelta(days=1), batch=3, pause=0), str(tmp_path / "lock"),
-                              idle=0.01)
+    pruner = retention.Pruner(Policy(renewals=timedelta(days=1), batch=3, pause=0), idle=0.01)
     pruner.start()
     try:
         for _ in range(500):
@@ -330,10 +395,21 @@ def test_unpaced_pruning_uses_whole_batches(db, clock, monkeypatch):
     sizes = []
     real = retention._prune_batch
 
-    def counting(policy, now, limit):
+    def counting(policy, now, limit, floors=None):
         sizes.append(limit)
-        return real(policy, now, limit)
+        return real(policy, now, limit, floors)
 
     monkeypatch.setattr(retention, "_prune_batch", counting)
     assert retention.prune(Policy(renewals=timedelta(days=1), batch=3), now=now, pace=False) == 7
     assert sizes == [3, 3, 3]
+
+
+def test_batches_continue_where_the_last_stopped_without_skipping_ties(db, clock):
+    """On PostgreSQL each batch starts from the newest event the previous one
+    deleted: events sharing that instant are not skipped."""
+    now = clock.freeze()
+    LeaseEvent.objects.bulk_create([
+        LeaseEvent(occurred_at=now - timedelta(days=2, seconds=i // 4), action="renew", outcome="success",
+                   resource_type="container", account=ACCOUNT, container="old", status_code=200) for i in range(10)])
+    assert retention.prune(Policy(renewals=timedelta(days=1), batch=3, pause=0), now=now) == 10
+    assert not LeaseEvent.objects.filter(container="old").exists()

@@ -114,7 +114,8 @@ def test_settings_read_typed_values(tmp_path):
 
 def _settings_in(var_dir: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "LEASEHOLD_SECRET_KEY"}
-    env.update(LEASEHOLD_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="config.settings")
+    env.update(LEASEHOLD_VAR_DIR=str(var_dir), DJANGO_SETTINGS_MODULE="config.settings",
+               LEASEHOLD_DATABASE=str(var_dir / "leasehold.sqlite3"))  # the var dir's key is SQLite's
     return subprocess.run([sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
                           cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -132,7 +133,8 @@ def test_the_secret_key_is_made_once_whole_and_private_even_by_processes_startin
     starts = [subprocess.Popen([sys.executable, "-c", "from django.conf import settings; print(settings.SECRET_KEY)"],
                                cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True,
                                env={**{k: v for k, v in os.environ.items() if k != "LEASEHOLD_SECRET_KEY"},
-                                    "LEASEHOLD_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings"})
+                                    "LEASEHOLD_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings",
+                                    "LEASEHOLD_DATABASE": str(tmp_path / "leasehold.sqlite3")})
               for _ in range(4)]
     keys = {p.communicate(timeout=60)[0].strip() for p in starts}
     stored = (tmp_path / "secret_key").read_text()

@@ -1,13 +1,14 @@
 """manage.py leasehold_prune: delete the lease history past the retention
 policy now, in the same small batches the server's pruner uses (as
 clearsessions does for sessions). The policy is LEASEHOLD_RETENTION_*
-(leases/retention.py); options override it for this run."""
+(leases/retention.py); options override it for this run. It waits while a
+server's pruner is at work on the database (one at a time: leases/duties.py)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from leases import clock, retention
+from leases import clock, duties, retention
 
 
 class Command(BaseCommand):
@@ -18,7 +19,8 @@ class Command(BaseCommand):
                                                "default LEASEHOLD_RETENTION_RENEWALS")
         parser.add_argument("--events", help="keep every other event this long (e.g. 400d); "
                                              "default LEASEHOLD_RETENTION_EVENTS")
-        parser.add_argument("--batch", type=int, help="rows per transaction (default LEASEHOLD_RETENTION_BATCH, 100)")
+        parser.add_argument("--batch", type=int, help="rows per transaction (default LEASEHOLD_RETENTION_BATCH; "
+                                                      "100 on SQLite, 2000 on PostgreSQL)")
         parser.add_argument("--no-pause", action="store_true", help="do not rest between batches "
                                                                     "(for a server that is not running)")
 
@@ -41,7 +43,23 @@ class Command(BaseCommand):
             self.stdout.write("The retention policy keeps every event (set LEASEHOLD_RETENTION_RENEWALS and/or "
                               "LEASEHOLD_RETENTION_EVENTS, or pass --renewals/--events); nothing pruned.")
             return
-        now = clock.now()
-        deleted = retention.prune(policy, now=now, pace=not no_pause)
+        with held_duty_lock(self.stdout):
+            now = clock.now()
+            deleted = retention.prune(policy, now=now, pace=not no_pause)
         self.stdout.write(f"Pruned {deleted} lease events; events before "
                           f"{policy.horizon(now):%Y-%m-%d %H:%M:%S} UTC may now be deleted.")
+
+
+class held_duty_lock:
+    """The database's duty lock for a command, waiting (and saying so) while another process holds it."""
+
+    def __init__(self, out):
+        self.lock, self.out = duties.DutyLock(), out
+
+    def __enter__(self):
+        if not self.lock.acquire():
+            self.out.write("Another process is pruning this database; waiting for it to finish.")
+            self.lock.acquire(wait=float("inf"))
+
+    def __exit__(self, *exc):
+        self.lock.release()

@@ -1,0 +1,96 @@
+"""Cluster duties -- pruning the history and collecting released blob
+content (the retention pruner, ``manage.py leasehold_prune`` and
+``leasehold_blob_gc``) -- done by one process at a time among every server
+process and instance that shares a database.
+
+The lock lives with the database, so that instances on different machines,
+each with a var dir of its own, all see the same one:
+
+* PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on
+  the duty thread's own connection, taken for one round of work and let go
+  after it. The round's statements run on that same connection, so if it
+  breaks (the instance dies, the network drops, a failover) the lock and the
+  round end together, and two rounds never overlap. PostgreSQL lets a dead
+  instance's lock go when its connection closes.
+* SQLite: an exclusive ``flock`` on a file beside the database file
+  (``<database>.retention.lock``), the same file for every process that opens
+  that database; the kernel lets it go when its process ends, however.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+from django.db import DatabaseError, connections
+
+# The advisory lock's key: any bigint the database's other users do not take;
+# the first 8 bytes of sha256("leasehold cluster duties"), signed.
+PG_LOCK_KEY = 6_422_180_987_829_057_514
+
+
+def lock_path(using: str = "default") -> str:
+    """The SQLite lock file: beside the database file, keyed by it."""
+    return f"{connections[using].settings_dict['NAME']}.retention.lock"
+
+
+class DutyLock:
+    """Held by at most one process per database; ``acquire`` then
+    ``release`` around each round of duties, in the thread that does them
+    (a Django connection belongs to its thread)."""
+
+    def __init__(self, using: str = "default", path: str | None = None):
+        self.using, self.path = using, path
+        self._fd: int | None = None
+        self._pg = False
+
+    def acquire(self, *, wait: float = 0) -> bool:
+        """Take the lock if free, trying again for up to ``wait`` seconds;
+        whether it is held now."""
+        deadline = time.monotonic() + wait
+        while not self._try():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
+    def _try(self) -> bool:
+        conn = connections[self.using]
+        if conn.vendor == "postgresql":
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", [PG_LOCK_KEY])
+                self._pg = bool(cursor.fetchone()[0])
+            return self._pg
+        if self._fd is not None:
+            return True
+        fd = os.open(self.path or lock_path(self.using), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._fd = fd
+        return True
+
+    def release(self) -> None:
+        if self._pg:
+            self._pg = False
+            conn = connections[self.using]
+            try:
+                with conn.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [PG_LOCK_KEY])
+            except DatabaseError:  # a broken connection: closing it ends its session, and the lock
+                try:
+                    conn.close()
+                except DatabaseError:
+                    pass
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()

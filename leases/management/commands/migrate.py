@@ -1,0 +1,59 @@
+"""manage.py migrate, which on PostgreSQL never lets a schema change hold up
+lease requests for long.
+
+An ALTER TABLE needs its table to itself. While it waits for a long reader
+(pg_dump, an export) to finish, every lease request on that table queues
+behind it, for as long as the reader runs. So here each statement of a
+migration waits for a lock at most a quarter of LEASEHOLD_WRITE_WAIT (at
+most 0.5 s: PostgreSQL's lock_timeout); then the migration, rolled back
+whole (each runs in a transaction of its own), is tried again after a
+pause, until ``--lock-retry-for`` seconds have passed. Lease requests wait at
+most that quarter, never the reader's whole time. SQLite has nothing to
+wait for: its writer lock is shared with lease writes as any transaction's.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.core.management.commands.migrate import Command as DjangoMigrate
+from django.db import OperationalError, connections
+
+from leases.env import env_float
+
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
+PAUSE = 1.0  # seconds between tries: lease requests run meanwhile
+
+
+def lock_wait() -> float:
+    """Seconds a migration's statement may wait for a table's lock."""
+    return max(0.05, min(0.5, env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0) / 4))
+
+
+class Command(DjangoMigrate):
+    help = DjangoMigrate.help + " On PostgreSQL, a migration waiting for a table in use gives way and is retried."
+
+    def add_arguments(self, parser):
+        super().add_arguments(parser)
+        parser.add_argument("--lock-retry-for", type=float, default=600, metavar="SECONDS",
+                            help="on PostgreSQL, keep retrying a migration that waits for a table in use for "
+                                 "this long (default 600)")
+
+    def handle(self, *args, **options):
+        conn = connections[options["database"]]
+        if conn.vendor != "postgresql":
+            return super().handle(*args, **options)
+        wait = lock_wait()
+        give_up = time.monotonic() + options["lock_retry_for"]
+        while True:
+            conn.ensure_connection()
+            with conn.cursor() as cursor:
+                cursor.execute(f"SET lock_timeout = '{int(wait * 1000)}ms'")
+            try:
+                return super().handle(*args, **options)
+            except OperationalError as exc:
+                if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE or time.monotonic() > give_up:
+                    raise
+                self.stderr.write(f"A table is in use by another session (a long query or pg_dump?): waited "
+                                  f"{wait:g} s for its lock and gave way to lease requests; retrying in {PAUSE:g} s.")
+                time.sleep(PAUSE)

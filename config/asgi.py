@@ -60,7 +60,7 @@ from config.environ import wsgi_environ as _environ
 from config.lease_batch import LeaseBatcher
 from config.wsgi import application as wsgi_application
 from config.waiting import Waiters, serve_waiting  # after config.wsgi: Django is set up
-from leases import timing, waiting
+from leases import clockwatch, timing, waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
 from leases.storage.transactions import commits_together
@@ -168,9 +168,12 @@ class LeaseholdASGI:
                 self.waiters.start()
                 if timing.ENABLED:  # bench only (leases/timing.py)
                     self.loop_watch = asyncio.get_running_loop().create_task(timing.watch_loop())
+                # Lease time read from the database before the first request (leases/clockwatch.py).
+                await asyncio.get_running_loop().run_in_executor(None, clockwatch.start)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.waiters.close()
+                clockwatch.stop()
                 for lane in self.lanes.values():
                     lane.shutdown()
                 if self.long_reads is not None:

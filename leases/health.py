@@ -3,7 +3,8 @@
     GET /health/live    200 while the process answers; touches nothing else.
     GET /health/ready   200 if the database answers, is writable, is fully
                         migrated and has the history's append-only triggers;
-                        otherwise 503 with the problems (JSON).
+                        otherwise 503 with the problems (JSON). Warnings
+                        (a clock step, leases/clockwatch.py) leave it 200.
     GET /metrics        Prometheus text format (leases/metrics.py), for a
                         superuser or a user with leases.view_leaseevent, by
                         API token or admin session, as the history's API.
@@ -22,7 +23,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 from rest_framework.permissions import BasePermission
 
-from . import history_triggers, metrics
+from . import clockwatch, history_triggers, metrics
 from .api.base import ApiView
 
 log = logging.getLogger("leasehold.health")
@@ -80,13 +81,21 @@ def live(request):
     return HttpResponse("ok\n", content_type="text/plain")
 
 
+def readiness_warnings(conn=connection) -> list[str]:
+    """What an operator should know of a database that serves: clock steps."""
+    try:
+        return clockwatch.warnings(conn)
+    except DatabaseError as err:
+        return [f"clock: cannot read the database's account of lease time: {err}"]
+
+
 @require_safe
 def ready(request):
     problems = readiness_problems()
     if problems:
         log.warning("not ready: %s", "; ".join(problems))
-        return JsonResponse({"ready": False, "problems": problems}, status=503)
-    return JsonResponse({"ready": True, "problems": []})
+        return JsonResponse({"ready": False, "problems": problems, "warnings": []}, status=503)
+    return JsonResponse({"ready": True, "problems": [], "warnings": readiness_warnings()})
 
 
 class CanReadMetrics(BasePermission):

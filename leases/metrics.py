@@ -138,6 +138,7 @@ class DatabaseCollector:
                                      "0 if there is none.")
         oldest_g.add_metric([], oldest.timestamp() if oldest else 0)
         yield oldest_g
+        yield from _clock_steps()
         if connection.vendor == "sqlite":
             with connection.cursor() as cur:
                 cur.execute("PRAGMA page_count")
@@ -165,6 +166,21 @@ class InstanceCollector:
         info.add_metric([], {"instance": env_str("LEASEHOLD_INSTANCE") or f"{host}:{port}", "hostname": host,
                              "pid": str(os.getpid())})
         yield info
+def _clock_steps():
+    """Clock steps seen by any instance (leases/clockwatch.py), from the database."""
+    from prometheus_client.core import CounterMetricFamily
+
+    from .models import LeaseClock
+
+    row = LeaseClock.objects.filter(id=1).first()
+    steps = CounterMetricFamily("leasehold_clock_steps", "Steps of the database's clock of more than a second "
+                                "either way (against a server's monotonic clock), as recorded in the database.")
+    steps.add_metric([], row.steps if row else 0)
+    yield steps
+    last = GaugeMetricFamily("leasehold_clock_last_step_seconds", "Size of the last clock step (negative: back); "
+                             "0 if none was seen.")
+    last.add_metric([], (row.last_step_seconds or 0) if row else 0)
+    yield last
 
 
 def exposition() -> bytes:

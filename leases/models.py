@@ -310,6 +310,23 @@ class HistoryHorizon(models.Model):
         return f"events before {self.delete_before:%Y-%m-%d %H:%M:%S} may be pruned"
 
 
+class LeaseClock(models.Model):
+    """One row, the database's own account of lease time (leases.clock):
+    ``high_water``, the latest time of the database's clock an instance has
+    read (every instance advances it about once a second; decisions never use
+    an earlier time), and the clock steps instances have seen (the last one's
+    time and size), which /health/ready and /metrics report."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    high_water = models.DateTimeField(null=True, blank=True)
+    steps = models.BigIntegerField(default=0)
+    last_step_at = models.DateTimeField(null=True, blank=True)
+    last_step_seconds = models.FloatField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"lease time at least {self.high_water}; {self.steps} clock steps seen"
+
+
 class FencingGeneration(models.Model):
     """The last fencing token (lease generation) handed out for a resource
     name. It lives apart from the resource row, which a delete removes, and

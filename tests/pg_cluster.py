@@ -57,6 +57,43 @@ def server_bin() -> Path:
     return found
 
 
+def _faketime_library() -> str | None:
+    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))
+    return found[0] if found else None
+
+
+def faketime_library() -> str:
+    """libfaketime, installing Debian's faketime package if needed: a
+    process started with it preloaded (``faketime_env``) reads the time of
+    day shifted, its monotonic clock left alone."""
+    found = _faketime_library()
+    if found:
+        return found
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    print("pg_cluster: libfaketime not found; installing Debian's faketime package", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "faketime"], env=env, stdout=subprocess.DEVNULL)
+    if not _faketime_library():
+        subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "faketime"], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
+    found = _faketime_library()
+    if not found:
+        raise SystemExit("pg_cluster: faketime installed, yet libfaketime is not found")
+    return found
+
+
+def faketime_env(offset: str | None = None, *, offset_file: Path | None = None) -> dict:
+    """Environment for a process whose clock reads ``offset`` from the real
+    one ("+1h", "-3600"), or whatever ``offset_file`` says at each reading."""
+    env = {"LD_PRELOAD": faketime_library(), "FAKETIME_DONT_FAKE_MONOTONIC": "1", "DONT_FAKE_MONOTONIC": "1"}
+    if offset_file is not None:
+        env.update(FAKETIME_TIMESTAMP_FILE=str(offset_file), FAKETIME_NO_CACHE="1")
+    else:
+        env["FAKETIME"] = offset
+    return env
+
+
 def _run_as() -> dict:
     """PostgreSQL refuses to run as root: as root, run it as the ``postgres``
     user the Debian package creates (else ``nobody``)."""
@@ -78,9 +115,11 @@ def _free_port() -> int:
 
 
 class Cluster:
-    def __init__(self, root: Path, port: int, bin_dir: Path, as_user: dict):
+    def __init__(self, root: Path, port: int, bin_dir: Path, as_user: dict, *, faketime: bool = False):
         self.root, self.port, self.bin, self.as_user = root, port, bin_dir, as_user
         self.data = root / "data"
+        # With faketime, the server's clock reads what this file says, at every reading ("+0", "-3600").
+        self.clock_file = root / "clock-offset" if faketime else None
 
     def url(self, database: str = "leasehold") -> str:
         return f"postgresql://{SUPERUSER}@127.0.0.1:{self.port}/{database}"
@@ -89,15 +128,31 @@ class Cluster:
         return subprocess.run([str(self.bin / args[0]), *args[1:]], check=True, capture_output=True,
                               cwd=self.root, **self.as_user, **kwargs)
 
+    def set_clock(self, offset_seconds: float) -> None:
+        """Set the server's clock to the real time plus ``offset_seconds``
+        (a cluster started with ``faketime``): a step, at once."""
+        tmp = self.clock_file.with_suffix(".new")
+        tmp.write_text(f"{offset_seconds:+.3f}\n")
+        tmp.chmod(0o644)
+        tmp.replace(self.clock_file)
+
     def start(self) -> "Cluster":
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
                   "--locale=C", "--no-sync")
+        self.launch()
+        self.create_database("leasehold")
+        return self
+
+    def launch(self) -> None:
+        """pg_ctl start (under libfaketime with a clock file)."""
+        env = None
+        if self.clock_file is not None:
+            self.set_clock(0)
+            env = {**os.environ, **faketime_env(offset_file=self.clock_file)}
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -F "
                    "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200")
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"),
-                  "-w", "-t", "60", "start")
-        self.create_database("leasehold")
-        return self
+                  "-w", "-t", "60", "start", env=env)
 
     def create_database(self, name: str) -> str:
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, name)
@@ -113,15 +168,16 @@ class Cluster:
 
 
 @contextmanager
-def cluster():
-    """A started throwaway cluster with a database ``leasehold``; removed after."""
+def cluster(*, faketime: bool = False):
+    """A started throwaway cluster with a database ``leasehold``; removed
+    after. ``faketime``: its clock can be set (``Cluster.set_clock``)."""
     bin_dir = server_bin()
     as_user = _run_as()
     root = Path(tempfile.mkdtemp(prefix="leasehold-pg-"))
     try:
         if as_user:
             os.chown(root, as_user["user"], as_user["group"])
-        pg = Cluster(root, _free_port(), bin_dir, as_user)
+        pg = Cluster(root, _free_port(), bin_dir, as_user, faketime=faketime)
         try:
             pg.start()
         except subprocess.CalledProcessError as exc:

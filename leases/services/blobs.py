@@ -13,6 +13,7 @@ from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration, new_etag
+from ..storage import dbclock
 from .access import _after_blob_write, _check_access, _committing_refusals, _ended_by_delete, _reading
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
 
@@ -91,7 +92,7 @@ def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, 
     version, append the history event."""
     container = _container_must_exist(ref)
     blob = _blob_for_write(container, ref)
-    now = clock.now()  # read once the row is locked (services.lease_actions says why)
+    now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     props = {k: v for k, v in (properties or {}).items() if v is not None}
     large = not blob_content.inline(len(content))
     fields = {"content": b"" if large else content, "content_version": staged, "size": len(content),
@@ -164,7 +165,7 @@ def blob_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = No
     ``content=False`` when only properties are answered."""
     obj = _load(ref, for_update=False, content=content)
     if lease_id is not None:
-        _check_access(obj, ref=ref, actor=actor, now=clock.now(), lease_id=lease_id,
+        _check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id,
                       write=False, operation="read-blob")
     return obj
 
@@ -177,7 +178,7 @@ def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
     if ref.snapshot:
         raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
     blob = _load(ref, for_update=True)
-    now = clock.now()  # read once the row is locked (services.lease_actions says why)
+    now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="set-metadata")
     blob.metadata = metadata
@@ -193,7 +194,7 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = 
     if delete_snapshots not in (None, "include", "only"):
         raise LeaseholdError("InvalidHeaderValue", field="delete_snapshots", value=delete_snapshots)
     blob = _load(ref, for_update=True, content=False)
-    now = clock.now()  # read once the row is locked (services.lease_actions says why)
+    now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     if ref.snapshot:  # a snapshot carries no lease of its own
         blob.delete()
@@ -216,7 +217,7 @@ def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = Non
                   conditions: Conditions = NO_CONDITIONS) -> Blob:
     metadata = None if metadata is None else metadata_rules.validate(metadata)
     blob = _load(ref, for_update=True)
-    now = clock.now()  # read once the row is locked (services.lease_actions says why)
+    now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     if lease_id is not None:
         _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="snapshot")

@@ -7,11 +7,12 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import blob_content, clock, machine
+from .. import blob_content, machine
 from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Account, Blob, Container, FencingGeneration, new_etag
+from ..storage import dbclock
 from .access import _check_access, _committing_refusals, _ended_by_delete, _reading
 from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 
@@ -32,12 +33,12 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
                      actor: Actor | None = None) -> Container:
     validate_container_name(name)
     metadata = metadata_rules.validate(metadata)
-    now = clock.now().replace(microsecond=0)
     acct = Account.objects.filter(name=account).first()
     if acct is None:
         raise LeaseholdError("ResourceNotFound")
     try:
         with transaction.atomic():
+            now = dbclock.transaction_now().replace(microsecond=0)
             return Container.objects.create(account=acct, name=name, metadata=metadata or {},
                                             public_access=public_access, etag=new_etag(),
                                             last_modified=now, created_at=now,
@@ -50,7 +51,7 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
 def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
                      conditions: Conditions = NO_CONDITIONS) -> None:
     obj = _load(ref, for_update=True)
-    now = clock.now()  # read once the row is locked (services.lease_actions says why)
+    now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
     _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
     _ended_by_delete(obj, ref=ref, actor=actor, now=now)
@@ -68,7 +69,7 @@ def container_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None
     """Get Container Properties/Metadata: an optional lease id must match."""
     obj = _load(ref, for_update=False)
     if lease_id is not None:
-        _check_access(obj, ref=ref, actor=actor, now=clock.now(),
+        _check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(),
                       lease_id=lease_id, write=False,
                       operation="read-container")
     return obj
@@ -80,7 +81,7 @@ def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
                            conditions: Conditions = NO_CONDITIONS) -> Container:
     metadata = metadata_rules.validate(metadata)
     obj = _load(ref, for_update=True)
-    now = clock.now()  # read once the row is locked (services.lease_actions says why)
+    now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     Conditions(if_modified_since=conditions.if_modified_since).check_write(
         obj.etag, obj.last_modified, noun=machine.CONTAINER)
     # A container lease does not guard container writes; an id, if given, must match.

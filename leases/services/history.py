@@ -6,9 +6,9 @@ from datetime import datetime
 
 from django.db import transaction
 
-from .. import clock
 from ..errors import LeaseholdError
 from ..models import LeaseEvent
+from ..storage import dbclock
 from ..storage.statements import RowInsert
 from .common import Actor, ResourceRef
 
@@ -58,7 +58,7 @@ def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: s
     refuse it anyway, and auditors want to know someone tried."""
     with transaction.atomic():
         LeaseEvent.objects.create(
-            occurred_at=clock.now(), action=attempt[:16], outcome=LeaseEvent.Outcome.REFUSED,
+            occurred_at=dbclock.transaction_now(), action=attempt[:16], outcome=LeaseEvent.Outcome.REFUSED,
             resource_type="history", account="", container="", blob="", status_code=status,
             error_code="HistoryIsAppendOnly", actor=actor.name[:200], via=actor.via, reason=target[:500],
             request_id=actor.request_id, client_request_id=actor.client_request_id[:1024],

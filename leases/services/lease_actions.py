@@ -6,6 +6,7 @@ import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from django.db import transaction
 
@@ -13,7 +14,7 @@ from .. import clock, machine, metrics, wakeups
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration
-from ..storage import statements
+from ..storage import dbclock, statements
 from ..storage.transactions import write_together, write_transaction
 from .access import _recording_refusal
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
@@ -53,20 +54,40 @@ _LOOKUPS = {Container: ("account__name", "name"),
 _DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease action reads neither
 
 
-def _load_for_lease(ref: ResourceRef, conn, cursor) -> Container | Blob:
-    """``_load(ref, for_update=True)`` in one compiled statement."""
+def _load_for_lease(ref: ResourceRef, conn, cursor):
+    """``_load(ref, for_update=True)`` in one compiled statement, and the
+    time of the decision, read once the row is locked (on PostgreSQL by
+    that same statement: leases.storage.dbclock): (row, time)."""
+    also = dbclock.lock_columns(conn)
     if ref.blob is None:
-        obj = statements.load_locked(Container, _LOOKUPS[Container], (ref.account, ref.container),
-                                     deferred=_DEFERRED[Container], conn=conn, cursor=cursor)
+        obj, extra = _locked(Container, (ref.account, ref.container), also, conn, cursor)
         if obj is None:
             raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
-        return obj
-    obj = statements.load_locked(Blob, _LOOKUPS[Blob], (ref.account, ref.container, ref.blob, ref.snapshot),
-                                 deferred=_DEFERRED[Blob], conn=conn, cursor=cursor)
-    if obj is None:
-        _container_must_exist(ref)
-        raise LeaseholdError("BlobNotFound")
-    return obj
+    else:
+        obj, extra = _locked(Blob, (ref.account, ref.container, ref.blob, ref.snapshot), also, conn, cursor)
+        if obj is None:
+            _container_must_exist(ref)
+            raise LeaseholdError("BlobNotFound")
+    return obj, dbclock.decided(extra, floor=_decided_at_least(obj))
+
+
+def _decided_at_least(obj) -> datetime | None:
+    """A time the last decisions on the row used (its last new lease, its
+    last acquire or renew: expiry minus duration), which the next one may
+    not precede, so a step back of the clock shortens no lease."""
+    floor = obj.lease_acquired_at
+    if obj.lease_expires_at is not None and obj.lease_duration is not None and obj.lease_duration > 0:
+        renewed = obj.lease_expires_at - timedelta(seconds=obj.lease_duration)
+        floor = renewed if floor is None or renewed > floor else floor
+    return floor
+
+
+def _locked(model, values: tuple, also: tuple[str, ...], conn, cursor):
+    if also:
+        return statements.load_locked(model, _LOOKUPS[model], values, deferred=_DEFERRED[model], also=also,
+                                      conn=conn, cursor=cursor)
+    return statements.load_locked(model, _LOOKUPS[model], values, deferred=_DEFERRED[model],
+                                  conn=conn, cursor=cursor), ()
 
 
 def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str, conn, cursor) -> None:
@@ -159,15 +180,12 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
         with statements.driver_cursor(conn) as cursor:
             if refusal is None:
                 try:
-                    obj = _load_for_lease(ref, conn, cursor)
                     # The time of the decision is read once the row is locked
                     # (SQLite: the writer lock, taken at BEGIN; PostgreSQL: FOR
                     # UPDATE), not when the request arrived: a request that
                     # waited for the lock would otherwise decide with a stale
-                    # clock -- its lease would start (and end) in the past, and
-                    # its event would be stamped before events committed ahead
-                    # of it. So a resource's history is in time order.
-                    now = clock.now()
+                    # clock -- its lease would start (and end) in the past.
+                    obj, now = _load_for_lease(ref, conn, cursor)
                     facts["state_before"] = obj.effective_lease_state(now)
                     facts["generation"] = obj.lease_generation
                     checked.check_write(obj.etag, obj.last_modified, noun=noun)
@@ -179,7 +197,7 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                 except LeaseholdError as err:
                     refusal = err
             if now is None:  # refused before the row was read
-                now = clock.now()
+                now = dbclock.transaction_now(conn, cursor)
             EVENTS.set(event, conn, occurred_at=now)
             if refusal is not None:
                 held = refusal.code in REFUSAL_DETAIL_CODES and obj is not None

@@ -110,28 +110,46 @@ def _prepared(preparers, values, conn) -> list:
 _KEYS = ("\0k0", "\0k1", "\0k2", "\0k3", "\0k4", "\0k5")
 
 
-def _compile_load(model, lookups: tuple[str, ...], deferred: tuple[str, ...], conn):
-    """SELECT the row (not the ``deferred`` columns) with a row lock, by ``lookups``."""
+def _compile_load(model, lookups: tuple[str, ...], deferred: tuple[str, ...], also: tuple[str, ...], conn):
+    """SELECT the row (not the ``deferred`` columns) with a row lock, by
+    ``lookups``; with ``also``, the rows of that as a subquery and each of
+    ``also`` after its columns: selected by the outer query, they are
+    evaluated once the row is locked (in the locking query itself,
+    PostgreSQL evaluates them before it waits for a lock another
+    transaction holds)."""
     keys = _KEYS[:len(lookups)]
     qs = model._default_manager.filter(**dict(zip(lookups, keys))).defer(*deferred)
     compiler = qs.select_for_update(of=("self",)).order_by()[:1].query.get_compiler(connection=conn)
     sql, params = compiler.as_sql()
+    if also:
+        sql = f"SELECT locked.*, {', '.join(also)} FROM ({sql}) AS locked"
     order = tuple(keys.index(p) for p in params)
     columns = [col for col, _, _ in compiler.select]
     converters = [(pos, convs, expr) for pos, (convs, expr) in compiler.get_converters(columns).items()]
     return native_sql(sql, conn), order, [col.target.attname for col in columns], converters
 
 
-def load_locked(model, lookups: tuple[str, ...], values: tuple, *, deferred: tuple[str, ...] = (), conn, cursor):
+def load_locked(model, lookups: tuple[str, ...], values: tuple, *, deferred: tuple[str, ...] = (),
+                also: tuple[str, ...] = (), conn, cursor):
     """``model.objects.select_for_update(of=("self",)).defer(*deferred)
     .filter(**dict(zip(lookups, values))).first()`` in one compiled
-    statement; None if there is no such row."""
-    sql, order, names, converters = compiled(conn, ("load", model, lookups, deferred),
-                                             lambda c: _compile_load(model, lookups, deferred, c))
+    statement; None if there is no such row. With ``also`` (SQL expressions,
+    evaluated once the row is locked): (the instance or None, their values)."""
+    sql, order, names, converters = compiled(conn, ("load", model, lookups, deferred, also),
+                                             lambda c: _compile_load(model, lookups, deferred, also, c))
     cursor.execute(sql, [values[i] for i in order])
     row = cursor.fetchone()
+    if also:
+        if row is None:
+            return None, ()
+        extra = tuple(row[len(names):])
+        return _instance(model, conn, names, converters, row[:len(names)]), extra
     if row is None:
         return None
+    return _instance(model, conn, names, converters, row)
+
+
+def _instance(model, conn, names, converters, row):
     if converters:
         row = list(row)
         for pos, convs, expr in converters:

@@ -22,7 +22,7 @@ def test_live_answers_without_authentication(client):
 def test_ready_on_a_migrated_writable_database(client, transactional_db):
     response = client.get("/health/ready")
     assert response.status_code == 200, response.content
-    assert response.json() == {"ready": True, "problems": []}
+    assert response.json() == {"ready": True, "problems": [], "warnings": []}
 
 
 def test_health_paths_are_not_azure_accounts(azure_server):

@@ -114,7 +114,7 @@ def test_the_compiled_locked_read_is_the_sql_the_orm_sends(leased):
     [(orm_sql, orm_params)] = orm_statements(orm_read)
     with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
         statements.load_locked(Blob, LOOKUPS, NAMES, deferred=DEFERRED, conn=conn(), cursor=cursor)
-        sql, order, _, _ = statements.compiled(conn(), ("load", Blob, LOOKUPS, DEFERRED), None)
+        sql, order, _, _ = statements.compiled(conn(), ("load", Blob, LOOKUPS, DEFERRED, ()), None)
     assert sql == native(orm_sql), "the ORM compiles this SELECT differently from the QuerySet API now"
     assert tuple(NAMES[i] for i in order) == orm_params
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 
-from .. import clock, machine, metrics, wakeups
+from .. import machine, metrics, wakeups
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration

@@ -13,7 +13,6 @@ import random
 import re
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -43,8 +42,10 @@ class Timeline:
         self.started, self.base = time.time(), self.offset
 
     def at(self, t: float) -> None:
-        """From now on the database reads the timeline's start plus ``t`` seconds."""
-        self.offset = self.base + t - (time.time() - self.started)
+        """From now on the database reads the timeline's start plus ``t``
+        seconds, or keeps its course if it is past that already (a round
+        that took longer than its step): never a step back."""
+        self.offset = max(self.offset, self.base + t - (time.time() - self.started))
         self.pg.set_clock(self.offset)
 
     def step(self, seconds: float) -> None:

@@ -18,18 +18,20 @@ the front, config/front.py, with its header timeout) without holding any thread:
 * it is kept in memory up to 1 MiB, then in a temporary file: a slow upload
   costs a file, not RAM or a thread.
 
-Lanes: a lease action (Azure ``comp=lease``, JSON ``/api/v1/leases/``) runs
-in the ``lease`` lane; other GET/HEAD requests in the ``read`` lane; all
-else (uploads, creates, deletes, admin forms) in the ``other`` lane. Each
-lane has its own threads per worker process (``LEASEHOLD_THREADS``,
-``LEASEHOLD_READ_THREADS``, ``LEASEHOLD_OTHER_THREADS``, one each by
-default), so an export, a listing or an upload never queues ahead of a
-renewal: at worst they share the cores and the writer lock. (Azure lease
-requests of the usual shape are batched, config/lease_batch.py, and a lone
-one, with nothing else in flight, is written by the loop itself when the
-writer is free.) A request sticks
-to one thread of its lane for its whole life (Django keeps the database
-connection and transaction per thread), but a streamed response (an export)
+Lanes (config/lanes.py): a lease action (Azure ``comp=lease``, JSON
+``/api/v1/leases/``) runs in the ``lease`` lane; other GET/HEAD requests in
+the ``read`` lane; all else (uploads, creates, deletes, admin forms) in the
+``other`` lane. Each lane has its own threads per worker process
+(``LEASEHOLD_THREADS``, ``LEASEHOLD_READ_THREADS``,
+``LEASEHOLD_OTHER_THREADS``, one each by default; on PostgreSQL, whose
+writes wait for a row's lock, 4 lease and 2 other threads, each row's
+requests one at a time), so an export, a listing or an upload never queues
+ahead of a renewal: at worst they share the cores and the writer lock.
+(Azure lease requests of the usual shape are batched, config/lease_batch.py,
+and a lone one, with nothing else in flight, is written by the loop itself
+when the writer is free.) A request sticks to one thread of its lane for
+its whole life (Django keeps the database connection and transaction per
+thread), but a streamed response (an export)
 gives the thread back between pieces: each piece (at most about 64 KiB, one
 short database read) is one task, so other requests of the lane run between
 an export's pieces, and a slow reader of an export holds no thread at all.
@@ -46,11 +48,11 @@ commit (and its fsync), and the answer is sent only after it returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.http.response import HttpResponseBase
@@ -58,9 +60,10 @@ from django.http.response import HttpResponseBase
 from config import answers, long_reads
 from config.environ import wsgi_environ as _environ
 from config.lease_batch import LeaseBatcher
+from config.lanes import Lane, OnePerRow, row_of
 from config.wsgi import application as wsgi_application
 from config.waiting import Waiters, serve_waiting  # after config.wsgi: Django is set up
-from leases import clockwatch, timing, waiting
+from leases import clockwatch, pg_backend, timing, waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
 from leases.storage.transactions import commits_together
@@ -72,6 +75,8 @@ from leases.sqlite_backend.busy import received_at
 # (busy.at_once). Django refuses database calls from a thread running an
 # event loop unless told that this is meant.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# A server process: on PostgreSQL every statement and lock wait is bounded (leases/pg_backend).
+pg_backend.serving()
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 API_LEASES = "/api/v1/leases/"
@@ -83,32 +88,6 @@ def _env_float(name: str, default: float) -> float:
     return or_exit(env_float, name, default, above=0)
 
 
-def _env_threads(name: str, default: int) -> int:
-    return or_exit(env_int, name, default, at_least=1)
-
-
-class Lane:
-    """A fixed set of single-thread executors; a request takes the least
-    loaded one and keeps it until its response is sent."""
-
-    def __init__(self, name: str, threads: int):
-        self.name = name
-        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(threads)]
-        self.load = [0] * threads
-
-    def take(self) -> int:
-        index = min(range(len(self.load)), key=self.load.__getitem__)
-        self.load[index] += 1
-        return index
-
-    def give_back(self, index: int) -> None:
-        self.load[index] -= 1
-
-    def shutdown(self) -> None:
-        for executor in self.executors:
-            executor.shutdown(wait=False, cancel_futures=True)
-
-
 class BodyRefused(Exception):
     def __init__(self, status: int, reason: bytes):
         self.status, self.reason = status, reason
@@ -117,14 +96,20 @@ class BodyRefused(Exception):
 class LeaseholdASGI:
     def __init__(self, app=wsgi_application):
         self.app = app
+        # On PostgreSQL a write waits for its row's lock, not the database's:
+        # more threads, one per row at a time (config/lanes.py).
+        self.row_locks = settings.DATABASES["default"]["ENGINE"] == "leases.pg_backend"
+        more = 4 if self.row_locks else 1
+        self.write_wait = float(settings.DATABASES["default"].get("OPTIONS", {}).get("write_wait") or 5)
+        self.rows = OnePerRow()
         self.lanes = {
-            "lease": Lane("lease", _env_threads("LEASEHOLD_THREADS", 1)),
-            "read": Lane("read", _env_threads("LEASEHOLD_READ_THREADS", 1)),
-            "other": Lane("other", _env_threads("LEASEHOLD_OTHER_THREADS", 1)),
+            "lease": Lane("lease", threads=("LEASEHOLD_THREADS", more)),
+            "read": Lane("read", threads=("LEASEHOLD_READ_THREADS", 1)),
+            "other": Lane("other", threads=("LEASEHOLD_OTHER_THREADS", max(1, more // 2))),
             # A large Put Blob holds its thread while it stages its chunks
             # (leases/blob_content.py): in a lane of its own, so that no
             # create, delete or admin form queues behind it.
-            "upload": Lane("upload", _env_threads("LEASEHOLD_UPLOAD_THREADS", 1)),
+            "upload": Lane("upload", threads=("LEASEHOLD_UPLOAD_THREADS", 1)),
         }
         self.idle_timeout = _env_float("LEASEHOLD_BODY_IDLE_TIMEOUT", 10)
         self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
@@ -234,6 +219,13 @@ class LeaseholdASGI:
         if marks is not None:
             environ["leasehold.timing"] = marks
             marks.update(lane=lane.name, body=environ["leasehold.received_at"], submitted=time.monotonic())
+        if self.row_locks and lane.name in ("lease", "other"):
+            async with self.rows.turn(row_of(scope["path"])):
+                await self.run_in_lane(lane, environ, receive, send, body, marks)
+            return
+        await self.run_in_lane(lane, environ, receive, send, body, marks)
+
+    async def run_in_lane(self, lane, environ, receive, send, body, marks):
         index = lane.take()
         executor = lane.executors[index]
         loop = asyncio.get_running_loop()
@@ -280,6 +272,14 @@ class LeaseholdASGI:
             answers.close(result)
             raise RuntimeError("a lease action answered with a stream")
         return status, headers, content
+
+    def writes_by(self, environ):
+        """On PostgreSQL, a write (any lane but reads) that waited its
+        LEASEHOLD_WRITE_WAIT before its thread took it is refused at its
+        first statement (503 ServerBusy), as SQLite's writer lock refuses it."""
+        if not self.row_locks or environ.get("leasehold.lane") == "read":
+            return contextlib.nullcontext()
+        return pg_backend.writes_by(environ["leasehold.received_at"] + self.write_wait)
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
@@ -364,7 +364,7 @@ class LeaseholdASGI:
             marks["thread"] = time.monotonic()
             timing.attach(marks)
         try:
-            with received_at(environ["leasehold.received_at"]):  # a write's wait counts from here
+            with received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
                 result = self.app(environ, start_response)
         finally:
             if marks is not None:

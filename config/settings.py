@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
-from leases.env import env_bool, env_choice, env_float, env_int, env_log_level, env_str
+from leases.env import SettingError, env_bool, env_choice, env_float, env_int, env_log_level, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("LEASEHOLD_VAR_DIR") or BASE_DIR / "var")
@@ -120,19 +119,38 @@ TEMPLATES = [{
 }]
 
 
+def _postgres(spec: str) -> dict:
+    """A libpq URL, handed to the driver whole: several hosts, their ports,
+    target_session_attrs, sslmode, connect_timeout, ... (leases/pg_backend
+    adds the timeouts the URL does not set). One that libpq cannot read
+    stops the start with the reason, the URL itself (its password) not shown."""
+    try:
+        from psycopg import Error
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        raise SettingError("LEASEHOLD_DATABASE is a PostgreSQL URL, but its driver is not installed: "
+                           "pip install -e '.[postgres]'") from None
+    try:
+        params = conninfo_to_dict(spec)
+    except Error as exc:
+        reason = " ".join(str(exc).split())
+        raise SettingError(f"LEASEHOLD_DATABASE is not a PostgreSQL URL libpq can use: {reason}") from None
+    if not params.get("dbname"):
+        raise SettingError("LEASEHOLD_DATABASE must name the database: postgresql://user@host:5432/DATABASE")
+    return {
+        "ENGINE": "leases.pg_backend",
+        "NAME": params["dbname"],
+        "CONN_MAX_AGE": 60,
+        # Seconds a lease request may wait for the database before 503 ServerBusy:
+        # the lock and statement timeouts and the connect timeout derive from it.
+        "OPTIONS": {"conninfo": spec, "write_wait": env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0)},
+    }
+
+
 def _database(spec: str) -> dict:
     """LEASEHOLD_DATABASE is a SQLite file path or a postgres:// URL."""
     if spec.startswith(("postgres://", "postgresql://")):
-        url = urlsplit(spec)
-        return {
-            "ENGINE": "django.db.backends.postgresql",
-            "NAME": url.path.lstrip("/"),
-            "USER": unquote(url.username or ""),
-            "PASSWORD": unquote(url.password or ""),
-            "HOST": url.hostname or "",
-            "PORT": str(url.port or ""),
-            "CONN_MAX_AGE": 60,
-        }
+        return _postgres(spec)
     path = Path(spec.removeprefix("sqlite:///"))
     synchronous = env_choice("LEASEHOLD_SQLITE_SYNCHRONOUS", "FULL", ("FULL", "NORMAL", "EXTRA"))
     # When another process has written, SQLite drops this connection's whole

@@ -40,6 +40,7 @@ import threading
 import time
 
 from django.conf import settings
+from django.db import connection
 
 from config import long_reads
 from config.environ import wsgi_environ
@@ -185,7 +186,7 @@ class Waiters:
         folder = wakeups.marker_dir()
         if folder is not None:
             self._listen_datagrams(folder)
-        elif settings.DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        elif connection.vendor == "postgresql":  # no connection opened
             self.listening = asyncio.get_running_loop().create_task(self._listen_postgres())
 
     def close(self) -> None:
@@ -228,12 +229,13 @@ class Waiters:
     async def _listen_postgres(self) -> None:
         import psycopg
 
-        db = settings.DATABASES["default"]
-        params = {"dbname": db["NAME"], "user": db.get("USER") or None, "password": db.get("PASSWORD") or None,
-                  "host": db.get("HOST") or None, "port": db.get("PORT") or None, "autocommit": True}
+        from leases.pg_backend.base import side_connection
+
+        conninfo, params = side_connection(settings.DATABASES["default"])
         while True:
             try:
-                conn = await psycopg.AsyncConnection.connect(**{k: v for k, v in params.items() if v is not None})
+                # to whichever host answers as primary (NOTIFY is sent there), keepalives bounding a hung one
+                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **params)
                 async with conn:
                     await conn.execute(f"LISTEN {wakeups.CHANNEL}")
                     self.wake_all()  # whatever was released while nobody listened

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import F, Q
 
-from . import clock
+from . import clock, faults, pg_backend
 from .models import LeaseClock
 from .storage import dbclock
 
@@ -82,18 +82,27 @@ def warnings(conn=connection) -> list[str]:
 
 
 class Watcher(threading.Thread):
-    def __init__(self):
+    """The reading, once a second; also this process's watch on the
+    database: a reading that fails, or takes longer than ``answer_within``,
+    means no primary answers (PostgreSQL), and every connection of the
+    process is dropped at once (leases/pg_backend), so that no request
+    waits on a hung server and new connections find the new primary."""
+
+    def __init__(self, answer_within: float):
         super().__init__(name="leasehold-clock", daemon=True)
         self.first = threading.Event()  # set after the first reading (or its failure)
         self.stopping = threading.Event()
+        self.answer_within = answer_within
+        self.down: str | None = None  # why the database is not answering, while it is not
 
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
-                tick()
-            except DatabaseError as exc:  # the database is away: the requests say so
-                log.debug("clock: no reading: %s", exc)
-                connection.close()
+                with pg_backend.bounded(self.answer_within):
+                    tick()
+                self._answered()
+            except DatabaseError as exc:
+                self._failed(exc)
             except Exception:  # noqa: BLE001 - the watcher must outlive any surprise
                 log.exception("clock: reading failed")
             finally:
@@ -101,6 +110,27 @@ class Watcher(threading.Thread):
                 close_old_connections()
             self.stopping.wait(PERIOD)
         connection.close()
+
+    def _failed(self, exc: DatabaseError) -> None:
+        fault = faults.classify(exc)
+        connection.close()
+        if fault is not None and fault.kind == faults.BUSY:  # slow, not gone
+            return
+        if self.down is None:
+            self.down = fault.detail if fault else str(exc)
+            if connection.vendor == "postgresql":
+                pg_backend.drop_all(f"the database's clock could not be read ({self.down})")
+        log.debug("clock: no reading: %s", exc)
+
+    def _answered(self) -> None:
+        if self.down is None:
+            return
+        where = ""
+        if connection.vendor == "postgresql" and connection.connection is not None:
+            where = f" (primary {connection.connection.info.host}:{connection.connection.info.port})"
+        log.warning("database failover or outage over: the database answers again%s, after: %s", where,
+                    self.down)
+        self.down = None
 
 
 _watcher: Watcher | None = None
@@ -112,9 +142,10 @@ def start(wait: float = 2.0) -> Watcher:
     seconds for its first reading, so that this process knows lease time
     before it serves."""
     global _watcher
+    write_wait = float(connection.settings_dict.get("OPTIONS", {}).get("write_wait") or 5)
     with _watcher_lock:
         if _watcher is None or not _watcher.is_alive():
-            _watcher = Watcher()
+            _watcher = Watcher(answer_within=max(1.5, min(5.0, write_wait / 2)))
             _watcher.start()
     _watcher.first.wait(wait)
     return _watcher

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from .errors import LeaseholdError
 
-BUSY, DISK_FULL, READ_ONLY, IO_ERROR, CORRUPT, SCHEMA, UNAVAILABLE = (
+BUSY, DISK_FULL, READ_ONLY, IO_ERROR, CORRUPT, SCHEMA, UNAVAILABLE, NO_PRIMARY = (
     "busy", "disk full", "read-only storage", "storage I/O error", "corrupt database", "schema out of date",
-    "database unavailable")
+    "database unavailable", "no primary (database failover or outage)")
 
 # What the operator should do, after the cause in the log line.
 ADVICE = {
@@ -33,6 +33,9 @@ ADVICE = {
     CORRUPT: "restore the database from a backup (sqlite3 .recover may save the rest)",
     SCHEMA: "run `python manage.py migrate`",
     UNAVAILABLE: "check that the database server is running and reachable",
+    NO_PRIMARY: ("no writable PostgreSQL primary answers (a standby, a host down or hung): this server uses "
+                 "whichever host of LEASEHOLD_DATABASE answers as primary as soon as one does (list every host, "
+                 "with target_session_attrs=read-write); promote a standby if none will"),
 }
 
 # Messages the client sees: Azure's code, no internals.
@@ -61,12 +64,15 @@ SQLITE_MESSAGES = (
 )
 
 # PostgreSQL SQLSTATE (exact, then class of two characters) -> kind.
+# A standby's refusal to write (25006), a server shutting down or starting
+# (57P01-57P03) and a lost or refused connection (08, or the client's own
+# error: no answer) all mean no primary answers: a failover, or an outage.
 PG_STATES = {
-    "53100": DISK_FULL, "25006": READ_ONLY, "XX001": CORRUPT, "XX002": CORRUPT,
+    "53100": DISK_FULL, "25006": NO_PRIMARY, "XX001": CORRUPT, "XX002": CORRUPT,
     "42P01": SCHEMA, "42703": SCHEMA, "55P03": BUSY, "40P01": BUSY, "40001": BUSY, "57014": BUSY,
-    "57P01": UNAVAILABLE, "57P02": UNAVAILABLE, "57P03": UNAVAILABLE, "58030": IO_ERROR,
+    "57P01": NO_PRIMARY, "57P02": NO_PRIMARY, "57P03": NO_PRIMARY, "58030": IO_ERROR,
 }
-PG_CLASSES = {"08": UNAVAILABLE, "53": BUSY}
+PG_CLASSES = {"08": NO_PRIMARY, "53": BUSY}
 
 ERRNOS = {errno.ENOSPC: DISK_FULL, errno.EDQUOT: DISK_FULL, errno.EFBIG: DISK_FULL, errno.EROFS: READ_ONLY,
           errno.EACCES: READ_ONLY, errno.EIO: IO_ERROR}
@@ -87,13 +93,19 @@ class Fault:
         return "ServerBusy"
 
     @property
+    def retry_after(self) -> int:
+        """Seconds a client should wait before retrying (the Retry-After header)."""
+        return 1
+
+    @property
     def cause(self) -> str:
         """One log line: kind, the database's words, context, what to do."""
         context = "".join(f"; {n}" for n in self.notes)
         return f"{self.kind}: {self.detail}{context} -- {ADVICE[self.kind]}"
 
     def error(self) -> LeaseholdError:
-        err = LeaseholdError(self.code, message=MESSAGES.get(self.kind, STORAGE_MESSAGE))
+        err = LeaseholdError(self.code, message=MESSAGES.get(self.kind, STORAGE_MESSAGE),
+                             detail={"retry_after": self.retry_after})
         err.status = self.status  # LeaseholdError's table may not know ServerBusy; the status is ours
         return err
 
@@ -110,8 +122,8 @@ def _kind_of(exc: BaseException) -> str | None:
     sqlstate = getattr(exc, "sqlstate", None)  # psycopg
     if isinstance(sqlstate, str) and sqlstate:
         return PG_STATES.get(sqlstate) or PG_CLASSES.get(sqlstate[:2])
-    if type(exc).__module__.startswith("psycopg") and type(exc).__name__ == "OperationalError":
-        return UNAVAILABLE  # raised by the client: no connection, connection lost
+    if isinstance(exc, _psycopg_operational()):
+        return NO_PRIMARY  # raised by the client: no connection, connection lost, no answer
     if isinstance(exc, OSError) and exc.errno in ERRNOS:
         return ERRNOS[exc.errno]
     if type(exc).__module__ in ("sqlite3", "django.db.utils") or type(exc).__name__ in (
@@ -121,11 +133,20 @@ def _kind_of(exc: BaseException) -> str | None:
     return None
 
 
+def _psycopg_operational() -> tuple:
+    import sys
+
+    psycopg = sys.modules.get("psycopg")  # loaded if PostgreSQL is in use
+    return (psycopg.OperationalError,) if psycopg is not None else ()
+
+
 def classify(exc: BaseException) -> Fault | None:
     """The storage fault behind ``exc`` (itself or anything it was raised
     from), or None: then it is a bug."""
     chain = list(_chain(exc))
     notes = tuple(dict.fromkeys(note for link in chain for note in getattr(link, "__notes__", ())))
+    # PostgreSQL's own error (its SQLSTATE) before Django's wrapper of it, whose words read like SQLite's.
+    chain.sort(key=lambda link: not (getattr(link, "sqlstate", None) or isinstance(link, _psycopg_operational())))
     for link in chain:
         kind = _kind_of(link)
         if kind is not None:

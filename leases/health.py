@@ -23,7 +23,7 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 from rest_framework.permissions import BasePermission
 
-from . import clockwatch, history_triggers, metrics
+from . import clockwatch, faults, history_triggers, metrics, pg_backend
 from .api.base import ApiView
 
 log = logging.getLogger("leasehold.health")
@@ -71,6 +71,9 @@ def readiness_problems(conn=connection) -> list[str]:
         return problems
     except DatabaseError as err:
         cause = str(err).strip() or type(err).__name__
+        fault = faults.classify(err)
+        if fault is not None and fault.kind == faults.NO_PRIMARY:
+            return [f"no primary answers (a database failover, or an outage): {fault.detail}"]
         if "readonly" in cause.replace("-", "").replace(" ", "").lower() or "read-only" in cause:
             return [f"database is read-only: {cause}"]
         return [f"database error: {cause}"]
@@ -91,11 +94,14 @@ def readiness_warnings(conn=connection) -> list[str]:
 
 @require_safe
 def ready(request):
-    problems = readiness_problems()
+    # A hung database answers a probe in about half the writer's wait (503), not never.
+    with pg_backend.bounded(max(1.0, float(connection.settings_dict["OPTIONS"].get("write_wait") or 5) / 2)):
+        problems = readiness_problems()
+        warnings = [] if problems else readiness_warnings()
     if problems:
         log.warning("not ready: %s", "; ".join(problems))
         return JsonResponse({"ready": False, "problems": problems, "warnings": []}, status=503)
-    return JsonResponse({"ready": True, "problems": [], "warnings": readiness_warnings()})
+    return JsonResponse({"ready": True, "problems": [], "warnings": warnings})
 
 
 class CanReadMetrics(BasePermission):

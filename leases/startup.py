@@ -54,6 +54,9 @@ def problems(using: str = "default") -> list[str]:
         return found
     except DatabaseError as exc:
         fault = faults.classify(exc)
+        if fault is not None and fault.kind == faults.NO_PRIMARY:  # at start: a URL it cannot use, or no server
+            return [f"cannot connect to the database: {fault.detail} -- check LEASEHOLD_DATABASE, and that a "
+                    "primary is running and reachable there"]
         return [f"cannot use the database: {fault.cause if fault else exc}"]
     finally:
         conn.close()
@@ -116,8 +119,13 @@ def refuse_unready_database() -> None:
     """Exit with the reasons if the database cannot be served."""
     import django
 
+    from .env import SettingError
+
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    django.setup()
+    try:
+        django.setup()
+    except SettingError as err:  # a LEASEHOLD_* value it cannot use: the message names it, no traceback
+        raise SystemExit(f"Leasehold will not start: {err}") from None
     found = problems()
     if found:
         raise SystemExit("Leasehold will not start: " + "; ".join(found))

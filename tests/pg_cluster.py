@@ -118,6 +118,7 @@ class Cluster:
     def __init__(self, root: Path, port: int, bin_dir: Path, as_user: dict, *, faketime: bool = False):
         self.root, self.port, self.bin, self.as_user = root, port, bin_dir, as_user
         self.data = root / "data"
+        self.durable = False  # synchronous_commit on (a primary with a synchronous standby), else off
         # With faketime, the server's clock reads what this file says, at every reading ("+0", "-3600").
         self.clock_file = root / "clock-offset" if faketime else None
 
@@ -150,7 +151,8 @@ class Cluster:
             self.set_clock(0)
             env = {**os.environ, **faketime_env(offset_file=self.clock_file)}
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -F "
-                   "-c full_page_writes=off -c synchronous_commit=off -c max_connections=200")
+                   f"-c full_page_writes=off -c max_connections=200"
+                   f"{'' if self.durable else ' -c synchronous_commit=off'}")
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"),
                   "-w", "-t", "60", "start", env=env)
 
@@ -158,13 +160,56 @@ class Cluster:
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", SUPERUSER, name)
         return self.url(name)
 
+    # ------------------------------------------------------------ a primary and its standby (``pair``)
+
+    def configure(self, **settings: str) -> None:
+        """Append settings to postgresql.conf (a later line wins); they apply at the next launch."""
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.writelines(f"{name} = '{value}'\n" for name, value in settings.items())
+
+    def base_backup_of(self, primary: "Cluster") -> None:
+        """This cluster's data directory: a streaming standby of ``primary``."""
+        self._run("pg_basebackup", "-h", "127.0.0.1", "-p", str(primary.port), "-U", SUPERUSER,
+                  "-D", str(self.data), "-R", "-X", "stream", "--no-sync")
+        self.durable = True
+
+    def promote(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
+    def processes(self) -> list[int]:
+        """The postmaster's pid and its children's (its backends and helpers)."""
+        pid_file = self.data / "postmaster.pid"
+        if not pid_file.exists():
+            return []
+        postmaster = int(pid_file.read_text().split()[0])
+        children = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                except OSError:
+                    continue
+                if int(stat.rpartition(")")[2].split()[1]) == postmaster:
+                    children.append(int(entry))
+        return [postmaster, *children]
+
+    def signal_all(self, sig: int) -> None:
+        """Send ``sig`` to the postmaster and each of its children (SIGKILL:
+        as a crash of the host, SIGSTOP: as a hung one)."""
+        for pid in self.processes():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
     def stop(self) -> None:
+        self.signal_all(signal.SIGCONT)  # a frozen server cannot stop
         try:
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         except subprocess.CalledProcessError:
             pid_file = self.data / "postmaster.pid"
             if pid_file.exists():  # last resort: the postmaster this cluster started
-                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+                self.signal_all(signal.SIGKILL)
 
 
 @contextmanager
@@ -191,6 +236,41 @@ def cluster(*, faketime: bool = False):
             pg.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def pair():
+    """A primary and a synchronous standby streaming from it (pg_basebackup):
+    a commit returns once the standby has its WAL. Both removed after."""
+    bin_dir = server_bin()
+    as_user = _run_as()
+    roots = [Path(tempfile.mkdtemp(prefix=f"leasehold-pg-{role}-")) for role in ("primary", "standby")]
+    started = []
+    try:
+        for root in roots:
+            if as_user:
+                os.chown(root, as_user["user"], as_user["group"])
+        primary, standby = (Cluster(root, _free_port(), bin_dir, as_user) for root in roots)
+        primary.durable = True
+        primary._run("initdb", "-D", str(primary.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
+                     "--locale=C", "--no-sync")
+        primary.configure(synchronous_standby_names="*", synchronous_commit="on")
+        with open(primary.data / "pg_hba.conf", "a") as hba:
+            hba.write("host replication all 127.0.0.1/32 trust\n")
+        primary.launch()
+        started.append(primary)
+        standby.base_backup_of(primary)
+        # Promoted, it must not wait for a standby of its own.
+        standby.configure(synchronous_standby_names="")
+        standby.launch()
+        started.append(standby)
+        primary.create_database("leasehold")
+        yield primary, standby
+    finally:
+        for pg in reversed(started):
+            pg.stop()
+        for root in roots:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def main(argv: list[str]) -> int:

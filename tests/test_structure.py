@@ -75,6 +75,7 @@ LAYERS = {
     "leases.history_triggers": MODELS,
     "leases.migrations": MODELS,
     "leases.sqlite_backend": MODELS,
+    "leases.pg_backend": MODELS,  # the PostgreSQL engine: bounded calls, broken connections replaced
     "leases.storage": MODELS,
     "leases.blob_content": MODELS,  # large content in chunks: staged, live, released
     # Services (write transactions) and selectors (reads), and what runs
@@ -118,7 +119,7 @@ LAYERING_ALLOWED = {
 # ------------------------------------------------------------------ (c) private Django names
 
 # The storage layer: the only place allowed Django's internals.
-STORAGE_PATHS = ("leases/sqlite_backend/", "leases/storage")
+STORAGE_PATHS = ("leases/sqlite_backend/", "leases/pg_backend/", "leases/storage")
 # Django's internal modules (besides any with a _private component).
 DJANGO_INTERNAL_MODULES = ("django.db.models.sql", "django.db.backends")
 DJANGO_PUBLIC_MODULES = ("django.db.backends.signals",)  # connection_created, documented

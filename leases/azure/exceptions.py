@@ -54,5 +54,6 @@ def azure_exception_handler(exc, context):
     if exc.status == 503 and exc.detail.get("retry_after") is not None:  # e.g. too many waiting acquires
         response["Retry-After"] = str(exc.detail["retry_after"])
     if fault is not None:
+        response["Retry-After"] = str(fault.retry_after)
         mark_fault_logged(request)  # logged above with its cause; not again by django.request
     return response

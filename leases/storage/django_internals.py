@@ -21,6 +21,12 @@ Imported names:
   which costs about 30 µs a row in Python (statements.from_row).
 - ``SQLiteDatabaseWrapper``: the SQLite backend that leases.sqlite_backend
   extends (documented as subclassable; its hooks below are not).
+- ``PostgreSQLDatabaseWrapper``: the PostgreSQL backend that
+  leases.pg_backend extends, through public methods only
+  (``get_connection_params``, ``get_new_connection``, ``is_usable``,
+  ``close_if_unusable_or_obsolete``) and its ``Database`` attribute, the
+  driver module it calls ``connect`` on; ``PostgreSQLCursor``, the cursor
+  class Django gives its connections (``cursor_factory``), which it extends.
 
 Methods used on ORM objects (not importable, listed for the contract test):
 
@@ -56,5 +62,20 @@ from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
 PRIVATE_BACKEND_HOOKS = ("_start_transaction_under_autocommit", "_commit", "_rollback", "_close")
 
+# (PostgreSQLDatabaseWrapper and PostgreSQLCursor come from __getattr__, below)
 __all__ = ["FORMAT_QMARK_REGEX", "InsertQuery", "UpdateQuery", "Model", "ModelState", "SQLiteDatabaseWrapper",
            "PRIVATE_BACKEND_HOOKS"]
+
+
+def __getattr__(name: str):
+    """``PostgreSQLDatabaseWrapper`` and ``PostgreSQLCursor``, imported when first asked for: it
+    imports the PostgreSQL driver, which a server on SQLite need not load."""
+    if name == "PostgreSQLDatabaseWrapper":
+        from django.db.backends.postgresql.base import DatabaseWrapper
+
+        return DatabaseWrapper
+    if name == "PostgreSQLCursor":
+        from django.db.backends.postgresql.base import Cursor
+
+        return Cursor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

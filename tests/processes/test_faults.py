@@ -131,7 +131,10 @@ def test_read_only_storage_is_503_and_the_server_recovers(postgres, running):
     statuses = [_put(server.url, C + "/b", body=b"ro") for _ in range(3)]
     assert all(_busy(r) for r in statuses), [(r.status_code, r.content) for r in statuses]
     lines = _fault_lines(server)
-    assert len(lines) == 3 and "read-only storage" in lines[-1], lines
+    # named as what it is on PostgreSQL: no writable primary (a standby), not a file to make writable
+    assert len(lines) == 3 and "no primary (database failover or outage)" in lines[-1], lines
+    assert "database file" not in lines[-1], lines
+    assert all(r.headers.get("Retry-After") == "1" for r in statuses), [r.headers for r in statuses]
     _set_read_only(database, False)
     statuses = [_put(server.url, C + "/b", body=b"rw").status_code for _ in range(3)]
     assert statuses[-1] == 201 and set(statuses) <= {201, 503}, statuses

@@ -158,3 +158,55 @@ def test_a_newer_schema_is_refused(tmp_path, request):
     out = _start(database, tmp_path)
     assert "schema is newer than this version" in out and "leases.0099_from_a_newer_version" in out, out
     assert len(out.strip().splitlines()) == 1, out
+
+
+@pytest.mark.postgres
+def test_a_libpq_url_is_taken_whole(postgres, tmp_path):
+    """Several hosts (the first one down), target_session_attrs, sslmode and
+    connect_timeout in the URL: the server serves through the host that
+    answers as primary."""
+    import requests
+
+    from tests import azure_raw
+    from urllib.parse import urlsplit
+
+    database = postgres()
+    prepare(database, tmp_path)
+    parts = urlsplit(database)
+    url = (f"postgresql://{parts.username}@127.0.0.1:{free_port()},{parts.hostname}:{parts.port}{parts.path}"
+           "?target_session_attrs=read-write&sslmode=disable&connect_timeout=3&application_name=leasehold-test")
+    port = free_port()
+    env = {**os.environ, "LEASEHOLD_DATABASE": url, "LEASEHOLD_VAR_DIR": str(tmp_path),
+           "LEASEHOLD_BIND": f"127.0.0.1:{port}", "LEASEHOLD_WORKERS": "1", "DJANGO_SETTINGS_MODULE": "config.settings"}
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        from tests.processes.test_processes import wait_for_port
+
+        wait_for_port(port, proc, output=lambda: (tmp_path / "server.log").read_text())
+        base = f"http://127.0.0.1:{port}"
+        assert azure_raw.signed("PUT", base, "/devstoreaccount1/urls?restype=container").status_code == 201
+        assert requests.get(f"{base}/health/ready", timeout=10).status_code == 200
+        import psycopg
+
+        with psycopg.connect(database) as conn:  # the URL's own parameters reached the server
+            names = {n for (n,) in conn.execute("SELECT application_name FROM pg_stat_activity")}
+        assert "leasehold-test" in names, names
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=20)
+        log.close()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("postgresql://u@127.0.0.1:5432,127.0.0.1:5433/db?no_such_option=1", "invalid URI query parameter"),
+    ("postgresql://u@127.0.0.1:5432/", "must name the database"),
+    ("postgresql://u@127.0.0.1:notaport/db?connect_timeout=2", "port"),
+    ("postgresql://u@127.0.0.1:9/db?sslmode=sometimes", "sslmode"),
+])
+def test_a_url_it_cannot_use_stops_the_start_in_one_line(tmp_path, url, says):
+    pytest.importorskip("psycopg")
+    out = _start(url, tmp_path)
+    lines = [line for line in out.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0], out

@@ -1,0 +1,73 @@
+"""The threads that serve requests (config/asgi.py).
+
+A lane is a fixed set of single-thread executors for one kind of request
+(lease actions, reads, other writes, uploads), so that no kind queues
+behind another. On PostgreSQL a write waits for its row's lock, not the
+database's, and a lane's thread waiting on a row that another session
+keeps locked (an operator's open transaction, a stuck client) waits up to
+LEASEHOLD_WRITE_WAIT: requests for that row then queue here (``OnePerRow``),
+on the event loop, holding no thread; the row takes one thread of its
+lane, and requests for other rows get the others. They would have waited
+for each other on the row lock anyway."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+
+from leases.env import env_int, or_exit
+
+API_LEASES = "/api/v1/leases/"
+
+
+class Lane:
+    """A fixed set of single-thread executors; a request takes the least
+    loaded one and keeps it until its response is sent."""
+
+    def __init__(self, name: str, *, threads: tuple[str, int]):
+        """``threads``: the setting naming how many, and the default."""
+        threads = or_exit(env_int, *threads, at_least=1)
+        self.name = name
+        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(threads)]
+        self.load = [0] * threads
+
+    def take(self) -> int:
+        index = min(range(len(self.load)), key=self.load.__getitem__)
+        self.load[index] += 1
+        return index
+
+    def give_back(self, index: int) -> None:
+        self.load[index] -= 1
+
+    def shutdown(self) -> None:
+        for executor in self.executors:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+
+def row_of(path: str) -> str:
+    """The resource a write names: the Azure path, or the JSON API's lease
+    path without its action (/api/v1/leases/renew/a/c/b -> /a/c/b)."""
+    if path.startswith(API_LEASES):
+        return "/" + path[len(API_LEASES):].partition("/")[2]
+    return path
+
+
+class OnePerRow:
+    def __init__(self):
+        self.rows: dict[str, list] = {}  # a row's path -> [its asyncio.Lock, requests using it]
+
+    @contextlib.asynccontextmanager
+    async def turn(self, row: str):
+        """Wait for the row's turn (its earlier requests answered)."""
+        entry = self.rows.get(row)
+        if entry is None:
+            entry = self.rows[row] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self.rows[row]

@@ -1,0 +1,222 @@
+"""Failover that always recovers, without restarts: two server instances
+on a primary with a synchronous standby (tests/pg_cluster.py ``pair``),
+LEASEHOLD_DATABASE naming both hosts with target_session_attrs=read-write.
+Clients contend for leases through both instances while the primary is
+killed (SIGKILL) or hangs (SIGSTOP), and the standby is promoted: both
+instances serve again within 5 s of the promotion, no acknowledged
+operation is lost, nothing is answered 500 (503 ServerBusy with
+Retry-After while no primary answers, and every operation retried after
+it succeeds), and no lease has two holders.
+
+Also here: a row another session keeps locked delays no request for
+another row (config/lanes.py)."""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import threading
+import time
+import uuid
+
+import psycopg
+import pytest
+import requests
+
+from tests import azure_raw, pg_cluster
+from tests.processes.test_pg_clock import _double_holders
+from tests.server_process import Instance, prepare
+
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.also_postgres]
+
+CONTAINER = "/devstoreaccount1/failover"
+BLOBS = 4
+CLIENTS = 8  # two per blob, one through each instance
+SERVE_AGAIN_WITHIN = 5.0
+
+
+class Log:
+    """Every answer a client got: (monotonic time, instance, action, status,
+    client request id)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.answers: list[tuple] = []
+        self.double: list[tuple] = []
+        self.holder: dict[str, str | None] = {}
+        self.failed: list[str] = []  # operations that never succeeded, or a client's error
+
+    def call(self, instance: Instance, path: str, action: str, **headers):
+        """The operation, retried while answered 503 (as an SDK would,
+        after Retry-After), for at most 15 s; the last answer, and whether
+        it was a retry (a 503 does not say whether the attempt was made)."""
+        give_up = time.monotonic() + 15
+        retry = False
+        while True:
+            request_id = str(uuid.uuid4())
+            try:
+                response = azure_raw.lease(instance.url, path, action, **headers,
+                                           **{"x-ms-client-request-id": request_id})
+                status = response.status_code
+            except OSError as exc:  # requests' errors are OSErrors: no answer at all
+                response, status = None, f"no answer: {type(exc).__name__}"
+            with self.lock:
+                self.answers.append((time.monotonic(), instance.url, action, status, request_id))
+            if status != 503 and response is not None:
+                return response, retry
+            if time.monotonic() > give_up:
+                self.failed.append(f"{action} on {path}: {status} for 15 s")
+                return response, retry
+            retry = True
+            time.sleep(float(response.headers.get("Retry-After", 1)) / 4 if response is not None else 0.25)
+
+
+def _client(log: Log, instance: Instance, path: str, stop: threading.Event) -> None:
+    me = str(uuid.uuid4())
+    try:
+        while not stop.is_set():
+            acquired, _ = log.call(instance, path, "acquire", duration=15, proposed_lease_id=me)
+            if acquired.status_code != 201:
+                assert acquired.status_code == 409, (acquired.status_code, acquired.content)
+                time.sleep(0.02)
+                continue
+            with log.lock:
+                if log.holder.get(path) is not None:
+                    log.double.append((path, log.holder[path], me))
+                log.holder[path] = me
+            for _ in range(2):
+                renewed, _ = log.call(instance, path, "renew", lease_id=me)
+                assert renewed.status_code == 200, ("a held lease was lost", renewed.status_code, renewed.content)
+            with log.lock:
+                log.holder[path] = None  # the belief goes before the release does
+            released, retried = log.call(instance, path, "release", lease_id=me)
+            # A retry may find the lease released by the attempt answered 503 (and taken since).
+            assert released.status_code == 200 or (retried and released.status_code == 409), \
+                (released.status_code, released.content)
+    except Exception as exc:  # noqa: BLE001 - reported by the test
+        log.failed.append(repr(exc))
+
+
+def _history(database: str) -> tuple[set[str], dict[str, list[tuple]]]:
+    with psycopg.connect(database) as conn:
+        rows = conn.execute("SELECT blob, action, outcome, lease_id, proposed_lease_id, state_after, expires_at, "
+                            "occurred_at, client_request_id FROM leases_leaseevent WHERE container = 'failover' "
+                            "AND blob <> '' ORDER BY id").fetchall()
+    events: dict[str, list[tuple]] = {}
+    for blob, *event, _ in rows:
+        if event[0] != "put-blob":
+            events.setdefault(blob, []).append(tuple(event))
+    return {row[-1] for row in rows if row[2] == "success"}, events
+
+
+@pytest.mark.parametrize("how", ["killed", "hung"])
+def test_both_instances_serve_again_after_the_standby_is_promoted(tmp_path, how):
+    with pg_cluster.pair() as (primary, standby):
+        prepare(primary.url(), tmp_path)
+        both = (f"postgresql://{pg_cluster.SUPERUSER}@127.0.0.1:{primary.port},127.0.0.1:{standby.port}"
+                "/leasehold?target_session_attrs=read-write")
+        instances = [Instance(both, tmp_path, name, workers=1) for name in ("a", "b")]
+        for instance in instances:
+            instance.env["LEASEHOLD_WRITE_WAIT"] = "2"
+            instance.start()
+        try:
+            a = instances[0]
+            assert azure_raw.signed("PUT", a.url, f"{CONTAINER}?restype=container").status_code == 201
+            paths = [f"{CONTAINER}/blob-{n}" for n in range(BLOBS)]
+            for path in paths:
+                assert azure_raw.signed("PUT", a.url, path, body=b"x",
+                                        headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+            log, stop = Log(), threading.Event()
+            clients = [threading.Thread(target=_client, args=(log, instances[n % 2], paths[n % BLOBS], stop))
+                       for n in range(CLIENTS)]
+            for client in clients:
+                client.start()
+            time.sleep(1)  # load on both instances, then the primary goes, a second before the promotion
+            primary.signal_all(signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+            gone = time.monotonic()
+            time.sleep(0.2)
+            not_ready = requests.get(f"{instances[1].url}/health/ready", timeout=10)
+            assert not_ready.status_code == 503, not_ready.text  # no primary: not ready, and says so in time
+            assert "no primary answers" in not_ready.text, not_ready.text
+            time.sleep(max(0.0, gone + 1 - time.monotonic()))
+            standby.promote()
+            promoted = time.monotonic()
+            time.sleep(SERVE_AGAIN_WITHIN + 1)
+            for instance in instances:
+                ready = requests.get(f"{instance.url}/health/ready", timeout=10)
+                assert ready.status_code == 200, ready.text
+            stop.set()
+            for client in clients:
+                client.join(timeout=30)
+        finally:
+            for instance in instances:
+                instance.stop()
+        acknowledged = {rid for (_, _, _, status, rid) in log.answers if isinstance(status, int) and status < 300}
+        recorded, events = _history(standby.url())
+        logs = {instance.url: instance.output() for instance in instances}
+
+    assert not log.failed, log.failed[:5]
+    assert not log.double, log.double
+    statuses = {status for (_, _, _, status, _) in log.answers}
+    assert statuses <= {200, 201, 409, 503}, statuses  # no 500, every request answered
+    for instance in instances:
+        mine = [(t, status) for (t, url, _, status, _) in log.answers if url == instance.url]
+        served = min((t for t, status in mine if t > promoted and status in (200, 201)), default=None)
+        assert served is not None and served - promoted < SERVE_AGAIN_WITHIN, (instance.url, served and
+                                                                              served - promoted)
+        print(f"{how}: {instance.url} served again {served - promoted:.2f} s after the promotion; "
+              f"{sum(1 for _, status in mine if status == 503)} answers 503 in all")
+        late = [(round(t - promoted, 2), status) for t, status in mine if t > served and status == 503]
+        assert not late, (late, logs[instance.url][-3000:])  # once serving again, no more 503s
+    assert acknowledged <= recorded, len(acknowledged - recorded)  # no acknowledged operation lost
+    for blob, history in events.items():
+        assert not _double_holders(history), (blob, _double_holders(history))
+    assert len(acknowledged) > 50, len(acknowledged)
+    for url, output in logs.items():
+        assert "Traceback" not in output and "make the database file" not in output, output[-3000:]
+        assert "database failover or outage" in output, output[-3000:]  # the log names it
+
+
+def test_a_locked_row_delays_no_request_for_another_row(postgres, tmp_path):
+    """Another session holds one blob's row locked while clients keep
+    asking for its lease through one worker: renewals of other blobs through
+    that worker are not held up (they were, for LEASEHOLD_WRITE_WAIT)."""
+    database = postgres()
+    prepare(database, tmp_path)
+    server = Instance(database, tmp_path, "rows", workers=1).start()
+    try:
+        assert azure_raw.signed("PUT", server.url, f"{CONTAINER}?restype=container").status_code == 201
+        paths = [f"{CONTAINER}/row-{n}" for n in range(5)]
+        ids = {}
+        for path in paths:
+            assert azure_raw.signed("PUT", server.url, path, body=b"x",
+                                    headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+            ids[path] = azure_raw.lease(server.url, path, "acquire", duration=60).headers["x-ms-lease-id"]
+        locked, others = paths[0], paths[1:]
+
+        def renew_others() -> list[float]:
+            took = []
+            for path in others * 5:
+                started = time.monotonic()
+                assert azure_raw.lease(server.url, path, "renew", lease_id=ids[path]).status_code == 200
+                took.append(time.monotonic() - started)
+            return took
+
+        unlocked = renew_others()
+        with psycopg.connect(database) as holder:
+            holder.execute("SELECT 1 FROM leases_blob WHERE name = 'row-0' FOR UPDATE")
+            waiting = [threading.Thread(target=azure_raw.lease, args=(server.url, locked, "renew"),
+                                        kwargs={"lease_id": ids[locked]}) for _ in range(4)]
+            for thread in waiting:
+                thread.start()
+            time.sleep(0.2)  # the renewals of the locked row are waiting for it
+            while_locked = renew_others()
+            holder.rollback()
+        for thread in waiting:
+            thread.join()
+    finally:
+        server.stop()
+    delays = sorted(t - statistics.median(unlocked) for t in while_locked)
+    print(f"renewals of other rows while one was locked: median {statistics.median(while_locked) * 1000:.1f} ms, "
+          f"max {max(while_locked) * 1000:.1f} ms (unlocked median {statistics.median(unlocked) * 1000:.1f} ms)")
+    assert delays[-1] < 0.1, delays

@@ -119,6 +119,7 @@ class Cluster:
         self.root, self.port, self.bin, self.as_user = root, port, bin_dir, as_user
         self.data = root / "data"
         self.durable = False  # synchronous_commit on (a primary with a synchronous standby), else off
+        self.on_disk = False  # fsync and full-page writes on, as in production (the bench's)
         # With faketime, the server's clock reads what this file says, at every reading ("+0", "-3600").
         self.clock_file = root / "clock-offset" if faketime else None
 
@@ -140,6 +141,7 @@ class Cluster:
     def start(self) -> "Cluster":
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
                   "--locale=C", "--no-sync")
+        self.configure(**getattr(self, "settings", {}))
         self.launch()
         self.create_database("leasehold")
         return self
@@ -150,9 +152,11 @@ class Cluster:
         if self.clock_file is not None:
             self.set_clock(0)
             env = {**os.environ, **faketime_env(offset_file=self.clock_file)}
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -F "
-                   f"-c full_page_writes=off -c max_connections=200"
-                   f"{'' if self.durable else ' -c synchronous_commit=off'}")
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        if not self.on_disk:  # a test's cluster: no fsync (durability comes from the standby, if any)
+            options += " -F -c full_page_writes=off"
+        if not self.durable:
+            options += " -c synchronous_commit=off"
         self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"),
                   "-w", "-t", "60", "start", env=env)
 
@@ -213,9 +217,11 @@ class Cluster:
 
 
 @contextmanager
-def cluster(*, faketime: bool = False):
+def cluster(*, faketime: bool = False, production: dict | None = None):
     """A started throwaway cluster with a database ``leasehold``; removed
-    after. ``faketime``: its clock can be set (``Cluster.set_clock``)."""
+    after. ``faketime``: its clock can be set (``Cluster.set_clock``).
+    ``production``: durable as in production (fsync, full-page writes,
+    synchronous commit), with these settings added (the bench's)."""
     bin_dir = server_bin()
     as_user = _run_as()
     root = Path(tempfile.mkdtemp(prefix="leasehold-pg-"))
@@ -223,6 +229,9 @@ def cluster(*, faketime: bool = False):
         if as_user:
             os.chown(root, as_user["user"], as_user["group"])
         pg = Cluster(root, _free_port(), bin_dir, as_user, faketime=faketime)
+        if production is not None:
+            pg.durable = pg.on_disk = True
+            pg.settings = production
         try:
             pg.start()
         except subprocess.CalledProcessError as exc:

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Leasehold on SQLite against Leasehold on PostgreSQL, one and two instances.
+
+    .venv/bin/python bench/pg_cycle.py [--rounds 3] [--duration 8] [--clients 16]
+
+cycle-16 (each client cycles acquire -> renew -> release on its own blob),
+on this machine, durable everywhere: SQLite with synchronous=FULL, and a
+throwaway PostgreSQL cluster (tests/pg_cluster.py) with fsync, full-page
+writes and synchronous commit on, as in production. Configurations, run in
+alternating order over several rounds:
+
+* ``sqlite``: one instance (two workers, as `make run`);
+* ``pg-1``: one instance on PostgreSQL (its defaults: 4 lease threads per worker);
+* ``pg-1-t1``: the same with LEASEHOLD_THREADS=1 (what the 4 threads earn);
+* ``pg-2``: two instances on one PostgreSQL database, the clients split between them.
+
+Printed per configuration: requests/s (median of the rounds, and the
+median of each round's ratio to SQLite), p50/p99 per action, and per
+lease request: Leasehold CPU, PostgreSQL CPU, statements (round trips;
+pg_stat_statements), commits, WAL bytes and records, WAL fsyncs. Then the
+projection to 35,000 lease requests/s from the measured costs.
+bench/README.md ('PostgreSQL') has the figures and how to read them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+import loadgen  # noqa: E402
+import servers  # noqa: E402
+from loadgen import ACQUIRE, ACTION_NAMES, RELEASE, RENEW  # noqa: E402
+from run import ACCOUNT, CONTAINER, KEY, cycle_blob, pct, setup_server  # noqa: E402
+
+from tests import pg_cluster  # noqa: E402
+
+TARGET = 35_000  # lease requests/s: etcd's published figure on 3 x 16 vCPU
+PG_SETTINGS = {"shared_preload_libraries": "pg_stat_statements", "pg_stat_statements.track": "all",
+               "max_wal_size": "4GB", "checkpoint_timeout": "30min"}
+
+
+class Config:
+    def __init__(self, name: str, instances: list[servers.Leasehold], database: str | None):
+        self.name, self.instances, self.database = name, instances, database
+
+    def pids(self) -> list[int]:
+        return [pid for server in self.instances for pid in server.pids()]
+
+
+def pg_counters(admin_url: str, database: str) -> dict:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        commits, = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                                [database]).fetchone()
+        lsn, = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        records, syncs = conn.execute("SELECT wal_records, wal_sync FROM pg_stat_wal").fetchone()
+        calls, = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d "
+                              "ON d.oid = s.dbid WHERE d.datname = %s", [database]).fetchone()
+    return {"commits": int(commits), "wal_bytes": int(lsn), "wal_records": int(records), "fsyncs": int(syncs),
+            "statements": int(calls)}
+
+
+def run_round(config: Config, clients: int, warmup: float, duration: float, pg, admin_url: str) -> dict:
+    signer = loadgen.Signer(ACCOUNT, KEY)
+    recs = [loadgen.Recorder() for _ in range(clients)]
+    start = time.perf_counter()
+    stop_at = start + warmup + duration
+    threads = []
+    for i in range(clients):
+        server = config.instances[i % len(config.instances)]
+        reqs = [loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{cycle_blob(i)}")]
+        threads.append(threading.Thread(target=loadgen.cycle_worker,
+                                        args=("127.0.0.1", server.port, reqs, stop_at, recs[i]), daemon=True))
+    for thread in threads:
+        thread.start()
+    time.sleep(max(0.0, start + warmup - time.perf_counter()))
+    pids, pg_pids = config.pids(), pg.processes()
+    before = pg_counters(admin_url, config.database) if config.database else None
+    c0, p0, m0 = servers.cpu_seconds(pids), servers.cpu_seconds(pg_pids), time.perf_counter()
+    time.sleep(max(0.0, stop_at - time.perf_counter()))
+    c1, p1, m1 = servers.cpu_seconds(pids), servers.cpu_seconds(pg.processes()), time.perf_counter()
+    after = pg_counters(admin_url, config.database) if config.database else None
+    for thread in threads:
+        thread.join(timeout=loadgen.SOCKET_TIMEOUT * 4 + 5)
+    lats: dict[int, list[float]] = {a: [] for a in (ACQUIRE, RENEW, RELEASE)}
+    count = errors = 0
+    for rec in recs:
+        errors += len(rec.failures)
+        for t_end, action, status, lat in rec.records:
+            if status >= 300:
+                errors += 1
+            if m0 <= t_end <= m1:
+                count += 1
+                lats.setdefault(action, []).append(lat)
+    window = m1 - m0
+    out = {"rps": count / window, "errors": errors, "lh_cpu_ms": (c1 - c0) * 1000 / max(count, 1),
+           "pg_cpu_ms": (p1 - p0) * 1000 / max(count, 1) if config.database else 0.0,
+           "lat": {a: (pct(sorted(v), 0.5) * 1000, pct(sorted(v), 0.99) * 1000) for a, v in lats.items() if v}}
+    if before is not None:
+        out.update({k: (after[k] - before[k]) / max(count, 1) for k in before})
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--only", default="sqlite,pg-1,pg-1-t1,pg-2", help="configurations, comma-separated")
+    args = parser.parse_args()
+    wanted = args.only.split(",")
+
+    with pg_cluster.cluster(production=PG_SETTINGS) as pg, tempfile.TemporaryDirectory(prefix="pgcycle-") as tmp:
+        admin_url = pg.url("postgres")
+        import psycopg
+
+        with psycopg.connect(admin_url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        configs = []
+
+        def leasehold(name: str, database: str | None, **env) -> servers.Leasehold:
+            work = Path(tmp) / name
+            work.mkdir()
+            extra = {"LEASEHOLD_DATABASE": database, **env} if database else dict(env)
+            server = servers.Leasehold(pg_cluster._free_port(), work, extra_env=extra)
+            server.name = f"Leasehold-{name}"
+            return server
+
+        if "sqlite" in wanted:
+            configs.append(Config("sqlite", [leasehold("sqlite", None)], None))
+        if "pg-1" in wanted or "pg-1-t1" in wanted:
+            url = pg.create_database("one")
+            if "pg-1" in wanted:
+                configs.append(Config("pg-1", [leasehold("pg-1", url)], "one"))
+            if "pg-1-t1" in wanted:
+                configs.append(Config("pg-1-t1", [leasehold("pg-1-t1", url, LEASEHOLD_THREADS="1")], "one"))
+        if "pg-2" in wanted:
+            url = pg.create_database("two")
+            configs.append(Config("pg-2", [leasehold("pg-2a", url), leasehold("pg-2b", url)], "two"))
+        blobs = [cycle_blob(i) for i in range(args.clients)]
+        prepared = set()
+        for config in configs:
+            for server in config.instances:
+                key = server.env.get("LEASEHOLD_DATABASE")
+                if key not in prepared:
+                    server.prepare()
+                    prepared.add(key)
+        results: dict[str, list[dict]] = {c.name: [] for c in configs}
+        for round_no in range(args.rounds):
+            order = configs[round_no % len(configs):] + configs[:round_no % len(configs)]
+            for config in order:
+                for server in config.instances:
+                    server.start()
+                try:
+                    setup_server(config.instances[0], blobs)
+                    result = run_round(config, args.clients, args.warmup, args.duration, pg, admin_url)
+                finally:
+                    for server in config.instances:
+                        server.stop()
+                results[config.name].append(result)
+                print(f"round {round_no + 1} {config.name}: {result['rps']:.0f} req/s, {result['errors']} errors",
+                      file=sys.stderr, flush=True)
+        report(results, args)
+    return 0
+
+
+def report(results: dict[str, list[dict]], args) -> None:
+    print(f"\ncycle-{args.clients}, {args.rounds} rounds of {args.duration:.0f} s, configurations alternating")
+    base = results.get("sqlite")
+    print(f"{'config':<9} {'req/s':>7} {'x sqlite':>8}  " + "  ".join(
+        f"{ACTION_NAMES[a] + ' p50/p99 ms':>20}" for a in (ACQUIRE, RENEW, RELEASE)) + f"  {'errors':>6}")
+    for name, rounds in results.items():
+        rps = statistics.median(r["rps"] for r in rounds)
+        ratio = statistics.median(r["rps"] / b["rps"] for r, b in zip(rounds, base)) if base else float("nan")
+        lat = "  ".join(f"{statistics.median(r['lat'][a][0] for r in rounds):>9.1f}/"
+                        f"{statistics.median(r['lat'][a][1] for r in rounds):<10.1f}" for a in (ACQUIRE, RENEW, RELEASE))
+        print(f"{name:<9} {rps:>7.0f} {ratio:>8.2f}  {lat}  {sum(r['errors'] for r in rounds):>6}")
+    print("\nper lease request (medians of the rounds)")
+    keys = ["lh_cpu_ms", "pg_cpu_ms", "statements", "commits", "wal_bytes", "wal_records", "fsyncs"]
+    print(f"{'config':<9} " + " ".join(f"{k:>11}" for k in keys))
+    for name, rounds in results.items():
+        print(f"{name:<9} " + " ".join(
+            f"{statistics.median(r.get(k, 0.0) for r in rounds):>11.3f}" for k in keys))
+    one = results.get("pg-1")
+    if one:
+        lh = statistics.median(r["lh_cpu_ms"] for r in one)
+        db = statistics.median(r["pg_cpu_ms"] for r in one)
+        fsyncs = statistics.median(r["fsyncs"] for r in one)
+        print(f"\nprojection to {TARGET:,} lease requests/s from pg-1's costs "
+              f"({lh:.2f} ms Leasehold CPU, {db:.2f} ms PostgreSQL CPU, {fsyncs:.2f} WAL fsyncs per request):")
+        lh_cores, db_cores = TARGET * lh / 1000, TARGET * db / 1000
+        print(f"  Leasehold: {lh_cores:.0f} cores busy -> {lh_cores / 2 / 0.7:.0f} two-core instances at 70% CPU")
+        print(f"  PostgreSQL: {db_cores:.0f} cores busy -> a {max(16, int(db_cores / 0.7) + 1)}-core server "
+              f"at 70% CPU; {TARGET * fsyncs:,.0f} WAL fsyncs/s at this commit grouping")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -66,8 +66,11 @@ def pg_counters(admin_url: str, database: str) -> dict:
         records, syncs = conn.execute("SELECT wal_records, wal_sync FROM pg_stat_wal").fetchone()
         calls, = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d "
                               "ON d.oid = s.dbid WHERE d.datname = %s", [database]).fetchone()
+        texts = dict(conn.execute("SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 110), sum(calls) "
+                                  "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+                                  "WHERE d.datname = %s GROUP BY 1", [database]).fetchall())
     return {"commits": int(commits), "wal_bytes": int(lsn), "wal_records": int(records), "fsyncs": int(syncs),
-            "statements": int(calls)}
+            "statements": int(calls), "texts": texts}
 
 
 def run_round(config: Config, clients: int, warmup: float, duration: float, pg, admin_url: str) -> dict:
@@ -107,7 +110,10 @@ def run_round(config: Config, clients: int, warmup: float, duration: float, pg, 
            "pg_cpu_ms": (p1 - p0) * 1000 / max(count, 1) if config.database else 0.0,
            "lat": {a: (pct(sorted(v), 0.5) * 1000, pct(sorted(v), 0.99) * 1000) for a, v in lats.items() if v}}
     if before is not None:
+        texts = {q: (n - before["texts"].get(q, 0)) / max(count, 1) for q, n in after.pop("texts").items()}
+        before.pop("texts")
         out.update({k: (after[k] - before[k]) / max(count, 1) for k in before})
+        out["texts"] = {q: n for q, n in texts.items() if n >= 0.01}
     return out
 
 
@@ -117,6 +123,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--statements", action="store_true", help="print each statement's calls per request")
     parser.add_argument("--only", default="sqlite,pg-1,pg-1-t1,pg-2", help="configurations, comma-separated")
     args = parser.parse_args()
     wanted = args.only.split(",")
@@ -192,6 +199,12 @@ def report(results: dict[str, list[dict]], args) -> None:
     for name, rounds in results.items():
         print(f"{name:<9} " + " ".join(
             f"{statistics.median(r.get(k, 0.0) for r in rounds):>11.3f}" for k in keys))
+    if args.statements:
+        for name, rounds in results.items():
+            if "texts" in rounds[-1]:
+                print(f"\n{name}: statements per lease request (last round)")
+                for text, n in sorted(rounds[-1]["texts"].items(), key=lambda kv: -kv[1]):
+                    print(f"  {n:6.3f}  {text}")
     one = results.get("pg-1")
     if one:
         lh = statistics.median(r["lh_cpu_ms"] for r in one)

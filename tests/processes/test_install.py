@@ -40,8 +40,8 @@ def installed(tmp_path_factory) -> Path:
     # This environment's packages (Django, uvicorn, ...) after the venv's own; its editable
     # install of this checkout is a .pth here, which a path added this way does not run.
     (purelib / "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    result = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
-                             "--prefix", str(venv), str(wheel)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                             "--no-deps", "--no-compile", str(wheel)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return venv / "bin"
 

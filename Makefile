@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast bench docs clean chromium azurite
+.PHONY: run test test-fast bench docs clean chromium azurite promtool
 
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,14 @@ chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# The alert rules (docs/deploy/) are checked by promtool, from Debian's
+# prometheus package; install it if missing.
+promtool:
+	@command -v promtool >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 
 # The client tests run against Azurite too: install it from npm into
 # bench/node_modules (as the bench does) when missing.
@@ -64,9 +72,11 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_O
 # asserts of hypothesis's and schemathesis's modules anew (10 s of each
 # worker's start against 4.5 s).
 test: export PYTHONDONTWRITEBYTECODE =
-test: $(BIN)/.installed $(BIN)/.postgres chromium azurite
+test: $(BIN)/.installed $(BIN)/.postgres chromium azurite promtool
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/ruff check --quiet .
+	promtool check rules docs/deploy/prometheus-rules.yml >/dev/null
+	promtool test rules docs/deploy/prometheus-rules.test.yml >/dev/null
 	set +e; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not postgres" $(PYTEST_ARGS); a=$$?; \
 	[ $$a -eq 0 ] || [ $$a -eq 5 ] || exit $$a; \

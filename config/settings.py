@@ -282,6 +282,13 @@ LEASEHOLD_ACCOUNTS = env_str("LEASEHOLD_ACCOUNTS", "")
 LEASEHOLD_DEV_ACCOUNT = env_bool("LEASEHOLD_DEV_ACCOUNT", True)
 # Requests whose x-ms-date is further than this from the server clock: 403.
 LEASEHOLD_CLOCK_SKEW_SECONDS = env_int("LEASEHOLD_CLOCK_SKEW_SECONDS", 900, at_least=0)
+# Leases whose holding /metrics shows one by one (leasehold_watched_lease_held):
+# "account/container" or "account/container/blob", comma-separated; at most 100.
+LEASEHOLD_WATCHED_LEASES = [name.strip().strip("/") for name in env_str("LEASEHOLD_WATCHED_LEASES", "",
+                                                                      allow_empty=True).split(",") if name.strip()]
+if len(LEASEHOLD_WATCHED_LEASES) > 100 or any(name.count("/") < 1 for name in LEASEHOLD_WATCHED_LEASES):
+    raise SettingError("LEASEHOLD_WATCHED_LEASES must be at most 100 comma-separated account/container or "
+                       "account/container/blob names, e.g. devstoreaccount1/jobs/nightly")
 # JSON API throttle counters: a SQLite file of their own, so counting never
 # contends with lease writes for the database's write lock.
 LEASEHOLD_THROTTLE_DATABASE = env_str("LEASEHOLD_THROTTLE_DATABASE", str(VAR_DIR / "throttle.sqlite3"))

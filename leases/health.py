@@ -122,4 +122,4 @@ class MetricsView(ApiView):
     def get(self, request):
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)
+        return HttpResponse(metrics.exposition(readiness_problems), content_type=CONTENT_TYPE_LATEST)

@@ -13,6 +13,11 @@ Two kinds:
 - Gauges of the database (leases by effective state, history size, oldest
   event, database file size), read from the database at scrape time, so
   they are the same whichever process answers.
+- Counters of what happened to leases (new leases, leases that ran out
+  without a release, breaks, refused renewals by reason), counted once the
+  lease transaction committed (services.lease_actions), and gauges of the
+  watched leases' holding (LEASEHOLD_WATCHED_LEASES: no label per lease
+  otherwise) and of readiness; docs/deploy/ has alert rules on them.
 - ``leasehold_instance_info``: which instance answered (LEASEHOLD_INSTANCE,
   else host name and port), its host and the answering process, so that
   the scrapes of instances sharing a database are told apart.
@@ -47,6 +52,18 @@ WRITER_LOCK_WAIT = Histogram("leasehold_sqlite_writer_lock_wait_seconds",
 FSYNC = Histogram("leasehold_sqlite_fsync_seconds", "Time one fsync of the SQLite write-ahead log took.",
                   buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1))
 UNAVAILABLE = Counter("leasehold_http_unavailable_responses", "503 answers, by door.", ["door"])
+# What happened to leases, counted once the lease transaction committed (services.lease_actions),
+# whichever door asked. No label per lease: LEASEHOLD_WATCHED_LEASES names the ones to watch.
+HOLDER_CHANGES = Counter("leasehold_lease_holder_changes", "New leases (an acquire of a lease nobody held), "
+                         "by resource.", ["resource"])
+RAN_OUT = Counter("leasehold_leases_ran_out", "Leases that ran out without a release (their holder stopped "
+                  "renewing), counted by the next action on them, by resource.", ["resource"])
+BREAKS = Counter("leasehold_lease_breaks", "Leases broken, by resource.", ["resource"])
+RENEWALS_REFUSED = Counter("leasehold_lease_renewals_refused", "Renewals refused, by resource and reason "
+                           "(the Azure error code).", ["resource", "reason"])
+RENEWAL_REASONS = frozenset({"LeaseIdMismatchWithLeaseOperation", "LeaseIsBrokenAndCannotBeRenewed",
+                             "LeaseNotPresentWithLeaseOperation", "LeaseIdMissing", "LeaseLost",
+                             "ConditionNotMet", "BlobNotFound", "ContainerNotFound", "ServerBusy"})
 PRUNED = Counter("leasehold_history_pruned_events", "Lease events deleted by retention.")
 
 
@@ -60,6 +77,25 @@ def lease_request(action, door: str, outcome: str, seconds: float) -> None:
         children = _children[key] = (LEASE_REQUESTS.labels(*key), LEASE_LATENCY.labels(*key[:2]))
     children[0].inc()
     children[1].observe(seconds)
+
+
+def lease_committed(action, resource: str, outcome, refusal) -> None:
+    """A lease action's committed result (``outcome``: the machine's, or None
+    if refused with ``refusal``): holder changes, leases that ran out, breaks,
+    refused renewals."""
+    if refusal is not None:
+        if action == "renew":
+            code = getattr(refusal, "code", "")
+            RENEWALS_REFUSED.labels(resource, code if code in RENEWAL_REASONS else "other").inc()
+        return
+    if outcome is None:
+        return
+    if outcome.state_before == "expired":
+        RAN_OUT.labels(resource).inc()
+    if action == "acquire" and outcome.state_before != "leased":
+        HOLDER_CHANGES.labels(resource).inc()
+    elif action == "break":
+        BREAKS.labels(resource).inc()
 
 
 def timed_lease_action(fn):
@@ -151,6 +187,50 @@ class DatabaseCollector:
             yield db
 
 
+class ReadinessCollector:
+    """leasehold_ready: 1 if ``problems()`` (what /health/ready checks: the
+    database migrated, writable, its history append-only) finds none, else 0."""
+
+    def __init__(self, problems):
+        self.problems = problems
+
+    def collect(self):
+        ready = GaugeMetricFamily("leasehold_ready", "1 if this instance can serve (what /health/ready checks), "
+                                  "else 0.")
+        ready.add_metric([], 0 if self.problems() else 1)
+        yield ready
+
+
+class WatchedCollector:
+    """leasehold_watched_lease_held: whether each lease LEASEHOLD_WATCHED_LEASES
+    names has a holder now (leased or breaking), read at scrape time; 0 for
+    one that does not exist. An alert on it with ``for: N s`` fires when a
+    watched lease has had no holder for N s."""
+
+    def collect(self):
+        from django.conf import settings
+
+        from . import clock, machine
+        from .models import Blob, Container
+
+        names = getattr(settings, "LEASEHOLD_WATCHED_LEASES", [])
+        if not names:
+            return
+        now = clock.now()
+        held = GaugeMetricFamily("leasehold_watched_lease_held", "1 if the watched lease (LEASEHOLD_WATCHED_LEASES) "
+                                 "has a holder (leased or breaking), else 0.", labels=["lease"])
+        for name in names:
+            account, container, *blob = name.split("/", 2)
+            rows = (Blob.objects.filter(container__account__name=account, container__name=container,
+                                        name=blob[0], snapshot="") if blob
+                    else Container.objects.filter(account__name=account, name=container))
+            row = rows.only("lease_state", "lease_duration", "lease_expires_at", "lease_break_at",
+                            "lease_id").first()
+            state = row.effective_lease_state(now) if row is not None else machine.AVAILABLE
+            held.add_metric([name], 1 if state in machine.LOCKED_STATES else 0)
+        yield held
+
+
 class InstanceCollector:
     """leasehold_instance_info: this instance's name, host and process."""
 
@@ -166,6 +246,8 @@ class InstanceCollector:
         info.add_metric([], {"instance": env_str("LEASEHOLD_INSTANCE") or f"{host}:{port}", "hostname": host,
                              "pid": str(os.getpid())})
         yield info
+
+
 def _clock_steps():
     """Clock steps seen by any instance (leases/clockwatch.py), from the database."""
     from prometheus_client.core import CounterMetricFamily
@@ -183,8 +265,9 @@ def _clock_steps():
     yield last
 
 
-def exposition() -> bytes:
-    """The text a scrape gets: every process's counters, the database's gauges."""
+def exposition(readiness_problems=None) -> bytes:
+    """The text a scrape gets: every process's counters, the database's
+    gauges; readiness as ``readiness_problems()`` finds it (leases/health.py)."""
     registry = CollectorRegistry()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
@@ -193,9 +276,13 @@ def exposition() -> bytes:
     else:
         from prometheus_client import REGISTRY
 
-        for collector in (LEASE_REQUESTS, LEASE_LATENCY, WRITER_LOCK_WAIT, FSYNC, UNAVAILABLE, PRUNED):
+        for collector in (LEASE_REQUESTS, LEASE_LATENCY, WRITER_LOCK_WAIT, FSYNC, UNAVAILABLE, PRUNED,
+                          HOLDER_CHANGES, RAN_OUT, BREAKS, RENEWALS_REFUSED):
             registry.register(collector)
         del REGISTRY  # the process-wide registry also holds the library's process/GC metrics
+    if readiness_problems is not None:
+        registry.register(ReadinessCollector(readiness_problems))
     registry.register(DatabaseCollector())
+    registry.register(WatchedCollector())
     registry.register(InstanceCollector())
     return generate_latest(registry)

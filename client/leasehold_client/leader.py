@@ -33,7 +33,54 @@ from .clock import SYSTEM_CLOCK, SystemClock
 from .lease import AutoRenewLease
 
 
-class LeaderElection:
+class Leadership:
+    """What an election says about this process, for its logs and metrics:
+    ``is_leader``, ``transitions`` (elections plus terms ended) and
+    ``elected_at`` (when the current term began, Unix time; None between terms)."""
+
+    term = None
+    transitions = 0
+    elected_at: float | None = None
+
+    @property
+    def is_leader(self) -> bool:
+        term = self.term
+        return term is not None and not term.lost.is_set()
+
+    def _elected(self, term) -> None:
+        self.term = term
+        self.elected_at = self.clock.time()
+        self.transitions += 1
+
+    def _deposed(self) -> None:
+        self.term = None
+        self.elected_at = None
+        self.transitions += 1
+
+    def collector(self, name: str):
+        """A prometheus_client collector (register it) of this election:
+        ``leasehold_client_is_leader{election=name}`` and
+        ``leasehold_client_leader_transitions_total{election=name}``, read
+        when scraped. Needs prometheus_client in this process."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        election = self
+
+        class _Collector:
+            def collect(self):
+                leading = GaugeMetricFamily("leasehold_client_is_leader", "1 while this process leads the "
+                                            "election, else 0.", labels=["election"])
+                leading.add_metric([name], 1 if election.is_leader else 0)
+                yield leading
+                changes = CounterMetricFamily("leasehold_client_leader_transitions", "Times this process was "
+                                              "elected or its term ended.", labels=["election"])
+                changes.add_metric([name], election.transitions)
+                yield changes
+
+        return _Collector()
+
+
+class LeaderElection(Leadership):
     def __init__(self, client, *, duration: int = 15, poll_interval: float | None = None,
                  clock: SystemClock = SYSTEM_CLOCK, **lease_options):
         self.client = client
@@ -44,6 +91,7 @@ class LeaderElection:
         self._stop = threading.Event()
         self._wake = threading.Event()  # stop, or the current term lost
         self.term: AutoRenewLease | None = None
+        self.transitions = 0
 
     def stop(self) -> None:
         """End the election: a follower stops waiting, a leader steps down."""
@@ -67,7 +115,7 @@ class LeaderElection:
         if self._stop.is_set():
             term.release()
             return None
-        self.term = term
+        self._elected(term)
         return term
 
     def terms(self) -> Iterator[AutoRenewLease]:
@@ -81,7 +129,7 @@ class LeaderElection:
                 yield term
             finally:
                 term.release()
-                self.term = None
+                self._deposed()
 
     def run(self, on_elected: Callable[[AutoRenewLease], object],
             on_deposed: Callable[[AutoRenewLease], object] | None = None) -> None:

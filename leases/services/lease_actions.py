@@ -130,20 +130,20 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
     write = _lease_write(action, ref=ref, actor=actor, conditions=conditions, reason=reason, legacy=legacy,
                          lease_id=lease_id, proposed_id=proposed_id, duration=duration,
                          break_period=break_period, unparsed=unparsed, wait=wait)
-    return _woke(_lease_result(*write_transaction(write)), action, ref)
+    return _committed(write_transaction(write), action, ref)
 
 
-def _woke(result: LeaseResult, action: str | None, ref: ResourceRef) -> LeaseResult:
-    """After a committed release or break: wake the acquires waiting for it (leases/wakeups.py)."""
-    if action in wakeups.FREEING:
-        wakeups.after_commit(wakeups.key(ref.account, ref.container, ref.blob))
-    return result
-
-
-def _lease_result(obj, outcome, refusal) -> LeaseResult:
-    """What a lease action's write returned, as its result, or its refusal raised."""
+def _committed(written: tuple, action: str | None, ref: ResourceRef) -> LeaseResult:
+    """After the commit of a lease action's write (which returned ``written``:
+    resource, outcome, refusal): count it (leases/metrics.py); after a
+    release or break, wake the acquires waiting for it (leases/wakeups.py);
+    then the result, or the refusal raised."""
+    obj, outcome, refusal = written
+    metrics.lease_committed(action, ref.noun, outcome, refusal)
     if refusal is not None:
         raise refusal
+    if action in wakeups.FREEING:
+        wakeups.after_commit(wakeups.key(ref.account, ref.container, ref.blob))
     return LeaseResult(resource=obj, outcome=outcome)
 
 
@@ -336,7 +336,7 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception
     for arguments, (written, error) in zip(actions, write_together(writes)):
         if error is None:
             try:
-                answers.append(_woke(_lease_result(*written), arguments["action"], arguments["ref"]))
+                answers.append(_committed(written, arguments["action"], arguments["ref"]))
                 outcome = "success"
             except LeaseholdError as refusal:
                 answers.append(refusal)

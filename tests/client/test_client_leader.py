@@ -157,3 +157,33 @@ def test_leader_terms_iterator_hands_over_on_step_down(backend):
         assert seen[1][1] == seen[0][1] + 1
     else:
         assert seen[0][1] is None and seen[1][1] is None
+
+
+def test_leadership_is_visible_and_exported(backend):
+    """is_leader, transitions and elected_at follow the terms; the collector
+    exports them for the client process's Prometheus registry."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    container, name = backend.names()
+    election = LeaderElection(backend.blob(container, name), duration=15, clock=backend.clock)
+    registry = CollectorRegistry()
+    registry.register(election.collector("billing"))
+
+    def exported() -> tuple[float, float]:
+        text = generate_latest(registry).decode()
+        values = {line.split("{")[0]: float(line.split()[-1]) for line in text.splitlines()
+                  if line and not line.startswith("#")}
+        return values["leasehold_client_is_leader"], values["leasehold_client_leader_transitions_total"]
+
+    assert (election.is_leader, election.transitions, election.elected_at, exported()) == (False, 0, None, (0, 0))
+    terms = election.terms()
+    term = next(terms)
+    assert election.is_leader and election.transitions == 1 and election.elected_at is not None
+    assert exported() == (1, 1)
+    term.lost.set()  # a lost term: no longer leading, before it is released
+    assert not election.is_leader and exported() == (0, 1)
+    next(terms)  # the next term (the lease is ours again)
+    assert election.is_leader and election.transitions == 3 and exported() == (1, 3)
+    election.stop()
+    terms.close()
+    assert (election.is_leader, election.transitions, election.elected_at) == (False, 4, None)

@@ -13,10 +13,11 @@ import inspect
 from typing import AsyncIterator, Callable
 
 from ..clock import SYSTEM_CLOCK, SystemClock
+from ..leader import Leadership
 from .lease import AutoRenewLease
 
 
-class LeaderElection:
+class LeaderElection(Leadership):
     def __init__(self, client, *, duration: int = 15, poll_interval: float | None = None,
                  clock: SystemClock = SYSTEM_CLOCK, **lease_options):
         self.client = client
@@ -27,6 +28,7 @@ class LeaderElection:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self.term: AutoRenewLease | None = None
+        self.transitions = 0
 
     def stop(self) -> None:
         self._stop.set()
@@ -44,7 +46,7 @@ class LeaderElection:
         if self._stop.is_set():
             await term.release()
             return None
-        self.term = term
+        self._elected(term)
         return term
 
     async def terms(self) -> AsyncIterator[AutoRenewLease]:
@@ -56,7 +58,7 @@ class LeaderElection:
                 yield term
             finally:
                 await term.release()
-                self.term = None
+                self._deposed()
 
     async def run(self, on_elected: Callable, on_deposed: Callable | None = None) -> None:
         """on_elected(term) / on_deposed(term), plain or coroutine functions; until stop()."""

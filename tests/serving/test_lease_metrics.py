@@ -46,7 +46,8 @@ def test_holder_changes_ran_out_breaks_and_refused_renewals(azure_server, servic
     assert delta(before, after, "leasehold_lease_holder_changes_total", resource="blob") == 3
     assert delta(before, after, "leasehold_leases_ran_out_total", resource="blob") == 1
     assert delta(before, after, "leasehold_lease_breaks_total", resource="blob") == 1
-    refused = {labels: n for (name, labels), n in after.items() if name == "leasehold_lease_renewals_refused_total"}
+    refused = {labels: n for (name, labels), n in after.items()
+               if name == "leasehold_lease_renewals_refused_total" and dict(labels)["resource"] == "blob"}
     got = {dict(labels)["reason"]: n - value(before, "leasehold_lease_renewals_refused_total", **dict(labels))
            for labels, n in refused.items()}
     assert {k: v for k, v in got.items() if v} == {"LeaseIdMismatchWithLeaseOperation": 2,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-request cost of the Azure lease path inside one process, without HTTP:
-the WSGI application is called directly with environs built as config/asgi.py
+the WSGI application is called directly with environs built as serving/asgi.py
 builds them. CPU time
 per request is far less sensitive to a busy machine than requests/s, so this
 is the tool for judging hot-path changes; --profile shows where time goes.
@@ -30,9 +30,9 @@ KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr
 
 
 def environ_from(raw: bytes) -> dict:
-    """The WSGI environ config/asgi.py builds for one raw HTTP request (as
+    """The WSGI environ serving/asgi.py builds for one raw HTTP request (as
     served: uvicorn's scope, the path decoded, the raw header pairs kept)."""
-    from config.asgi import _environ
+    from serving.asgi import _environ
 
     head, _, body = raw.partition(b"\r\n\r\n")
     lines = head.split(b"\r\n")

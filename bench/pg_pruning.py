@@ -5,7 +5,7 @@ delete events faster than the traffic inserts them?
     .venv/bin/python bench/pg_pruning.py                 # 3 rounds of 15 s per arm
     .venv/bin/python bench/pg_pruning.py --rounds 1 --window 5   # a smoke run
 
-One Leasehold server (config.serve, two workers) on a throwaway PostgreSQL
+One Leasehold server (serving.server, two workers) on a throwaway PostgreSQL
 cluster (tests/pg_cluster.py, but durable: fsync, full-page writes and
 synchronous commits on, as in production), 16 clients cycling acquire -> renew ->
 release at full speed (bench/loadgen.py): every lease request appends one

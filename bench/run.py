@@ -5,7 +5,7 @@
     .venv/bin/python bench/run.py --soak     # memory over 5 minutes, 10,000 blobs
 
 Starts Azurite (installed from npm into bench/node_modules if missing) and
-Leasehold (python -m config.serve as `make run`: uvicorn + config/front.py, production settings, a fresh
+Leasehold (python -m config.serve as `make run`: uvicorn + serving/front.py, production settings, a fresh
 file-backed SQLite database, synchronous=FULL), drives both with the same
 SharedKey-signed load generator, alternating the servers over several rounds,
 and prints per scenario requests/s, p50/p99 per action, errors, hand-overs/s

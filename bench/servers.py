@@ -3,7 +3,7 @@
 Azurite is installed from npm into bench/node_modules (git-ignored) when
 missing, pinned by bench/package.json, and started in memory with
 --skipApiVersionCheck --silent. Leasehold runs exactly as `make run` would
-(python -m config.serve: uvicorn + config/front.py, production settings) on a fresh file-backed
+(python -m config.serve: uvicorn + serving/front.py, production settings) on a fresh file-backed
 SQLite database in a temporary directory (synchronous=FULL by default).
 Every server is started in its own session and killed by its process group.
 """
@@ -208,7 +208,7 @@ class Leasehold(Server):
     def __init__(self, port: int, workdir: Path, *, synchronous: str = "FULL", extra_env: dict | None = None,
                  command: str | None = None, front: str | None = None, variant: dict | None = None,
                  tree: str | None = None):
-        if front:  # another HTTP front of config.serve (LEASEHOLD_FRONT), measured alongside
+        if front:  # another HTTP front of serving.server (LEASEHOLD_FRONT), measured alongside
             self.name = f"Leasehold-{front}"
         elif variant or tree:  # other settings (--compare-env) or code (--compare-tree), measured alongside
             self.name = "Leasehold-variant"
@@ -245,7 +245,7 @@ class Leasehold(Server):
             import shlex
             argv = [a.format(host="127.0.0.1", port=self.port) for a in shlex.split(self.command)]
         else:
-            argv = [self.python, "-m", "config.serve"]
+            argv = [self.python, "-m", "serving.server"]
         self._spawn(argv, env=self.env, cwd=self.repo)
         wait_port(self.port, self.proc, 60, self.logfile)
         # the first worker may listen before the others have imported Django
@@ -256,8 +256,8 @@ class Leasehold(Server):
             return self.command
         get = self.env.get
         if self.repo != REPO:
-            return f"{self.repo} (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')}"
-        return (f"{get('LEASEHOLD_FRONT', 'uvicorn')} (config/serve.py) workers={get('LEASEHOLD_WORKERS', '2')} "
+            return f"{self.repo} (serving/server.py) workers={get('LEASEHOLD_WORKERS', '2')}"
+        return (f"{get('LEASEHOLD_FRONT', 'uvicorn')} (serving/server.py) workers={get('LEASEHOLD_WORKERS', '2')} "
                 f"threads={get('LEASEHOLD_THREADS', '1')}")
 
     def history_count(self) -> int:

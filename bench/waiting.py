@@ -1,6 +1,6 @@
 """Waiting for a lease: polling (the client helpers before x-leasehold-wait)
 against waiting on the server, on one Leasehold server (python -m
-config.serve, two workers, a fresh SQLite file), in alternating rounds.
+serving.server, two workers, a fresh SQLite file), in alternating rounds.
 
     .venv/bin/python bench/waiting.py [--rounds 5] [--window 20]
 

@@ -22,7 +22,7 @@ def _secret_key() -> str:
     if env_str("LEASEHOLD_SECRET_KEY"):
         return env_str("LEASEHOLD_SECRET_KEY")
     if env_str("LEASEHOLD_DATABASE", "").startswith(("postgres://", "postgresql://")):
-        # The server (config/serve.py) settles the key every instance of the
+        # The server (serving/server.py) settles the key every instance of the
         # database shares and hands it to its workers as LEASEHOLD_SECRET_KEY;
         # anything else (a command) signs nothing that must outlive it.
         return secrets.token_urlsafe(50)

@@ -13,9 +13,8 @@ written in the Put Blob's one transaction. Larger content is a *version*
   a pause after each of half as long as the piece took (LEASEHOLD_STAGE_PAUSE):
   the WAL checkpointer copies the pages written meanwhile back under the
   writer lock, and without a pause a stream of chunks made those copies
-  long (measured, pause 1.0 vs none: checkpointer lock holds median 25 vs
-  70 ms, max 90 vs 175 ms). 0.5 keeps a 64 MiB upload as quick as it was
-  in one transaction (bench/README.md). No blob names the version yet:
+  long; 0.5 keeps a large upload as quick as one transaction was
+  (docs/decisions/0009, bench/README.md). No blob names the version yet:
   nobody can read it.
 * **live**: the Put Blob's one short transaction (leases.services.blob_put:
   load the blob row locked, check the lease and conditions, swap, append the
@@ -58,7 +57,7 @@ from .sqlite_backend.busy import is_writer_busy, received_at
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20  # one row, one write transaction; content up to this stays in the blob's row
-PIECE_BYTES = 64 << 10  # a download yields pieces of this size (config/asgi.py sends ~64 KiB at a time)
+PIECE_BYTES = 64 << 10  # a download yields pieces of this size (serving/asgi.py sends ~64 KiB at a time)
 DELETE_BATCH = 8  # chunks deleted per transaction (8 MiB of pages freed)
 COLLECT_BATCHES = 4  # transactions one ``collect`` after a request may take
 STAGE_PAUSE = env_float("LEASEHOLD_STAGE_PAUSE", 0.5, at_least=0)  # pause after a piece, x its time

@@ -6,7 +6,7 @@ WSGI upper-cases header names and folds ``-`` into ``_``
 (``x-ms-meta-Build_Id`` arrives as ``HTTP_X_MS_META_BUILD_ID``), so under
 plain WSGI a metadata name arrives lower-cased, and a ``_`` in it is a
 ``_``: a C# identifier cannot hold ``-``. The production front
-(config/front.py) also hands over the header pairs as sent, in
+(serving/front.py) also hands over the header pairs as sent, in
 ``environ["leasehold.raw_headers"]``: there names keep their case, as on
 Azure. Only the signature tells a client that did
 send ``-`` apart (leases/sharedkey.py asks ``signed_metadata_header`` both
@@ -27,7 +27,7 @@ AZURE_CLIENT_REQUEST_ID = "HTTP_X_MS_CLIENT_REQUEST_ID"  # x-ms-client-request-i
 API_CLIENT_REQUEST_ID = "HTTP_X_CLIENT_REQUEST_ID"  # X-Client-Request-Id, the JSON API's own (first)
 
 METADATA_PREFIX = "HTTP_X_MS_META_"
-RAW_HEADERS = "leasehold.raw_headers"  # set by config/asgi.py from config/front.py's scope
+RAW_HEADERS = "leasehold.raw_headers"  # set by serving/asgi.py from serving/front.py's scope
 
 
 def client_request_id(meta: Mapping[str, str], keys: tuple[str, ...] = (AZURE_CLIENT_REQUEST_ID,)) -> str:

@@ -9,7 +9,7 @@ a variable where empty means something); surrounding white space is
 ignored for numbers, booleans and choices.
 
 No Django here beyond its exception class: config/settings.py, the server
-launcher (config/serve.py) and the ASGI front (config/asgi.py) use these
+launcher (serving/server.py) and the ASGI front (serving/asgi.py) use these
 before Django is set up. ``environ`` (default: os.environ) lets a caller
 read from a mapping of its own.
 """
@@ -120,7 +120,7 @@ def env_choice(name: str, default: str, choices: Sequence[str], *,
 
 def env_log_level(environ: Mapping[str, str] | None = None) -> str:
     """LEASEHOLD_LOG_LEVEL, lower-case: Django's root logger (settings) and
-    the server's own log (config/serve.py) both take it from here."""
+    the server's own log (serving/server.py) both take it from here."""
     return env_choice("LEASEHOLD_LOG_LEVEL", "warning", LOG_LEVELS, environ=environ)
 
 

@@ -15,7 +15,7 @@ the batch shrinks when the deletes run slow (a cold cache, a busy disk, a
 slow machine) and grows, up to ``LEASEHOLD_RETENTION_BATCH`` rows, when
 they run fast. On SQLite the deletes hold the one writer lock every lease
 write waits for: 2 ms (a few lease transactions' worth), at most 100 rows
-(each costs ~55 us of CPU: eleven indexes and the append-only trigger). On
+(each row costs its indexes and the append-only trigger). On
 PostgreSQL they lock only the rows deleted, which no lease request touches,
 and a statement's fixed cost (a round trip, a plan, the dead index entries
 of earlier batches to skip) can pass 2 ms on its own: 20 ms, at most 2,000
@@ -120,7 +120,7 @@ def _statements(policy: Policy, now: datetime, floors: dict | None = None) -> li
     newest deleted), and the next batch of the same run starts from that
     newest (``floors``): the index entries of rows deleted before stay, dead,
     until a vacuum, and a scan from the oldest end walks through every one
-    of them (with a few hundred thousand, one-row batches took over 20 ms)."""
+    of them (docs/decisions/0021)."""
     table = LeaseEvent._meta.db_table
     pg = connection.vendor == "postgresql"
     out = []

@@ -2,7 +2,7 @@
 admin login (a session signed with the key) made on one instance works on
 all of them.
 
-The server settles the key at start (config/serve.py), before its workers
+The server settles the key at start (serving/server.py), before its workers
 start, and hands it to them:
 
 * no ``LEASEHOLD_SECRET_KEY``: the database keeps the key. The first

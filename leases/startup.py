@@ -1,4 +1,4 @@
-"""What the server checks before it serves (config/serve.py): a database it
+"""What the server checks before it serves (serving/server.py): a database it
 can read and write, with every migration applied, none it does not know (a
 newer version's), and the lease history's append-only trigger in place. Otherwise it refuses to start and says what to
 run, rather than answering every request with an error.

@@ -1,5 +1,5 @@
 """An acquire that waits: the doors' part (the server's part, which holds the
-waiting requests: config/waiting.py).
+waiting requests: serving/waiting.py).
 
 A Leasehold extension that leaves Azure's semantics untouched: the JSON
 API's acquire takes ``"wait": seconds`` and the Azure door's the

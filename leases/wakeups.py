@@ -1,4 +1,4 @@
-"""Telling acquires that wait (``wait`` seconds, config/waiting.py) that a
+"""Telling acquires that wait (``wait`` seconds, serving/waiting.py) that a
 lease may have become free: a release or a break publishes the resource's
 key, and every server process on the same database wakes its waiters for it.
 

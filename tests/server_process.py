@@ -90,7 +90,7 @@ class Instance:
 
     def start(self) -> "Instance":
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
                                      start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, self.proc, output=self.output)
         return self

@@ -1,11 +1,15 @@
 """The shape of the code, checked on every run (issue 16), so that it stays
 a house a newcomer can find their way in:
 
-(a) no module under leases/, config/ or client/leasehold_client/ is over
-    MAX_LINES lines (migrations excepted: Django writes them);
+(a) no module under leases/, serving/, config/ or client/leasehold_client/
+    is over MAX_LINES lines (migrations excepted: Django writes them), and
+    config/ (wiring) is under CONFIG_LINES in all;
 (b) no import reaches up a layer: the pure state machine and its pure
     helpers < models and storage < services and selectors < the doors <
-    the wiring (config/, leases/apps.py); the doors never import each other;
+    serving (serving/: the server, its lanes and front) < the wiring
+    (config/, leases/apps.py); the doors never import each other, serving
+    reaches the doors through one seam (SERVING_SEAM), and no modules
+    import each other in a circle;
 (c) no private Django name (an underscore name Django defines, or its
     internal SQL compiler and database backend modules) outside the storage
     layer, so that a Django upgrade breaks in one place.
@@ -33,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------ (a) module size
 
 MAX_LINES = 400
-SIZED = ("leases", "config", "client/leasehold_client")
+SIZED = ("leases", "serving", "config", "client/leasehold_client")
+CONFIG_LINES = 400  # config/ is wiring: settings, URLs, entry points of a few lines
 
 # Over MAX_LINES today.
 OVERSIZED_ALLOWED = {
@@ -45,8 +50,8 @@ OVERSIZED_ALLOWED = {
 
 # ------------------------------------------------------------------ (b) layers
 
-PURE, MODELS, SERVICES, DOOR, WIRING = range(5)
-LAYER_NAMES = ("pure", "models/storage", "services/selectors", "door", "wiring")
+PURE, MODELS, SERVICES, DOOR, SERVING, WIRING = range(6)
+LAYER_NAMES = ("pure", "models/storage", "services/selectors", "door", "serving", "wiring")
 
 # Every module under leases/ and config/ is in one layer: the longest
 # matching prefix (whole dotted components) decides. A new module fails the
@@ -97,13 +102,19 @@ LAYERS = {
     "leases.admin": DOOR,
     "leases.management": DOOR,
     "leases.health": DOOR,  # /health and /metrics
+    # The server: processes, the ASGI front, lanes, batches, waiting acquires.
+    "serving": SERVING,
     # What puts it together.
     "leases.apps": WIRING,
     "config": WIRING,
 }
+# The door modules serving/ may import: the Azure door's lean lease path
+# (recognising and serving the usual lease request) and its router.
+SERVING_SEAM = {"leases.azure.fastpath", "leases.azure.handler"}
 # What the pure layer may take from Django: exception classes only (a pure
 # settings helper may raise ImproperlyConfigured).
 PURE_MAY_IMPORT = ("django.core.exceptions",)
+PACKAGES = ("leases", "serving", "config")
 # The storage module(s) issue 16 adds (leases/storage.py, leases/storage/, ...).
 STORAGE_MODULE = re.compile(r"leases\.storage\w*(\.|$)")
 
@@ -232,7 +243,7 @@ def test_no_module_is_over_the_size_limit():
 def layering_violations(root: Path = REPO) -> list[tuple[str, str, str]]:
     """(importer, imported, why) for every import against the layers."""
     found = []
-    for path in source_files(root, "leases", "config"):
+    for path in source_files(root, *PACKAGES):
         importer, where = module_name(path, root), rel(path, root)
         own = layer_of(importer)
         if own is None:
@@ -242,7 +253,7 @@ def layering_violations(root: Path = REPO) -> list[tuple[str, str, str]]:
             if (own == PURE and imp.module.split(".")[0] in ("django", "rest_framework", "django_filters")
                     and imp.module not in PURE_MAY_IMPORT):
                 found.append((importer, imp.module, f"{where}:{imp.line}: the pure layer imports {imp.module}"))
-            if imp.module.split(".")[0] not in ("leases", "config"):
+            if imp.module.split(".")[0] not in PACKAGES:
                 continue
             theirs = layer_of(imp.module)
             if theirs is None:
@@ -251,6 +262,8 @@ def layering_violations(root: Path = REPO) -> list[tuple[str, str, str]]:
                 why = f"{LAYER_NAMES[own]} imports {LAYER_NAMES[theirs]}"
             elif own == theirs == DOOR and door_of(importer) != door_of(imp.module):
                 why = "one door imports another"
+            elif own == SERVING and theirs == DOOR and imp.module not in SERVING_SEAM:
+                why = f"serving reaches a door outside its seam ({', '.join(sorted(SERVING_SEAM))})"
             else:
                 continue
             found.append((importer, imp.module, f"{where}:{imp.line}: {importer} -> {imp.module} ({why})"))
@@ -263,6 +276,56 @@ def test_no_import_reaches_up_a_layer_or_across_doors():
     assert not new, "imports against the layers (see LAYERS in this file):\n" + "\n".join(f"  {w}" for w in new)
     stale = LAYERING_ALLOWED - {(importer, imported) for importer, imported, _ in found}
     assert not stale, f"no longer imported; remove from LAYERING_ALLOWED: {sorted(stale)}"
+
+
+def import_circles(root: Path = REPO) -> list[list[str]]:
+    """Modules of ours that import each other in a circle, at any depth of
+    the file (strongly connected components of the import graph)."""
+    graph: dict[str, set[str]] = {}
+    for path in source_files(root, *PACKAGES):
+        importer = module_name(path, root)
+        graph[importer] = {imp.module for imp in imports(path, root)
+                           if imp.module.split(".")[0] in PACKAGES and imp.module != importer}
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in graph:
+                continue
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            members = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                members.append(member)
+                if member == node:
+                    break
+            if len(members) > 1:
+                circles.append(sorted(members))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    circles = import_circles()
+    assert not circles, "modules importing each other in a circle:\n" + "\n".join(
+        "  " + " <-> ".join(circle) for circle in circles)
+
+
+def test_config_is_wiring():
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in source_files(REPO, "config"))
+    assert lines < CONFIG_LINES, f"config/ is {lines} lines: it wires the project together; move the rest out"
 
 
 def test_every_layer_is_placed():

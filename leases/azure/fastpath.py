@@ -177,7 +177,7 @@ def answer(environ: dict, names: tuple[str, str, str | None]):
 
 def write_together(calls: list[LeaseCall]) -> None:
     """The writes of lease requests a worker received together
-    (config/lease_batch.py), committed together (services.
+    (serving/lease_batch.py), committed together (services.
     lease_actions_together: one write transaction, each request's write in
     a savepoint of its own, one commit and one fsync for all); each call
     settled with its result or refusal, none before that commit. Only the

@@ -124,7 +124,7 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
     the semantics of x-ms-version before 2012-02-12 (machine.py).
     ``unparsed``: the 400 of a parameter the door could not parse
     (leases.lease_params), refused and recorded like any other refusal.
-    ``wait``: an acquire that will wait and try again (config/waiting.py):
+    ``wait``: an acquire that will wait and try again (serving/waiting.py):
     refused because someone holds the lease, it records no event (its
     request's final answer will) and says so (``refusal.waiting``)."""
     write = _lease_write(action, ref=ref, actor=actor, conditions=conditions, reason=reason, legacy=legacy,
@@ -328,7 +328,7 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception
     (its refusal, recorded; a storage fault; the shared transaction's
     failure, when nothing of it was written), in order, after the commit
     that covers them: a lease server's batch of requests received together
-    (config/lease_batch.py)."""
+    (serving/lease_batch.py)."""
     started = time.perf_counter()
     actions = [_arguments(**request) for request in requests]
     writes = [_own_failure(_lease_write, arguments) for arguments in actions]

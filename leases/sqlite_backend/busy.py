@@ -19,7 +19,7 @@ def received_at(moment: float):
     """Count this thread's write waits from ``moment`` (time.monotonic(),
     when the server had the whole request), so the time a request queued
     for a thread is part of its wait: the answer comes within the wait of
-    its arrival, not of its turn (config/asgi.py)."""
+    its arrival, not of its turn (serving/asgi.py)."""
     _request.received_at = moment
     try:
         yield
@@ -34,7 +34,7 @@ def at_once():
     thread of the process is committing, the transaction is not begun and
     ``WouldWait`` is raised instead. For the event loop thread, which may
     write a lease batch itself but must never block on a lock
-    (config/lease_batch.py)."""
+    (serving/lease_batch.py)."""
     outer = must_not_wait()
     _request.at_once = True
     try:

@@ -3,8 +3,8 @@
 SQLite copies the WAL back into the
 database (a checkpoint, with fsyncs of its own) inside the commit that pushes
 the WAL past ``wal_autocheckpoint`` pages -- a request's commit, under the
-writer lock, so that request and every writer behind it wait (one commit in
-about 60 took 1.5-3 ms instead of 0.3). With ``checkpoint_interval`` set
+writer lock, so that request and every writer behind it wait
+(docs/decisions/0005). With ``checkpoint_interval`` set
 (OPTIONS), a daemon thread per process and database file checkpoints at that
 interval on a connection of its own: first beside the writers (PASSIVE),
 then, holding the writer lock for a moment, the few frames committed during
@@ -16,7 +16,7 @@ behind or stop. Durability does not depend on it: commits still fsync the WAL.
 The pass under the writer lock is bounded: it copies only what was committed
 during the first pass, and under a stream of large writes (a 64 MiB upload
 is 64 commits of 1 MiB) that was tens of MiB, holding every lease commit
-for up to 190 ms (bench/README.md, "Where a renewal's time goes"). So, with
+behind it (bench/README.md, "Where a renewal's time goes"). So, with
 the lock taken, the round first reads from the WAL index (the ``-shm`` file,
 whose layout SQLite documents and keeps: walformat.html) how many frames
 that pass would copy; over ``LOCKED_FRAMES`` it lets the lock go at once,

@@ -48,7 +48,7 @@ class GroupCommit:
 
     def run_all(self, fns) -> list[tuple[object, BaseException | None]]:
         """``run`` for several transactions of one caller (the lease requests a
-        worker received together, config/lease_batch.py): they join the group
+        worker received together, serving/lease_batch.py): they join the group
         together and are committed together; each one's (result, error), in
         order, once the commit that covers them is done."""
         ops = [_Pending(fn) for fn in fns]

@@ -15,7 +15,7 @@ past what is left of that wait. flock() cannot time out, so a contended lock
 is waited for by a helper thread of the connection, blocked in the kernel as
 before (hand-over stays prompt and fair); the writer waits for the helper at
 most the rest of its time. The wait counts from when the server had the
-whole request (``busy.received_at``, set by config/asgi.py), so time spent
+whole request (``busy.received_at``, set by serving/asgi.py), so time spent
 queued behind other waiting writers is part of it. Reads take no lock and
 never wait for a writer (WAL); their busy timeout is bounded by the same wait.
 """

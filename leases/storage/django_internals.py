@@ -17,8 +17,8 @@ Imported names:
 - ``Model``, ``ModelState``: a row the hot path reads becomes a model
   instance as ``Model.from_db`` makes one (``_state`` not adding, its
   database alias; each loaded column's value in the instance's ``__dict__``
-  under its attname, deferred ones absent) without running ``__init__``,
-  which costs about 30 µs a row in Python (statements.from_row).
+  under its attname, deferred ones absent) without running ``__init__``
+  (statements.from_row says why).
 - ``SQLiteDatabaseWrapper``: the SQLite backend that leases.sqlite_backend
   extends (documented as subclassable; its hooks below are not).
 - ``PostgreSQLDatabaseWrapper``: the PostgreSQL backend that

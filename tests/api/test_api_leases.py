@@ -321,11 +321,11 @@ def test_a_bug_is_a_json_500_and_is_logged(api, resource, monkeypatch, caplog):
 
 
 def test_a_waiting_acquire_refused_for_a_held_lease_is_quiet_until_its_last_attempt(api, resource):
-    """With the server's offer to wait (config/waiting.py puts a Wait in the
+    """With the server's offer to wait (serving/waiting.py puts a Wait in the
     environ), a refusal for a held lease records nothing and tells the server
     what to wait for; the last attempt's refusal is recorded; past the bound
     per principal, 429 and nothing recorded. Without the offer, answered at once."""
-    from config.waiting import Waiters
+    from serving.waiting import Waiters
     from leases.waiting import Wait
 
     acquire(api, resource, 60)

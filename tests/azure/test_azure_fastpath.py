@@ -13,7 +13,7 @@ the lean path's state, so later steps meet leases in every state. The lean
 path is taken both ways it is served: alone (fastpath.serve) and as a
 worker's batch answers (fastpath.answer_together).
 
-The environ is built by config/asgi.py from an ASGI scope, as served."""
+The environ is built by serving/asgi.py from an ASGI scope, as served."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ BLOB, CONTAINER = "/devstoreaccount1/fast/item.bin", "/devstoreaccount1/fast"
 
 def environ(path: str, headers: dict, *, query: str | None = None, account: str = DEV_ACCOUNT,
             key: str = DEV_KEY, sign: bool = True, version: str | None = "2025-11-05", method: str = "PUT") -> dict:
-    """A WSGI environ as config/asgi.py builds it for this request, SharedKey
+    """A WSGI environ as serving/asgi.py builds it for this request, SharedKey
     signed from the documented algorithm (not the server's code)."""
-    from config.asgi import _environ
+    from serving.asgi import _environ
 
     if query is None:
         query = "comp=lease&restype=container" if path.count("/") == 2 else "comp=lease"

@@ -1,5 +1,5 @@
 """Lease requests a worker receives together are committed together
-(config/lease_batch.py): the production server with one worker, many
+(serving/lease_batch.py): the production server with one worker, many
 clients renewing at once. Fewer WAL fsyncs than lease writes, every answer
 still the client's own, every request in the history; with
 LEASEHOLD_LEASE_BATCH=off, one fsync each (so the count can tell)."""

@@ -9,7 +9,7 @@ Retry-After while no primary answers, and every operation retried after
 it succeeds), and no lease has two holders.
 
 Also here: a row another session keeps locked delays no request for
-another row (config/lanes.py)."""
+another row (serving/lanes.py)."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def test_a_login_on_one_instance_works_on_the_other(two):
 def test_an_instance_with_another_key_is_refused(two):
     database, a, b = two
     env = {**a.env, "LEASEHOLD_SECRET_KEY": "not-the-key-the-others-use", "LEASEHOLD_BIND": f"127.0.0.1:{free_port()}"}
-    run = subprocess.run([sys.executable, "-m", "config.serve"], cwd=ROOT, env=env, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "-m", "serving.server"], cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 1, run.stderr[-2000:]
     assert run.stderr.startswith("Leasehold will not start: LEASEHOLD_SECRET_KEY is not the key the other instances")

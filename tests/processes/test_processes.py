@@ -1,5 +1,5 @@
 """Real server processes on real SQLite files: contention across worker
-processes of the production server (config/serve.py), durability across SIGKILL, and the README's own start command."""
+processes of the production server (serving/server.py), durability across SIGKILL, and the README's own start command."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class Server:
     def start(self):
         # A file, not a pipe: a pipe nobody reads would stall a chatty server.
         self.log = open(self.db.with_name("server.log"), "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=self.env,
+        self.proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
                                      start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, self.proc, output=self.output)
         return self

@@ -1,5 +1,5 @@
 """Metadata names keep their case through the production server (python -m
-config.serve: uvicorn + config/front.py), as on Azure: set with the official
+serving.server: uvicorn + serving/front.py), as on Azure: set with the official
 SDK, read back through properties and listings exactly; two names that
 differ only in case are one name. Plus the front's own duties: a header read
 timeout, keep-alive, a graceful stop on SIGTERM.

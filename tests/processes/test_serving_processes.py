@@ -172,14 +172,14 @@ def _children(pid: int) -> list[int]:
 
 
 def _long_read_helpers(server) -> list[int]:
-    """The server's long-read helper processes (config/long_reads.py)."""
+    """The server's long-read helper processes (serving/long_reads.py)."""
     found = []
     todo = [server.proc.pid]
     while todo:
         pid = todo.pop()
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"config.long_reads" in fh.read():
+                if b"serving.long_reads" in fh.read():
                     found.append(pid)
         except OSError:
             continue

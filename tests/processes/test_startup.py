@@ -29,7 +29,7 @@ def _start(database, var_dir: Path) -> str:
     """Start the server; it must exit 1 on its own. Its output."""
     env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(var_dir),
            "LEASEHOLD_BIND": f"127.0.0.1:{free_port()}", "DJANGO_SETTINGS_MODULE": "config.settings"}
-    proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out = proc.communicate(timeout=60)[0].decode(errors="replace")
@@ -179,7 +179,7 @@ def test_a_libpq_url_is_taken_whole(postgres, tmp_path):
     env = {**os.environ, "LEASEHOLD_DATABASE": url, "LEASEHOLD_VAR_DIR": str(tmp_path),
            "LEASEHOLD_BIND": f"127.0.0.1:{port}", "LEASEHOLD_WORKERS": "1", "DJANGO_SETTINGS_MODULE": "config.settings"}
     log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "config.serve"], cwd=ROOT, env=env, stdout=log,
+    proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=env, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
     try:
         from tests.processes.test_processes import wait_for_port

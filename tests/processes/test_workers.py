@@ -1,4 +1,4 @@
-"""The production server's worker processes (config/serve.py): connections
+"""The production server's worker processes (serving/server.py): connections
 are spread over them, and a worker that is slow to answer its supervisor is
 not killed for it. Linux only (/proc, SO_REUSEPORT), as served."""
 

@@ -1,4 +1,4 @@
-"""A worker starts its long-read helper process (config/long_reads.py) without
+"""A worker starts its long-read helper process (serving/long_reads.py) without
 holding its event loop: under the hostile bench's load, spawning it from the
 loop held every request of the worker for 60-90 ms."""
 
@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from config import long_reads
+from serving import long_reads
 
 
 @pytest.mark.processes

@@ -1,4 +1,4 @@
-"""The ASGI front (config/asgi.py): which lane a request runs in, and how a
+"""The ASGI front (serving/asgi.py): which lane a request runs in, and how a
 body is received (bounded in size and in how slowly it may come)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from config.asgi import SPOOL_BYTES, BodyRefused, LeaseholdASGI
+from serving.asgi import SPOOL_BYTES, BodyRefused, LeaseholdASGI
 
 
 def scope(method: str, path: str, query: bytes = b"", headers=()):
@@ -38,7 +38,7 @@ def test_a_put_staged_in_chunks_has_a_lane_of_its_own(length, lane):
 def test_the_long_reads_are_the_two_history_exports():
     from django.urls import reverse
 
-    from config.long_reads import LONG_READ_PATHS, is_long_read
+    from serving.long_reads import LONG_READ_PATHS, is_long_read
 
     assert set(LONG_READ_PATHS) == {reverse("api-events-export"), reverse("admin:leases_leaseevent_export")}
     assert is_long_read(scope("GET", reverse("api-events-export")))

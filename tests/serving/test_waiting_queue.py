@@ -1,4 +1,4 @@
-"""The waiting acquires of one worker (config/waiting.py), without a server:
+"""The waiting acquires of one worker (serving/waiting.py), without a server:
 a signal wakes only the first waiter of its resource, a signal that arrives
 between attempts is not lost, the next waiter is woken when the first one
 leaves with anything but "still held", the blocking state's end wakes the
@@ -10,7 +10,7 @@ import asyncio
 import time
 from datetime import timedelta
 
-from config.waiting import Waiters
+from serving.waiting import Waiters
 from leases import clock
 from leases.waiting import Wait
 

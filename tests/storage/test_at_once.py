@@ -1,5 +1,5 @@
 """Writes that must not wait (busy.at_once, for the event loop's lease
-batches, config/lease_batch.py): when the writer is not free this moment --
+batches, serving/lease_batch.py): when the writer is not free this moment --
 our writer lock held by another process, SQLite's own lock held by another
 program, or another thread of this process committing -- the transaction is
 not begun and WouldWait is raised at once, nothing written, no lock kept;

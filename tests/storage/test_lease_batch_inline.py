@@ -1,4 +1,4 @@
-"""Who writes a lean lease batch (config/lease_batch.py): the event loop
+"""Who writes a lean lease batch (serving/lease_batch.py): the event loop
 itself when the batch is all the worker is serving and the writer is free,
 else the lease lane's thread -- which may wait for the writer, while the
 loop goes on with other work. Real SQLite file, a real asyncio loop, the
@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from config.answers import batched
-from config.lease_batch import LeaseBatcher
+from serving.answers import batched
+from serving.lease_batch import LeaseBatcher
 from leases.azure import fastpath
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef

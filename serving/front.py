@@ -1,22 +1,22 @@
 """The HTTP front of the production server: uvicorn's httptools protocol
 (llhttp, Node's HTTP parser, the one Azurite reads requests with), on
-uvloop, with what Leasehold needs on top (see config/serve.py for why this
+uvloop, with what Leasehold needs on top (see serving/server.py for why this
 front and not granian):
 
 * **Header names as the client sent them.** Azure keeps the case of
   metadata names (``x-ms-meta-BuildId`` comes back as ``BuildId``).
   uvicorn, like every ASGI server, lower-cases ``scope["headers"]``; this
   protocol also keeps the pairs as they came, in order, in
-  ``scope["extensions"]["leasehold.raw_headers"]`` (config/asgi.py hands
+  ``scope["extensions"]["leasehold.raw_headers"]`` (serving/asgi.py hands
   them on to Django as ``environ["leasehold.raw_headers"]``).
   On the way out uvicorn lower-cases response header names with
   ``bytes.lower()``; a name whose case matters is given to it as a
-  ``CaseKept`` (config/asgi.py), whose ``lower()`` keeps it.
+  ``CaseKept`` (serving/asgi.py), whose ``lower()`` keeps it.
 * **A header read timeout** (uvicorn has none: a client that connects and
   trickles its headers would hold a connection for ever): a request's
   headers must all be in within ``LEASEHOLD_HEADER_TIMEOUT`` seconds of
   the connection opening or of the request's first byte, else the
-  connection is closed. The body's limits are config/asgi.py's; an idle
+  connection is closed. The body's limits are serving/asgi.py's; an idle
   keep-alive connection is closed after ``KEEP_ALIVE_SECONDS``.
 
 * **Limits where the bytes arrive**, before any parsing by Django or any

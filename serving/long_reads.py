@@ -2,16 +2,16 @@
 of their own, at a lower CPU priority, streaming to the client through the
 worker's event loop.
 
-Why (measured, bench/README.md "Where a renewal's time goes"): with two
-full exports of 1,000,000 events running, a renewal spent ~50 ms in its
-lane thread instead of ~2 ms, almost all of it waiting to get the GIL back:
-an export is Python (a CSV row per event, 45 s of CPU) in the same process
+Why (docs/decisions/0010, bench/README.md "Where a renewal's time goes"):
+with full exports running, a renewal spent most of its time in its lane
+thread waiting to get the GIL back: an export is Python (a CSV row per
+event, all of it CPU) in the same process
 as the lease thread, and every time the lease thread lets the GIL go (each
 SQL statement, the fsync, the writer lock) it waits for the export's thread
 to give it back. Lanes separate threads, not the GIL or the cores.
 
 How: each worker process starts, on its first long read, one helper
-(``python -m config.long_reads SOCKET``) that lowers its own priority
+(``python -m serving.long_reads SOCKET``) that lowers its own priority
 (``LEASEHOLD_LONG_READ_NICE``, default 10: the kernel gives the lease
 workers the cores first) and serves over a Unix socket in a private
 directory. The worker hands it the request whole (the environ's plain values
@@ -54,6 +54,8 @@ import threading
 
 from leases.env import env_bool, env_float, env_int, or_exit
 
+APPLICATION = "config.asgi"  # the module whose ``application`` the helper serves
+
 # The long reads, by path (GET only): the JSON API's export and the admin's.
 LONG_READ_PATHS = ("/api/v1/events/export/", "/admin/leases/leaseevent/export.csv")
 START_SECONDS = 60  # a helper not ready by then (Django set-up on a saturated machine) is a 503
@@ -84,7 +86,7 @@ class HelperUnavailable(Exception):
 def _spawn(path: str, env: dict) -> subprocess.Popen:
     """The helper process, serving on the socket ``path`` (in a thread:
     see LongReads._helper)."""
-    return subprocess.Popen([sys.executable, "-m", "config.long_reads", path], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "serving.long_reads", path], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env)
 
 
@@ -114,10 +116,9 @@ class LongReads:
             env = dict(os.environ, LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL="0",
                        LEASEHOLD_LONG_READ_PROCESS="0", LEASEHOLD_LONG_READ_NICE=str(self.nice))
             # Started, and waited for, in a thread: spawning from the event
-            # loop (uvloop's spawn returns once the child has exec'd) held
-            # the loop, and every request of this worker, 60-90 ms under the
-            # hostile bench's load (asyncio's slow-callback log), more than
-            # a renewal's whole budget there.
+            # loop (uvloop's spawn returns once the child has exec'd) holds
+            # the loop, and every request of this worker, for longer than a
+            # renewal's budget under load (docs/decisions/0010).
             loop = asyncio.get_running_loop()
             self.proc = await loop.run_in_executor(None, _spawn, self.path, env)
             try:
@@ -211,7 +212,7 @@ def _serve_one(app, conn: socket.socket) -> None:
     """One long read: the request from ``conn``, its answer back."""
     import io
 
-    from config.answers import close as _close, next_piece as _next_piece
+    from serving.answers import close as _close, next_piece as _next_piece
 
     result = None
     try:
@@ -243,7 +244,9 @@ def main() -> None:
     path = sys.argv[1]
     os.nice(int(os.environ.get("LEASEHOLD_LONG_READ_NICE") or 10))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    from config.asgi import application as app
+    from importlib import import_module
+
+    app = import_module(APPLICATION).application  # the wiring's (config/asgi.py), as the workers serve it
 
     def orphaned():  # the worker is gone: so is its helper
         sys.stdin.buffer.read()

@@ -1,4 +1,4 @@
-"""The threads that serve requests (config/asgi.py).
+"""The threads that serve requests (serving/asgi.py).
 
 A lane is a fixed set of single-thread executors for one kind of request
 (lease actions, reads, other writes, uploads), so that no kind queues

@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         call_command("leasehold_setup")
-        from config import serve
+        from serving import server
 
-        serve.main()
+        server.main()
         return 0
     command = "leasehold_setup" if options.command == "setup" else options.command
     execute_from_command_line(["leasehold", command, *options.args])

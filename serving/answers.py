@@ -1,10 +1,10 @@
 """How the served application's answers are handed to the front
-(config/asgi.py): a whole answer as status, header pairs and body; a
+(serving/asgi.py): a whole answer as status, header pairs and body; a
 streamed one piece by piece; the front's own plain-text refusals."""
 
 from __future__ import annotations
 
-from config.front import CaseKept, refusal
+from serving.front import CaseKept, refusal
 from leases.metrics import count_unavailable
 
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size

@@ -1,4 +1,4 @@
-"""A request received whole by the ASGI front (config/asgi.py), as the WSGI
+"""A request received whole by the ASGI front (serving/asgi.py), as the WSGI
 environ Django's handlers and the Azure door's lean path read."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import sys
 
-from config.front import RAW_HEADERS
+from serving.front import RAW_HEADERS
 
 
 def wsgi_environ(scope, body, length: int) -> dict:
@@ -33,7 +33,7 @@ def wsgi_environ(scope, body, length: int) -> dict:
         "wsgi.multiprocess": True,
         "wsgi.run_once": False,
         # The header pairs as the client sent them, names in their case
-        # (config/front.py keeps it), in order: a WSGI environ keeps neither
+        # (serving/front.py keeps it), in order: a WSGI environ keeps neither
         # case nor order. A front that keeps no case gives scope["headers"].
         "leasehold.raw_headers": (scope.get("extensions") or {}).get(RAW_HEADERS) or scope["headers"],
     }

@@ -42,8 +42,8 @@ import time
 from django.conf import settings
 from django.db import connection
 
-from config import long_reads
-from config.environ import wsgi_environ
+from serving import long_reads
+from serving.environ import wsgi_environ
 from leases import clock, waiting, wakeups
 from leases.azure.fastpath import takes
 from leases.env import env_int, or_exit
@@ -249,7 +249,7 @@ class Waiters:
 
 
 async def serve_waiting(app, scope, receive, send, body, length, environ, names, lane) -> None:
-    """An acquire that may wait (config/waiting.py): tried; if refused
+    """An acquire that may wait (serving/waiting.py): tried; if refused
     quietly for a held lease, waited for and tried again, until it is
     granted or its wait runs out (the final, recorded attempt)."""
     wait = environ[waiting.ENVIRON] = waiting.Wait(app.waiters)

@@ -1,0 +1,398 @@
+"""The served application (python -m config.serve): an ASGI front that
+receives every request whole before it takes a Python thread, then runs
+Django's WSGI handler (config.wsgi) in a bounded lane of threads chosen by
+the request's class.
+
+Why: under a WSGI server a worker thread is given a request as soon as its
+headers are in, and then blocks reading the body; two clients trickling a
+body (one byte every few seconds) held both workers of the server and every
+lease holder waited. Here the event loop reads the body (headers are read by
+the front, serving/front.py, with its header timeout) without holding any thread:
+
+* a body must keep coming: no silence longer than ``LEASEHOLD_BODY_IDLE_TIMEOUT``
+  seconds, and after that many seconds at least ``LEASEHOLD_BODY_MIN_RATE``
+  bytes/s on average; otherwise 408 and the connection is closed;
+* it may not exceed the largest accepted blob (``LEASEHOLD_MAX_BLOB_BYTES``)
+  plus 1 MiB; else 413 before any of it is read (when Content-Length says
+  so) or as soon as it passes the bound;
+* it is kept in memory up to 1 MiB, then in a temporary file: a slow upload
+  costs a file, not RAM or a thread.
+
+Lanes (serving/lanes.py): a lease action (Azure ``comp=lease``, JSON
+``/api/v1/leases/``) runs in the ``lease`` lane; other GET/HEAD requests in
+the ``read`` lane; all else (uploads, creates, deletes, admin forms) in the
+``other`` lane. Each lane has its own threads per worker process
+(``LEASEHOLD_THREADS``, ``LEASEHOLD_READ_THREADS``,
+``LEASEHOLD_OTHER_THREADS``, one each by default; on PostgreSQL, whose
+writes wait for a row's lock, 4 lease and 2 other threads, each row's
+requests one at a time), so an export, a listing or an upload never queues
+ahead of a renewal: at worst they share the cores and the writer lock.
+(Azure lease requests of the usual shape are batched, serving/lease_batch.py,
+and a lone one, with nothing else in flight, is written by the loop itself
+when the writer is free.) A request sticks to one thread of its lane for
+its whole life (Django keeps the database connection and transaction per
+thread), but a streamed response (an export)
+gives the thread back between pieces: each piece (at most about 64 KiB, one
+short database read) is one task, so other requests of the lane run between
+an export's pieces, and a slow reader of an export holds no thread at all.
+
+A writer's wait for the database (LEASEHOLD_WRITE_WAIT) counts from when the
+request was received whole, so time queued in a lane behind writers that
+wait is part of it: every writer is answered (503 ServerBusy at worst)
+within the wait of its arrival.
+
+Durability is unchanged: the WSGI handler returns only after the request's
+commit (and its fsync), and the answer is sent only after it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import os
+import tempfile
+import time
+
+from django.conf import settings
+from django.http.response import HttpResponseBase
+
+from serving import answers, long_reads
+from serving.environ import wsgi_environ as _environ
+from serving.lease_batch import LeaseBatcher
+from serving.lanes import Lane, OnePerRow, row_of
+from serving.waiting import Waiters, serve_waiting
+from leases import clockwatch, pg_backend, retention, timing, waiting
+from leases.azure import fastpath
+from leases.azure.handler import AZURE_PATH
+from leases.storage.transactions import commits_together
+from leases.env import env_bool, env_float, env_int, or_exit
+from leases.sqlite_backend.busy import received_at
+
+# The event loop writes lean lease batches itself when the writer is free
+# (serving/lease_batch.py): deliberately, without ever waiting for a lock
+# (busy.at_once). Django refuses database calls from a thread running an
+# event loop unless told that this is meant.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# A server process: on PostgreSQL every statement and lock wait is bounded (leases/pg_backend).
+
+SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
+API_LEASES = "/api/v1/leases/"
+API_BLOBS = "/api/v1/blobs/"  # the JSON API's uploads: the blob size cap, as Put Blob
+UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.blob_content.CHUNK_BYTES)
+
+
+def _env_float(name: str, default: float) -> float:
+    return or_exit(env_float, name, default, above=0)
+
+
+class BodyRefused(Exception):
+    def __init__(self, status: int, reason: bytes):
+        self.status, self.reason = status, reason
+
+
+class LeaseholdASGI:
+    def __init__(self, app, *, lean_path: bool = False):
+        """``app``: Django's WSGI application (config/asgi.py); ``lean_path``:
+        whether the usual Azure lease request may take leases.azure.fastpath
+        (batched) instead of ``app`` (only where ``app`` is Leasehold's own)."""
+        self.app = app
+        self.lean_path = lean_path
+        pg_backend.serving()  # a server process: on PostgreSQL every statement and lock wait is bounded
+        # On PostgreSQL a write waits for its row's lock, not the database's:
+        # more threads, one per row at a time (serving/lanes.py).
+        self.row_locks = settings.DATABASES["default"]["ENGINE"] == "leases.pg_backend"
+        more = 4 if self.row_locks else 1
+        self.write_wait = float(settings.DATABASES["default"].get("OPTIONS", {}).get("write_wait") or 5)
+        self.rows = OnePerRow()
+        self.lanes = {
+            "lease": Lane("lease", threads=("LEASEHOLD_THREADS", more)),
+            "read": Lane("read", threads=("LEASEHOLD_READ_THREADS", 1)),
+            "other": Lane("other", threads=("LEASEHOLD_OTHER_THREADS", max(1, more // 2))),
+            # A large Put Blob holds its thread while it stages its chunks
+            # (leases/blob_content.py): in a lane of its own, so that no
+            # create, delete or admin form queues behind it.
+            "upload": Lane("upload", threads=("LEASEHOLD_UPLOAD_THREADS", 1)),
+        }
+        self.idle_timeout = _env_float("LEASEHOLD_BODY_IDLE_TIMEOUT", 10)
+        self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
+        self.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + (1 << 20)
+        # Lease actions and the JSON API (but its blob uploads) need a few KiB:
+        # a bigger body is refused before it is read, whatever its sender may sign.
+        self.small_body = or_exit(env_int, "LEASEHOLD_MAX_SMALL_BODY_BYTES", 65536, at_least=1024)
+        # Lean lease requests received together, committed together (serving/lease_batch.py).
+        self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.LeaseCall, fastpath.write_together,
+                                    fastpath.LeaseCall.answer, answers.batched,
+                                    inline=or_exit(env_bool, "LEASEHOLD_LEASE_INLINE", True),
+                                    in_flight=lambda: self.in_flight)
+        self.in_flight = 0  # requests being received or answered by this worker
+        self.batching = or_exit(env_bool, "LEASEHOLD_LEASE_BATCH", True)
+        self._commits_together = None  # per process; asked once, in the batcher's context
+        # exports run in a low-priority helper process (serving/long_reads.py)
+        self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
+        self.waiters = Waiters()  # acquires waiting for a held lease (serving/waiting.py)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            self.in_flight += 1
+            try:
+                await self.http(scope, receive, send)
+            finally:
+                self.in_flight -= 1
+        elif scope["type"] == "lifespan":
+            await self.lifespan(receive, send)
+
+    async def lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                # Everything loaded so far (Django, the app, settings) lives
+                # as long as the worker: out of the collector's sight, so a
+                # full collection scans only what requests made since, not
+                # every object loaded at start, on the event loop, with every
+                # request of the worker waiting.
+                gc.freeze()
+                self.waiters.start()
+                if timing.ENABLED:  # bench only (leases/timing.py)
+                    self.loop_watch = asyncio.get_running_loop().create_task(timing.watch_loop())
+                # Lease time read from the database before the first request (leases/clockwatch.py).
+                await asyncio.get_running_loop().run_in_executor(None, clockwatch.start)
+                retention.start_pruner()  # if LEASEHOLD_RETENTION_* asks for pruning (one process prunes at a time)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                self.waiters.close()
+                clockwatch.stop()
+                for lane in self.lanes.values():
+                    lane.shutdown()
+                if self.long_reads is not None:
+                    self.long_reads.close()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    @staticmethod
+    def lane_name(scope) -> str:
+        path = scope["path"]
+        if path.startswith(API_LEASES):
+            return "lease"
+        if b"comp=lease" in scope["query_string"] and AZURE_PATH.match(path):
+            return "lease"
+        if scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            return "read"
+        if scope["method"] == "PUT" and _content_length(scope) > UPLOAD_BYTES:
+            return "upload"
+        return "other"
+
+    async def http(self, scope, receive, send):
+        marks = timing.start(scope)  # None unless LEASEHOLD_TIMING_LOG (bench only)
+        try:
+            body, length = await self.read_body(scope, receive)
+        except BodyRefused as refused:
+            if refused.status == 413:  # in its door's shape: SDKs read the code
+                await answers.refused(send, scope["path"], 413, "RequestBodyTooLarge",
+                                      "The request body is too large and exceeds the maximum permissible limit.")
+            else:
+                await answers.plain(send, refused.status, refused.reason)
+            return
+        except ConnectionError:  # the client went away mid-body
+            return
+        environ = _environ(scope, body, length)
+        environ["leasehold.received_at"] = time.monotonic()
+        if self.long_reads is not None and isinstance(body, bytes) and long_reads.is_long_read(scope):
+            await self.long_reads.serve(environ, body, receive, send)  # not in this process (its docstring)
+            return
+        lane = self.lanes[self.lane_name(scope)]
+        environ["leasehold.lane"] = lane.name
+        names = fastpath.takes(environ) if lane is self.lanes["lease"] and self.lean_path else None
+        if lane is self.lanes["lease"] and isinstance(body, bytes) and _may_wait(scope, environ, body):
+            await serve_waiting(self, scope, receive, send, body, length, environ, names, lane)
+            return
+        if names is not None and self.batching and self.commits_together():
+            if marks is not None:  # bench only: the batch's steps are copied in (serving/lease_batch.py)
+                environ["leasehold.timing"] = marks
+                marks.update(lane="lease-batch", body=environ["leasehold.received_at"], submitted=time.monotonic())
+            status, headers, content = await self.batcher.submit(environ, names)  # no body: takes() says so
+            if marks is not None:
+                marks.update(resumed=time.monotonic(), status=status)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+            if marks is not None:
+                marks["sent"] = time.monotonic()
+                timing.write(marks)
+            return
+        if marks is not None:
+            environ["leasehold.timing"] = marks
+            marks.update(lane=lane.name, body=environ["leasehold.received_at"], submitted=time.monotonic())
+        if self.row_locks and lane.name in ("lease", "other"):
+            async with self.rows.turn(row_of(scope["path"])):
+                await self.run_in_lane(lane, environ, receive, send, body, marks)
+            return
+        await self.run_in_lane(lane, environ, receive, send, body, marks)
+
+    async def run_in_lane(self, lane, environ, receive, send, body, marks):
+        index = lane.take()
+        executor = lane.executors[index]
+        loop = asyncio.get_running_loop()
+        try:
+            status, headers, content, result = await loop.run_in_executor(executor, self.call, environ)
+            if marks is not None:
+                marks.update(resumed=time.monotonic(), status=status)
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            if result is None:
+                await send({"type": "http.response.body", "body": content})
+                if marks is not None:
+                    marks["sent"] = time.monotonic()
+                    timing.write(marks)
+                return
+            # A client that goes away ends the stream (uvicorn's send() then
+            # returns without error: an abandoned export ran to its end).
+            gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
+            try:  # streamed: one task per piece, the thread free between pieces
+                while piece := await loop.run_in_executor(executor, answers.next_piece, result):
+                    if gone.done():
+                        return
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+            finally:
+                gone.cancel()
+                await loop.run_in_executor(executor, answers.close, result)
+        finally:
+            lane.give_back(index)
+            if not isinstance(body, bytes):
+                body.close()  # the spooled file, deleted on close
+
+    async def lease_answer(self, environ, names, lane) -> tuple[int, list, bytes]:
+        """One attempt of a lease request: batched (the Azure door's lean
+        path) or in a thread of the lease lane."""
+        if names is not None and self.batching and self.commits_together():
+            return await self.batcher.submit(environ, names)
+        index = lane.take()
+        try:
+            status, headers, content, result = await asyncio.get_running_loop().run_in_executor(
+                lane.executors[index], self.call, environ)
+        finally:
+            lane.give_back(index)
+        if result is not None:  # a streamed answer (a lease action's never is): close it
+            answers.close(result)
+            raise RuntimeError("a lease action answered with a stream")
+        return status, headers, content
+
+    def writes_by(self, environ):
+        """On PostgreSQL, a write (any lane but reads) that waited its
+        LEASEHOLD_WRITE_WAIT before its thread took it is refused at its
+        first statement (503 ServerBusy), as SQLite's writer lock refuses it."""
+        if not self.row_locks or environ.get("leasehold.lane") == "read":
+            return contextlib.nullcontext()
+        return pg_backend.writes_by(environ["leasehold.received_at"] + self.write_wait)
+
+    def commits_together(self) -> bool:
+        if self._commits_together is None:
+            self._commits_together = self.batcher.context.run(commits_together)
+        return self._commits_together
+
+    def body_cap(self, scope) -> int:
+        path = scope["path"]
+        if self.lane_name(scope) == "lease" or (path.startswith("/api/") and not path.startswith(API_BLOBS)):
+            return self.small_body
+        return self.max_body
+
+    async def read_body(self, scope, receive):
+        """The whole body (bytes or a file at 0), within the time limits."""
+        length = None
+        chunked = False
+        for name, value in scope["headers"]:
+            if name.lower() == b"content-length":
+                if not value.strip().isdigit():
+                    raise BodyRefused(400, b"Invalid Content-Length")
+                length = int(value)
+            elif name.lower() == b"transfer-encoding":
+                chunked = True
+        if not chunked and not length:
+            return b"", 0
+        cap = self.body_cap(scope)
+        if length is not None and length > cap:
+            raise BodyRefused(413, b"Request body too large")
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        grace_end = start + self.idle_timeout
+        pieces: list[bytes] = []
+        spool = None
+        got = 0
+        more = True
+        while more:
+            now = loop.time()
+            # the next piece is due before the silence is too long and
+            # before the average rate (after the grace period) falls below
+            # the minimum
+            deadline = min(now + self.idle_timeout, grace_end + got / self.min_rate)
+            try:
+                async with asyncio.timeout_at(max(deadline, now)):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyRefused(408, b"Request body too slow") from None
+            if message["type"] == "http.disconnect":
+                raise ConnectionError
+            data = message.get("body", b"")
+            got += len(data)
+            if got > cap:
+                raise BodyRefused(413, b"Request body too large")
+            if spool is None and got > SPOOL_BYTES:
+                spool = tempfile.TemporaryFile()
+                spool.writelines(pieces)
+                pieces = []
+            if spool is not None:
+                spool.write(data)
+            elif data:
+                pieces.append(data)
+            more = message.get("more_body", False)
+        if spool is not None:
+            spool.seek(0)
+            return spool, got
+        return b"".join(pieces), got
+
+    def call(self, environ):
+        """Runs in a lane thread: the WSGI application, and the whole
+        response unless it is streamed."""
+        started = []
+
+        def start_response(status, headers, exc_info=None):
+            started[:] = [status, headers]
+
+        if environ.get("leasehold.lane") == "upload":
+            # Uploads queue behind each other in their lane by design; each
+            # of an upload's writes waits for the writer on its own
+            # (leases/blob_content.py), so its wait counts from its turn.
+            environ["leasehold.received_at"] = time.monotonic()
+        marks = environ.get("leasehold.timing")
+        if marks is not None:  # bench only (leases/timing.py)
+            marks["thread"] = time.monotonic()
+            timing.attach(marks)
+        try:
+            with received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
+                result = self.app(environ, start_response)
+        finally:
+            if marks is not None:
+                marks["returned"] = time.monotonic()
+                timing.attach(None)
+        streamed = not isinstance(result, HttpResponseBase) or result.streaming
+        if streamed:
+            status = int(started[0][:3])
+            headers = [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
+            return status, headers, None, result
+        return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
+
+
+def _may_wait(scope, environ, body: bytes) -> bool:
+    """Whether a lease request asks to wait (leases/waiting.py): an Azure
+    acquire with x-leasehold-wait, a JSON acquire with "wait" in its body.
+    Every other lease request goes the usual way, untouched."""
+    if scope["path"].startswith(API_LEASES):
+        return scope["path"].startswith(API_LEASES + "acquire/") and b'"wait"' in body
+    return bool(environ.get(waiting.HEADER_KEY))
+
+
+def _content_length(scope) -> int:
+    for name, value in scope["headers"]:
+        if name.lower() == b"content-length":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
+

@@ -1,0 +1,335 @@
+"""The production server (`make run`): uvicorn serving serving.asgi.
+
+    python -m config.serve        # settings from LEASEHOLD_* variables
+
+The front is uvicorn's httptools protocol (llhttp, Node's parser) on uvloop,
+subclassed in serving/front.py to hand Django the request's header names as
+the client sent them and to send metadata names back as stored: Azure keeps
+the case of metadata names (``x-ms-meta-BuildId`` reads back as
+``BuildId``), and granian, the previous front, cannot (hyper lower-cases
+header names both ways and has no option to keep them). serving/front.py also
+adds the header read timeout uvicorn lacks (LEASEHOLD_HEADER_TIMEOUT).
+
+Chosen by measurement (bench/README.md, "The HTTP front", has the figures):
+keeping case costs some lease throughput against granian on the same app,
+and writing a front of our own would not win it back (a prototype showed the
+same gap: it is in the handler's thread, not the front's parsing).
+``LEASEHOLD_FRONT=granian`` serves with granian for whoever prefers that
+speed to metadata name case.
+
+The interface is ASGI, not WSGI: a WSGI server hands a request to a Python
+thread once its headers are in, and that thread then blocks reading the
+body, so two clients trickling bodies held both workers and stalled every
+lease holder. Through ASGI the event loop of each worker receives the body
+whole (with time limits, a minimum rate and a size bound, serving/asgi.py)
+and only then runs the request in a thread of its lane (lease actions,
+reads, everything else), so slow clients cost memory and lanes keep lease
+actions apart from exports and uploads. Two worker processes use both cores
+of a small machine; more only add writer-lock hand-overs between processes.
+All workers share one database safely (the writer lock). uvicorn's
+supervisor restarts a worker that dies; SIGTERM stops the workers
+gracefully (requests in flight are answered, 10 s at most).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+from leases.env import SettingError, env_bool, env_choice, env_int, env_log_level, env_str, or_exit
+
+# uvicorn keeps metadata name case (as Azure); granian is faster on the hot
+# path and loses it (see above).
+DEFAULT_FRONT = "uvicorn"
+
+
+def _bind() -> tuple[str, int]:
+    host, _, port = env_str("LEASEHOLD_BIND", "127.0.0.1:10000").rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit("LEASEHOLD_BIND must be HOST:PORT, e.g. 127.0.0.1:10000")
+    return host.strip("[]"), int(port)
+
+
+def _header_timeout_ms() -> int:
+    from serving.front import header_timeout
+
+    return int(header_timeout() * 1000)
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    # granian starts every request's WSGI environ as a copy of the process
+    # environment, so an HTTP_* variable (HTTP_PROXY, ...) would read like a
+    # request header; the server makes no outgoing HTTP requests that need them.
+    for name in [n for n in os.environ if n.upper().startswith("HTTP_")]:
+        del os.environ[name]
+    # Metrics of every worker process, added up at scrape (leases/metrics.py):
+    # a fresh directory per server start, so no stale counts carry over.
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="leasehold-metrics-")
+    try:
+        host, port = _bind()
+        level = env_log_level()
+        workers = env_int("LEASEHOLD_WORKERS", 2, at_least=1)
+        front = env_choice("LEASEHOLD_FRONT", DEFAULT_FRONT, ("uvicorn", "granian"))
+    except SettingError as err:  # the message names the variable; no traceback
+        raise SystemExit(str(err)) from None
+    # Refuse an unmigrated, older-schema or read-only database, saying what to run.
+    from leases.startup import refuse_unready_database
+
+    refuse_unready_database()
+    # On PostgreSQL, one secret key for every instance (an admin login works on all of them).
+    from leases import shared_secret
+
+    key = shared_secret.for_workers(env_str("LEASEHOLD_SECRET_KEY"))
+    if key:
+        os.environ["LEASEHOLD_SECRET_KEY"] = key  # the workers' settings read it
+    if front == "uvicorn":
+        _serve_uvicorn(host, port, workers, level)
+    else:  # loses metadata name case (module docstring)
+        _serve_granian(host, port, workers, level)
+
+
+def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
+    import uvicorn
+
+    from serving.front import KEEP_ALIVE_SECONDS, LeaseholdHttpProtocol, header_timeout
+
+    header_timeout()  # a bad LEASEHOLD_HEADER_TIMEOUT stops the start here, not in every worker
+    worker_healthcheck = or_exit(env_int, "LEASEHOLD_WORKER_HEALTHCHECK", 30, at_least=1)
+    options = dict(
+        host=host,
+        port=port,
+        # Two processes use both cores of a small machine; more only add
+        # writer-lock hand-overs and page-cache refreshes between processes.
+        # uvicorn's supervisor restarts a worker that dies, and on SIGTERM
+        # stops them gracefully (requests in flight are answered).
+        workers=workers,
+        loop="uvloop",
+        http=LeaseholdHttpProtocol,  # httptools + raw header names + header timeout
+        ws="none",
+        lifespan="on",
+        interface="asgi3",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_graceful_shutdown=10,
+        # uvicorn's supervisor SIGKILLs a worker that does not answer its
+        # ping within this many seconds (5 by default): on a machine loaded
+        # far past its cores that killed busy, healthy workers, both at once,
+        # cutting every connection they held. Every wait in a worker is
+        # bounded (LEASEHOLD_WRITE_WAIT), so only a real hang lasts this long.
+        timeout_worker_healthcheck=worker_healthcheck,
+        server_header=False,
+        # No X-Forwarded-* rewriting of the client's address (granian did none).
+        proxy_headers=False,
+        log_level=level,
+        access_log=env_bool("LEASEHOLD_ACCESS_LOG"),
+    )
+    config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
+    if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
+        class Server(uvicorn.Server):
+            async def startup(self, sockets=None) -> None:
+                await super().startup(sockets)
+                if self.started:
+                    _ready_line(host, port, level)()
+
+        Server(config).run()
+        return
+    listener = OwnListener.reserve(host, port)
+    ready = _ready_line(host, listener.getsockname()[1], level)
+    try:
+        _supervisor()(config, sockets=[listener], ready=ready).run()
+    except KeyboardInterrupt:
+        pass
+
+
+def _ready_line(host: str, port: int, level: str):
+    """The one line `make run` shows at the default log level once every
+    worker serves; quiet when the operator asked for errors only."""
+    shown = f"[{host}]" if ":" in host else host
+    line = f"Leasehold ready on http://{shown}:{port} (admin: /admin/)"
+
+    def say() -> None:
+        if level in ("debug", "info", "warning"):
+            print(line, file=sys.stderr, flush=True)
+
+    return say
+
+
+def _supervisor():
+    from multiprocessing.connection import wait
+
+    from uvicorn.config import STARTUP_FAILURE
+    from uvicorn.supervisors import Multiprocess
+    from uvicorn.supervisors.multiprocess import Process
+
+    class Supervisor(Multiprocess):
+        """uvicorn's supervisor, with two changes. A worker's exit is seen at
+        once: the health check waits on each worker's process sentinel beside
+        its pipe, so a worker that dies while its ping is in flight is
+        replaced within the supervisor's half-second loop, not after
+        LEASEHOLD_WORKER_HEALTHCHECK (uvicorn's wait on the pipe alone sees no
+        end of file: the supervisor holds the pipe's other end too). And a
+        replaced worker is a warning saying how it ended (uvicorn says it at
+        info level, without how): died with its signal or exit status, or
+        hung past the health check and killed."""
+
+        def __init__(self, config, sockets, ready) -> None:
+            super().__init__(config, sockets)
+            self.ready = ready
+
+        def init_processes(self) -> None:
+            super().init_processes()
+            timeout = self.config.timeout_worker_healthcheck
+            if all(p.wait_until_ready(timeout, self.should_exit) for p in self.processes):
+                self.ready()
+
+        def keep_subprocess_alive(self) -> None:
+            if self.should_exit.is_set():
+                return
+            timeout = self.config.timeout_worker_healthcheck
+            waiting: dict[Process, float] = {}
+            for process in list(self.processes):
+                if not process.process.is_alive():
+                    self._replace(process, hung=False)
+                    continue
+                try:
+                    process.parent_conn.send(b"ping")
+                except OSError:
+                    self._replace(process, hung=False)
+                    continue
+                waiting[process] = time.monotonic() + timeout
+            while waiting and not self.should_exit.is_set():
+                handles = [h for p in waiting for h in (p.parent_conn, p.process.sentinel)]
+                ready = wait(handles, timeout=0.5)
+                for process in list(waiting):
+                    if process.process.sentinel in ready or not process.process.is_alive():
+                        del waiting[process]
+                        self._replace(process, hung=False)
+                    elif process.parent_conn in ready:
+                        del waiting[process]
+                        try:
+                            process.parent_conn.recv()
+                        except (OSError, EOFError):
+                            self._replace(process, hung=False)
+                    elif time.monotonic() >= waiting[process]:
+                        del waiting[process]
+                        self._replace(process, hung=True)
+                self.handle_signals()  # a SIGTERM is not kept waiting behind a hung worker
+
+        def _replace(self, old: Process, *, hung: bool) -> None:
+            old.kill()
+            old.join()
+            log = logging.getLogger("uvicorn.error")
+            if old.exitcode == STARTUP_FAILURE and not hung:  # would fail the same way again
+                log.error("Worker process %s failed to start; stopping.", old.pid)
+                self.should_exit.set()
+                return
+            if self.should_exit.is_set():
+                return
+            new = Process(self.config, self.sockets)
+            new.start()
+            self.processes[self.processes.index(old)] = new
+            how = (f"did not answer for {self.config.timeout_worker_healthcheck} s and was killed" if hung
+                   else _how_it_ended(old.exitcode))
+            log.warning("Worker process %s %s; worker %s started in its place.", old.pid, how, new.pid)
+
+    return Supervisor
+
+
+def _how_it_ended(exitcode: int | None) -> str:
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"was ended by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    return f"exited with status {exitcode}"
+
+
+class OwnListener(socket.socket):
+    """Each worker process listens on a socket of its own, all bound to the
+    address with SO_REUSEPORT, so that the kernel spreads new connections
+    over the workers evenly (by a hash of each connection's addresses).
+
+    Why: uvicorn shares one listening socket between its workers, and the
+    worker whose event loop wakes first accepts every connection waiting.
+    Clients that connect together (an SDK's pool, a fleet of lease holders
+    restarting) then mostly land on one worker: measured with 16 clients,
+    splits of 15/1 were common, and that worker's lease thread set the pace
+    (1,320-1,470 lease requests/s against 1,785 for a 9/7 split).
+
+    The supervisor keeps this socket, bound and not listening: the address
+    stays taken (another program, or a second Leasehold, cannot bind it:
+    ``reserve`` binds without SO_REUSEPORT first to find out). uvicorn hands
+    it to each worker it starts (restarts too) by pickling it; unpickled in
+    the worker, it is that worker's own new listening socket."""
+
+    address: tuple[str, int]
+
+    @classmethod
+    def reserve(cls, host: str, port: int) -> "OwnListener":
+        with socket.socket(_family(host)) as probe:  # refused if anything else holds the address
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((host, port))
+            except OSError as exc:
+                raise SystemExit(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        sock = _reuseport_socket(host, port, kind=cls)
+        sock.address = (host, port)
+        return sock
+
+    def __reduce__(self):
+        return _worker_listener, self.address
+
+
+def _family(host: str) -> int:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _reuseport_socket(host: str, port: int, kind=socket.socket) -> socket.socket:
+    sock = kind(_family(host))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def _worker_listener(host: str, port: int) -> socket.socket:
+    """In a worker: its own socket on the supervisor's address (uvicorn listens on it)."""
+    return _reuseport_socket(host, port)
+
+
+def _serve_granian(host: str, port: int, workers: int, level: str) -> None:
+    """The previous front, kept to measure against (bench/README.md): hyper
+    lower-cases header names both ways, so metadata names lose their case."""
+    from granian import Granian
+    from granian.constants import HTTPModes, Interfaces
+    from granian.http import HTTP1Settings
+    from granian.log import LogLevels
+
+    Granian(
+        "config.asgi:application",
+        address=host,
+        port=port,
+        interface=Interfaces.ASGI,
+        workers=workers,
+        blocking_threads=1,  # the event loop's; requests run in the lanes' threads (serving/asgi.py)
+        runtime_threads=1,
+        http=HTTPModes.http1,
+        websockets=False,
+        http1_settings=HTTP1Settings(keep_alive=True, header_read_timeout=_header_timeout_ms()),
+        log_level=LogLevels(level),
+        log_access=env_bool("LEASEHOLD_ACCESS_LOG"),
+        respawn_failed_workers=True,
+        workers_kill_timeout=10,
+    ).serve()
+
+
+if __name__ == "__main__":
+    main()

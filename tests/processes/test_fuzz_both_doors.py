@@ -1,5 +1,6 @@
-"""A seeded fuzz run against the production server (issue 25): 20,000
-mutated requests on both doors -- names from every Unicode plane, numbers at
+"""A seeded fuzz run against the production server (issue 25): 8,000
+mutated requests on both doors (LEASEHOLD_FUZZ_REQUESTS=20000 for a longer
+hunt; 20,000 were run when it was written) -- names from every Unicode plane, numbers at
 and past every bound, malformed lease ids and actions, oversized headers,
 bodies and query strings -- while other clients hold and renew leases.
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import random
 import sqlite3
 import threading
@@ -28,7 +30,7 @@ pytestmark = pytest.mark.processes
 
 SEED = 25
 FUZZERS = 4
-PER_FUZZER = 5000
+PER_FUZZER = int(os.environ.get("LEASEHOLD_FUZZ_REQUESTS", "8000")) // FUZZERS
 BYSTANDERS = 8
 ACCOUNT = "devstoreaccount1"
 
@@ -148,7 +150,7 @@ def _bystander(port: int, blob: str, stop: threading.Event, out: list) -> None:
     conn.close()
 
 
-def test_twenty_thousand_mutated_requests_on_both_doors_never_5xx_and_harm_no_bystander(tmp_path):
+def test_thousands_of_mutated_requests_on_both_doors_never_5xx_and_harm_no_bystander(tmp_path):
     server = Server(tmp_path, workers=2)
     server.migrate().start()
     try:
@@ -180,7 +182,7 @@ def test_twenty_thousand_mutated_requests_on_both_doors_never_5xx_and_harm_no_by
         server.kill()
 
     sent = sum(r["answers"] + r["cut"] for r in results)
-    assert sent >= 20_000
+    assert sent >= PER_FUZZER * FUZZERS
     assert [e for r in results for e in r["5xx"]] == []
     statuses = [status for _, status in renewals]
     assert statuses.count(201) == BYSTANDERS and set(statuses) <= {200, 201}, sorted(set(statuses))
@@ -195,4 +197,4 @@ def test_twenty_thousand_mutated_requests_on_both_doors_never_5xx_and_harm_no_by
     for i in list(set(ids) - recorded)[:8]:
         print("not recorded:", codes[i])
     assert set(ids) - recorded == set(), f"{len(set(ids) - recorded)} of {len(ids)} refusals not recorded"
-    assert len(ids) > 1000  # the check checked something
+    assert len(ids) > PER_FUZZER // 5  # the check checked something

@@ -54,14 +54,14 @@ $(BIN)/.postgres: $(BIN)/.installed
 # repeated there.
 PG_TESTS ?= -m also_postgres
 
-# The SQLite pass: one worker more than the cores, since about a third of
-# its test time is spent waiting (server processes starting and stopping,
+# The SQLite pass: two workers more than the cores, since about half of its
+# test time is spent waiting (server processes starting and stopping,
 # real-time lease expiry on Azurite, the browser), and work stealing, since a
-# few tests take a minute and the default split left one worker idle for
-# that long at the end (measured on 2 cores: 246 s against 283 s with
-# -n auto). The PostgreSQL pass stays at one worker a core: its server takes
-# the spare CPU there (3 workers measured slower).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 1 )))
+# few tests take tens of seconds and the default split left one worker idle
+# for that long at the end (on 2 cores: 155 s with 4 workers, 169-189 s with
+# 3). The PostgreSQL pass stays at one worker a core: its server takes the
+# spare CPU there (3 workers: no faster).
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 2 )))
 
 # pytest exits 5 when a pass selects no test: a PYTEST_ARGS subset without
 # database-facing tests leaves the PostgreSQL pass empty, which is fine; a run

@@ -56,25 +56,28 @@ class Timeline:
 
 @pytest.fixture(scope="module")
 def two_clocks(tmp_path_factory):
-    """A PostgreSQL whose clock the test sets, instance A on the real clock
-    and instance B an hour ahead of it, and the database's timeline."""
+    """A PostgreSQL whose clock the test sets, instance A on the real clock,
+    B an hour ahead of it and C an hour behind, and the database's timeline."""
     tmp = tmp_path_factory.mktemp("pgclock")
     with pg_cluster.cluster(faketime=True) as pg:
         database = pg.url()
         env = prepare(database, tmp)
         made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin",
                                "--name", "scrape"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
-        a, b = Instance(database, tmp, "a", workers=1), Instance(database, tmp, "b", workers=1)
+        a, b, c = (Instance(database, tmp, name, workers=1) for name in "abc")
         b.env.update(pg_cluster.faketime_env("+1h"))
+        c.env.update(pg_cluster.faketime_env("-1h"))
         try:
-            for instance in (a, b):
+            for instance in (a, b, c):
                 instance.start()
             assert azure_raw.signed("PUT", a.url, f"{CONTAINER}?restype=container").status_code == 201
-            yield pg, a, b, Timeline(pg), {"Authorization": f"Bearer {max(made.stdout.split(), key=len)}"}
+            headers = {"Authorization": f"Bearer {max(made.stdout.split(), key=len)}"}
+            a.behind = c  # the third instance, for the test that plays the script both ways
+            yield pg, a, b, Timeline(pg), headers
         finally:
-            for instance in (a, b):
+            for instance in (a, b, c):
                 instance.stop()
-        for instance in (a, b):
+        for instance in (a, b, c):
             log = instance.output()
             assert "Traceback" not in log and "Internal Server Error" not in log, log[-3000:]
 
@@ -156,13 +159,17 @@ def _double_holders(events: list[tuple]) -> list[tuple]:
 
 def test_two_instances_an_hour_apart_decide_as_one(two_clocks):
     """The script through one instance, then with the holder on A and the
-    other client on B, then the other way round: the same outcomes, and
-    those of the lease rules (EXPECTED); the history in time order."""
+    other client on B (an hour ahead), the other way round, and with C (an
+    hour behind) against B and A: the same outcomes, and those of the lease
+    rules (EXPECTED); the history in time order."""
     pg, a, b, timeline, _ = two_clocks
     one = _play(timeline, a, a, "one")
     assert one == EXPECTED
     assert _play(timeline, a, b, "a-then-b") == one
     assert _play(timeline, b, a, "b-then-a") == one
+    c = a.behind  # an hour behind A, two behind B
+    assert _play(timeline, c, b, "c-then-b") == one
+    assert _play(timeline, a, c, "a-then-c") == one
     for blob, events in _history(pg, "").items():
         assert not _double_holders(events), (blob, _double_holders(events))
 

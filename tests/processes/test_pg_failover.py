@@ -141,7 +141,15 @@ def test_both_instances_serve_again_after_the_standby_is_promoted(tmp_path, how)
             time.sleep(max(0.0, gone + 1 - time.monotonic()))
             standby.promote()
             promoted = time.monotonic()
-            time.sleep(SERVE_AGAIN_WITHIN + 1)
+
+            def served_again() -> bool:
+                with log.lock:
+                    return all(any(t > promoted and status in (200, 201) and url == instance.url
+                                   for t, url, _, status, _ in log.answers) for instance in instances)
+
+            while not served_again() and time.monotonic() < promoted + SERVE_AGAIN_WITHIN + 1:
+                time.sleep(0.1)
+            time.sleep(2)  # serving again, and no 503 after that (checked below)
             for instance in instances:
                 ready = requests.get(f"{instance.url}/health/ready", timeout=10)
                 assert ready.status_code == 200, ready.text

@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast bench docs clean chromium azurite promtool
+.PHONY: run test test-fast test-setup bench docs clean debian chromium azurite promtool
 
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,19 +22,20 @@ run: $(BIN)/.installed
 	$(BIN)/python manage.py leasehold_setup
 	exec $(BIN)/python -m config.serve
 
-# The admin's browser test needs Debian's Chromium; install it if missing.
-chromium:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium >/dev/null; }
-
-# The alert rules (docs/deploy/) are checked by promtool, from Debian's
-# prometheus package; install it if missing.
-promtool:
-	@command -v promtool >/dev/null 2>&1 || { \
+# Debian's packages the tests need, installed if missing, in one apt run:
+# Chromium (the admin's browser tests) and promtool (the alert rules in
+# docs/deploy/, from the prometheus package).
+debian:
+	@browser=""; rules=""; \
+	command -v chromium >/dev/null 2>&1 || browser=chromium; \
+	command -v promtool >/dev/null 2>&1 || rules=prometheus; \
+	[ -z "$$browser$$rules" ] || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
-	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+	  { [ -z "$$browser" ] || $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } && \
+	  { [ -z "$$rules" ] || $$SUDO env DEBIAN_FRONTEND=noninteractive \
+	      apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; }
+chromium promtool: debian
 
 # The client tests run against Azurite too: install it from npm into
 # bench/node_modules (as the bench does) when missing.
@@ -63,6 +64,10 @@ PG_TESTS ?= -m also_postgres
 # spare CPU there (3 workers: no faster).
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 2 )))
 
+# What the tests need, the independent parts side by side (the venv, npm,
+# apt): on a clean clone that is most of a minute otherwise.
+test-setup: $(BIN)/.installed $(BIN)/.postgres debian azurite
+
 # pytest exits 5 when a pass selects no test: a PYTEST_ARGS subset without
 # database-facing tests leaves the PostgreSQL pass empty, which is fine; a run
 # in which neither pass selected anything is not.
@@ -72,7 +77,8 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_O
 # asserts of hypothesis's and schemathesis's modules anew (10 s of each
 # worker's start against 4.5 s).
 test: export PYTHONDONTWRITEBYTECODE =
-test: $(BIN)/.installed $(BIN)/.postgres chromium azurite promtool
+test:
+	$(MAKE) --no-print-directory -j3 test-setup
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/ruff check --quiet .
 	promtool check rules docs/deploy/prometheus-rules.yml >/dev/null

@@ -64,7 +64,9 @@ def _flush_as_the_tests_need_it():
       took (about a minute of the suite). Those two tables are left alone
       (migrate made them; no test leaves them changed) and no post_migrate
       is sent (our one receiver puts back the history's triggers, which a
-      flush does not drop)."""
+      flush does not drop);
+    * on PostgreSQL the tables are emptied with DELETE, not TRUNCATE, which
+      makes new files for every table: 12% of the PostgreSQL pass."""
     from django.core.management.commands import flush
     from django.db import connections
 
@@ -80,7 +82,13 @@ def _flush_as_the_tests_need_it():
         original = patched[ops] = ops.sql_flush
 
         def sql_flush(self, style, tables, *args, _original=original, **kwargs):
-            rest = _original(self, style, [t for t in tables if t not in kept], *args, **kwargs)
+            others = [t for t in tables if t not in kept]
+            if self.connection.vendor == "postgresql" and not kwargs.get("reset_sequences"):
+                # DELETE, not TRUNCATE: a test leaves a few rows, and TRUNCATE makes
+                # new files for every table (the foreign keys are checked at commit)
+                rest = [f"DELETE FROM {self.quote_name(table)}" for table in others]
+            else:
+                rest = _original(self, style, others, *args, **kwargs)
             if events not in tables:
                 return rest
             return [f"INSERT INTO {horizon} (id, delete_before) VALUES (1, '9999-12-31 00:00:00') "

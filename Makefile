@@ -81,6 +81,7 @@ test:
 	$(MAKE) --no-print-directory -j3 test-setup
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/ruff check --quiet .
+	$(BIN)/mypy
 	promtool check rules docs/deploy/prometheus-rules.yml >/dev/null
 	promtool test rules docs/deploy/prometheus-rules.test.yml >/dev/null
 	set +e; \

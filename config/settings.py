@@ -19,8 +19,9 @@ VAR_DIR = Path(env_str("LEASEHOLD_VAR_DIR") or BASE_DIR / "var")
 def _secret_key() -> str:
     """From LEASEHOLD_SECRET_KEY, else generated once and kept in var/
     (SQLite), else the database's (PostgreSQL: leases/shared_secret.py)."""
-    if env_str("LEASEHOLD_SECRET_KEY"):
-        return env_str("LEASEHOLD_SECRET_KEY")
+    given = env_str("LEASEHOLD_SECRET_KEY")
+    if given:
+        return given
     if env_str("LEASEHOLD_DATABASE", "").startswith(("postgres://", "postgresql://")):
         # The server (serving/server.py) settles the key every instance of the
         # database shares and hands it to its workers as LEASEHOLD_SECRET_KEY;

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from . import metadata
 
@@ -37,7 +38,7 @@ def client_request_id(meta: Mapping[str, str], keys: tuple[str, ...] = (AZURE_CL
     return value if CLIENT_REQUEST_ID.match(value) else ""
 
 
-def metadata_from_environ(environ: Mapping[str, str]) -> dict:
+def metadata_from_environ(environ: Mapping[str, Any]) -> dict:
     """The x-ms-meta-* pairs. Names keep their case where the server handed
     the raw header pairs over; a name sent twice, in any case, is kept twice
     over (distinct spellings) so that leases/metadata.py refuses it, or
@@ -64,7 +65,7 @@ def signed_metadata_header(key: str, *, dash: bool = False) -> str:
     return "x-ms-meta-" + (name.replace("_", "-") if dash else name)
 
 
-def metadata_names_could_hold_dashes(environ: Mapping[str, str]) -> bool:
+def metadata_names_could_hold_dashes(environ: Mapping[str, Any]) -> bool:
     """Whether some metadata header's name has a ``_`` that might have been
     a ``-`` on the wire."""
     return any("_" in key[len(METADATA_PREFIX):] for key in environ if key.startswith(METADATA_PREFIX))

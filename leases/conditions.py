@@ -81,7 +81,9 @@ class Conditions:
         elif self.if_none_match is not None:
             met = not self._matches(self.if_none_match, etag)
         else:
-            met = last_modified is None or self._modified_since(last_modified, self.if_modified_since)
+            since = self.if_modified_since
+            assert since is not None  # the one condition left
+            met = last_modified is None or self._modified_since(last_modified, since)
         if not met:
             raise LeaseholdError("ConditionNotMet", noun=noun)
 

@@ -20,6 +20,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -43,6 +44,12 @@ def _refuse(name: str, expected: str, value: str):
     return SettingError(f"{name} must be {expected}, not {value!r}")
 
 
+@overload
+def env_str(name: str, default: str, *, allow_empty: bool = False, pattern: str | None = None,
+            expected: str = "", environ: Mapping[str, str] | None = None) -> str: ...
+@overload
+def env_str(name: str, default: None = None, *, allow_empty: bool = False, pattern: str | None = None,
+            expected: str = "", environ: Mapping[str, str] | None = None) -> str | None: ...
 def env_str(name: str, default: str | None = None, *, allow_empty: bool = False, pattern: str | None = None,
             expected: str = "", environ: Mapping[str, str] | None = None) -> str | None:
     """The value as set; ``default`` if unset (or empty, unless ``allow_empty``).

@@ -108,6 +108,11 @@ class LeaseholdError(Exception):
     terms (``duration``, ``lease_id``, ...); each adapter maps it to its own
     header or JSON name."""
 
+    # A refused acquire that will wait (leases/waiting.py): what for, and when it ends by itself.
+    waiting: bool = False
+    wait_key: str | None = None
+    ends_at = None
+
     def __init__(self, code: str, *, noun: str = "blob", field: str | None = None,
                  value: str | None = None, message: str | None = None,
                  detail: dict | None = None):

@@ -219,6 +219,7 @@ def renew(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, nou
     if state in (BREAKING, BROKEN):
         raise LeaseholdError("LeaseIsBrokenAndCannotBeRenewed", noun=noun)
     # leased (clock reset; infinite: no-op) or expired (the same lease resumes)
+    assert record.duration is not None  # a lease held or expired has its duration
     new = _leased(record.lease_id, record.duration, now, record.generation)
     return _outcome(state, new, now, lease_id=new.lease_id)
 
@@ -288,6 +289,7 @@ def break_(record: LeaseRecord, now: datetime, *, period: int | None, noun: str 
                 break_at = min(break_at, record.expires_at)
     elif state == BREAKING:
         break_at = record.break_at
+        assert break_at is not None  # a breaking lease has its moment
         if period is not None:
             break_at = min(break_at, now + timedelta(seconds=period))  # only shortens
     else:  # broken or expired: broken now, idempotently
@@ -334,7 +336,7 @@ def check_action(action: str | None, *, noun: str = BLOB, legacy: bool = False) 
     """A known action, or the 400 an absent or unknown one gets."""
     if legacy and noun == CONTAINER:
         check_legacy(action, noun=noun)  # raises: the operation itself is unknown
-    if action in (LEGACY_ACTIONS if legacy else ACTIONS):
+    if action is not None and action in (LEGACY_ACTIONS if legacy else ACTIONS):
         return action
     if action is None:
         raise LeaseholdError("MissingRequiredHeader", noun=noun, field="action")
@@ -380,6 +382,7 @@ def apply(action: str, record: LeaseRecord, now: datetime, *, duration=None, bre
     if action == "break":
         return break_(record, now, period=break_period, noun=noun, legacy=legacy)
     check_action(action, noun=noun)  # raises: no other action exists
+    raise AssertionError(f"check_action let {action!r} through")
 
 
 # ---------------------------------------------------------------- reads and writes under a lease

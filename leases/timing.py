@@ -30,12 +30,13 @@ import json
 import os
 import threading
 import time
+from typing import TextIO
 
 PREFIX = os.environ.get("LEASEHOLD_TIMING_LOG") or None
 ENABLED = PREFIX is not None
 
 _local = threading.local()
-_files: dict[int, object] = {}
+_files: dict[int, TextIO] = {}
 
 
 def start(scope) -> dict | None:

@@ -103,5 +103,5 @@ def may_wait(meta: dict, seconds: float | None, principal: str, too_many: Leaseh
 def note(meta: dict, error: BaseException | None) -> None:
     """After the service: a quiet refusal tells the server what to wait for."""
     wait = meta.get(ENVIRON)
-    if wait is not None and getattr(error, "waiting", False):
+    if wait is not None and isinstance(error, LeaseholdError) and error.waiting:
         wait.key, wait.ends_at = error.wait_key, error.ends_at

@@ -121,13 +121,13 @@ class LeaseholdASGI:
         # a bigger body is refused before it is read, whatever its sender may sign.
         self.small_body = or_exit(env_int, "LEASEHOLD_MAX_SMALL_BODY_BYTES", 65536, at_least=1024)
         # Lean lease requests received together, committed together (serving/lease_batch.py).
+        self.in_flight = 0  # requests being received or answered by this worker
         self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.LeaseCall, fastpath.write_together,
                                     fastpath.LeaseCall.answer, answers.batched,
                                     inline=or_exit(env_bool, "LEASEHOLD_LEASE_INLINE", True),
                                     in_flight=lambda: self.in_flight)
-        self.in_flight = 0  # requests being received or answered by this worker
         self.batching = or_exit(env_bool, "LEASEHOLD_LEASE_BATCH", True)
-        self._commits_together = None  # per process; asked once, in the batcher's context
+        self._commits_together: bool | None = None  # per process; asked once, in the batcher's context
         # exports run in a low-priority helper process (serving/long_reads.py)
         self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
         self.waiters = Waiters()  # acquires waiting for a held lease (serving/waiting.py)
@@ -286,7 +286,7 @@ class LeaseholdASGI:
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
-            self._commits_together = self.batcher.context.run(commits_together)
+            self._commits_together = bool(self.batcher.context.run(commits_together))
         return self._commits_together
 
     def body_cap(self, scope) -> int:
@@ -352,7 +352,7 @@ class LeaseholdASGI:
     def call(self, environ):
         """Runs in a lane thread: the WSGI application, and the whole
         response unless it is streamed."""
-        started = []
+        started: list = []
 
         def start_response(status, headers, exc_info=None):
             started[:] = [status, headers]

@@ -35,6 +35,8 @@ across uvicorn versions.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 import uuid
 from datetime import datetime, timezone
@@ -98,16 +100,17 @@ def refusal(url: bytes, status: int, code: str, message: str) -> bytes:
                      b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body), body])
 
 
-class LeaseholdHttpProtocol(HttpToolsProtocol):
-    header_seconds = None  # read once per process
-    limits: tuple[int, int, int] | None = None
+@functools.cache
+def _settings() -> tuple[float, tuple[int, int, int]]:
+    """The header timeout and the head's limits, read once per process."""
+    return header_timeout(), head_limits()
 
+
+class LeaseholdHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        if LeaseholdHttpProtocol.header_seconds is None:
-            LeaseholdHttpProtocol.header_seconds = header_timeout()
-            LeaseholdHttpProtocol.limits = head_limits()
-        self.header_timer = None
+        self.header_seconds, self.limits = _settings()
+        self.header_timer: asyncio.TimerHandle | None = None
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.head_bytes: int | None = 0  # bytes of the request line and headers so far; None once complete
         self.header_lines = 0
@@ -185,7 +188,7 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
         self._arm_header_timer()  # a keep-alive connection's next request
         self.raw_headers = []
         self.header_lines = 0
-        self.scope["extensions"] = {RAW_HEADERS: self.raw_headers}
+        self.scope["extensions"] = {RAW_HEADERS: self.raw_headers}  # type: ignore[dict-item]  # ASGI allows any value
 
     def on_url(self, url: bytes) -> None:
         super().on_url(url)

@@ -27,10 +27,10 @@ class Lane:
 
     def __init__(self, name: str, *, threads: tuple[str, int]):
         """``threads``: the setting naming how many, and the default."""
-        threads = or_exit(env_int, *threads, at_least=1)
+        count: int = or_exit(env_int, *threads, at_least=1)
         self.name = name
-        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(threads)]
-        self.load = [0] * threads
+        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(count)]
+        self.load = [0] * count
 
     def take(self) -> int:
         index = min(range(len(self.load)), key=self.load.__getitem__)

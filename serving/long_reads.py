@@ -100,7 +100,7 @@ class LongReads:
         # waits for the database, then is answered 503: no endless queue.
         self.slot_wait = or_exit(env_float, "LEASEHOLD_WRITE_WAIT", 5, at_least=0)
         self._slots: asyncio.Semaphore | None = None
-        self._starting: asyncio.Lock | None = None
+        self._starting = asyncio.Lock()
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
         self.path: str | None = None
@@ -108,7 +108,7 @@ class LongReads:
     async def _helper(self) -> str:
         """The socket of a running helper, started if need be."""
         async with self._starting:
-            if self.proc is not None and self.proc.poll() is None:
+            if self.proc is not None and self.proc.poll() is None and self.path is not None:
                 return self.path
             self.close()
             self.dir = tempfile.mkdtemp(prefix="leasehold-long-reads-")  # 0700: only this user connects
@@ -120,9 +120,10 @@ class LongReads:
             # the loop, and every request of this worker, for longer than a
             # renewal's budget under load (docs/decisions/0010).
             loop = asyncio.get_running_loop()
-            self.proc = await loop.run_in_executor(None, _spawn, self.path, env)
+            self.proc = proc = await loop.run_in_executor(None, _spawn, self.path, env)
+            assert proc.stdout is not None  # spawned with a pipe
             try:
-                line = await asyncio.wait_for(loop.run_in_executor(None, self.proc.stdout.readline), START_SECONDS)
+                line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), START_SECONDS)
             except TimeoutError:  # close() below kills it, which ends that readline too
                 line = b""
             if line != b"ready\n":
@@ -134,7 +135,6 @@ class LongReads:
         """Run one long read in the helper and relay its answer."""
         if self._slots is None:
             self._slots = asyncio.Semaphore(self.slots)
-            self._starting = asyncio.Lock()
         try:
             await asyncio.wait_for(self._slots.acquire(), self.slot_wait)
         except TimeoutError:

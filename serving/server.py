@@ -280,6 +280,7 @@ class OwnListener(socket.socket):
             except OSError as exc:
                 raise SystemExit(f"cannot listen on {host}:{port}: {exc.strerror}") from None
         sock = _reuseport_socket(host, port, kind=cls)
+        assert isinstance(sock, cls)
         sock.address = (host, port)
         return sock
 

@@ -217,9 +217,10 @@ class Waiters:
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_datagrams)
 
     def _on_datagrams(self) -> None:
-        while True:
+        sock = self.sock
+        while sock is not None:
             try:
-                data = self.sock.recv(256)
+                data = sock.recv(256)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:

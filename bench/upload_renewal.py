@@ -1,6 +1,7 @@
 """What large uploads cost lease renewals, and nothing else (issue 11).
 
     .venv/bin/python bench/upload_renewal.py [--mib 64] [--uploads 4] [--rounds 3]
+    .venv/bin/python bench/upload_renewal.py --compare-env NAME=VALUE   # a variant, paired
 
 Starts Leasehold as ``make run`` serves it (bench/servers.py) on a fresh
 SQLite file, then per round: 16 holders renew their own 15-s leases every
@@ -89,35 +90,55 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--port", type=int, default=10121)
     ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="for the server")
+    ap.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="also measure a server with these settings, the two alternating round by round")
     args = ap.parse_args()
     servers.BENCH.joinpath("var").mkdir(exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix="upload-", dir=servers.BENCH / "var"))
-    server = servers.Leasehold(args.port, workdir, extra_env=dict(e.split("=", 1) for e in args.env))
-    server.prepare()
-    server.start()
+    base_env = dict(e.split("=", 1) for e in args.env)
+    arms = {"Leasehold": base_env}
+    if args.compare_env:
+        arms["variant"] = {**base_env, **dict(e.split("=", 1) for e in args.compare_env)}
+    dirs = {name: Path(tempfile.mkdtemp(prefix="upload-", dir=servers.BENCH / "var")) for name in arms}
+    fleet = {name: servers.Leasehold(args.port + i, dirs[name], extra_env=env) for i, (name, env) in
+             enumerate(arms.items())}
+    p99s: dict[str, list[float]] = {name: [] for name in arms}
     try:
         signer = Signer(ACCOUNT, KEY)
-        setup_blobs(server, [f"holder-{i:02d}" for i in range(16)])
-        print(f"# Leasehold ({server.settings_summary()}{' '.join([''] + args.env)}), {os.cpu_count()} CPUs, "
-              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        for name, server in fleet.items():
+            server.prepare()
+            server.start()
+            setup_blobs(server, [f"holder-{i:02d}" for i in range(16)])
+            env = " ".join(f"{k}={v}" for k, v in arms[name].items())
+            print(f"# {name}: {server.settings_summary()} {env}")
+        print(f"# {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         for rnd in range(args.rounds):
-            base, _ = phase(server, signer, 0, 0)
-            busy, done = phase(server, signer, args.uploads, args.mib << 20)
-            def summary(rs):
-                lat = [t for t, _ in rs]
-                failed = sum(1 for _, st in rs if st != 200)
-                return (f"p50 {pct(lat, .5) * 1e3:.1f} p99 {pct(lat, .99) * 1e3:.1f} max {max(lat) * 1e3:.1f} ms "
-                        f"(n={len(rs)}, not 200: {failed})")
-
-            print(f"round {rnd + 1}: renewals alone {summary(base)}; during {args.uploads} x {args.mib} MiB "
-                  f"uploads {summary(busy)}; uploads {sorted(s for s, _ in done)} in "
-                  f"{', '.join(f'{d:.1f}' for _, d in sorted(done, key=lambda x: x[1]))} s; "
-                  f"load {os.getloadavg()[0]:.1f}", flush=True)
+            order = list(fleet.items()) if rnd % 2 == 0 else list(reversed(fleet.items()))
+            for name, server in order:
+                base, _ = phase(server, signer, 0, 0)
+                busy, done = phase(server, signer, args.uploads, args.mib << 20)
+                p99s[name].append(pct([t for t, _ in busy], .99))
+                print(f"round {rnd + 1} {name}: renewals alone {summary(base)}; during {args.uploads} x "
+                      f"{args.mib} MiB uploads {summary(busy)}; uploads {sorted(s for s, _ in done)} in "
+                      f"{', '.join(f'{d:.1f}' for _, d in sorted(done, key=lambda x: x[1]))} s; "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+        if len(fleet) == 2:
+            ratios = sorted(a / b for a, b in zip(p99s["Leasehold"], p99s["variant"]))
+            print(f"renewal p99 during uploads, Leasehold/variant by round: "
+                  f"{', '.join(f'{r:.2f}' for r in ratios)} (median {ratios[len(ratios) // 2]:.2f})")
     finally:
-        server.stop()
         import shutil
-        shutil.rmtree(workdir, ignore_errors=True)
+
+        for name, server in fleet.items():
+            server.stop()
+            shutil.rmtree(dirs[name], ignore_errors=True)
     return 0
+
+
+def summary(rs) -> str:
+    lat = [t for t, _ in rs]
+    failed = sum(1 for _, st in rs if st != 200)
+    return (f"p50 {pct(lat, .5) * 1e3:.1f} p99 {pct(lat, .99) * 1e3:.1f} max {max(lat) * 1e3:.1f} ms "
+            f"(n={len(rs)}, not 200: {failed})")
 
 
 if __name__ == "__main__":

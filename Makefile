@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-setup bench docs clean debian chromium azurite promtool
+.PHONY: run test test-fast test-setup checks bench docs clean debian chromium azurite promtool
 
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,7 +66,16 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_O
 
 # What the tests need, the independent parts side by side (the venv, npm,
 # apt): on a clean clone that is most of a minute otherwise.
-test-setup: $(BIN)/.installed $(BIN)/.postgres debian azurite
+test-setup: $(BIN)/.installed $(BIN)/.postgres debian azurite checks
+
+# The checks that need no server: the docs site, the linter, the type
+# checker, the alert rules and their unit tests.
+checks: $(BIN)/.postgres debian
+	$(BIN)/mkdocs build --strict --quiet
+	$(BIN)/ruff check --quiet .
+	$(BIN)/mypy
+	promtool check rules docs/deploy/prometheus-rules.yml >/dev/null
+	promtool test rules docs/deploy/prometheus-rules.test.yml >/dev/null
 
 # pytest exits 5 when a pass selects no test: a PYTEST_ARGS subset without
 # database-facing tests leaves the PostgreSQL pass empty, which is fine; a run
@@ -79,11 +88,6 @@ test-setup: $(BIN)/.installed $(BIN)/.postgres debian azurite
 test: export PYTHONDONTWRITEBYTECODE =
 test:
 	$(MAKE) --no-print-directory -j3 test-setup
-	$(BIN)/mkdocs build --strict --quiet
-	$(BIN)/ruff check --quiet .
-	$(BIN)/mypy
-	promtool check rules docs/deploy/prometheus-rules.yml >/dev/null
-	promtool test rules docs/deploy/prometheus-rules.test.yml >/dev/null
 	set +e; \
 	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not postgres" $(PYTEST_ARGS); a=$$?; \
 	[ $$a -eq 0 ] || [ $$a -eq 5 ] || exit $$a; \

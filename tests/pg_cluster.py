@@ -40,17 +40,22 @@ def _server_bin() -> Path | None:
     return Path(versions[-1]).parent if versions else None
 
 
+def _apt_install(package: str, what: str) -> None:
+    """Debian's ``package`` (through sudo when not root), saying so."""
+    sudo = [] if os.geteuid() == 0 else ["sudo"]
+    print(f"pg_cluster: {what} not found; installing Debian's {package} package", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", package], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+
+
 def server_bin() -> Path:
     """initdb's directory, installing Debian's postgresql package if needed."""
     found = _server_bin()
     if found:
         return found
-    sudo = [] if os.geteuid() == 0 else ["sudo"]
-    print("pg_cluster: PostgreSQL not found; installing Debian's postgresql package", file=sys.stderr)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True, env=env)
-    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "postgresql"], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    _apt_install("postgresql", "PostgreSQL")
     found = _server_bin()
     if not found:
         raise SystemExit("pg_cluster: postgresql installed, yet initdb is not found")
@@ -69,14 +74,7 @@ def faketime_library() -> str:
     found = _faketime_library()
     if found:
         return found
-    sudo = [] if os.geteuid() == 0 else ["sudo"]
-    print("pg_cluster: libfaketime not found; installing Debian's faketime package", file=sys.stderr)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "faketime"], env=env, stdout=subprocess.DEVNULL)
-    if not _faketime_library():
-        subprocess.run([*sudo, "apt-get", "update", "-qq"], check=True, env=env)
-        subprocess.run([*sudo, "apt-get", "install", "-y", "-qq", "faketime"], check=True, env=env,
-                       stdout=subprocess.DEVNULL)
+    _apt_install("faketime", "libfaketime")
     found = _faketime_library()
     if not found:
         raise SystemExit("pg_cluster: faketime installed, yet libfaketime is not found")

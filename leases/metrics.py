@@ -57,7 +57,8 @@ UNAVAILABLE = Counter("leasehold_http_unavailable_responses", "503 answers, by d
 HOLDER_CHANGES = Counter("leasehold_lease_holder_changes", "New leases (an acquire of a lease nobody held), "
                          "by resource.", ["resource"])
 RAN_OUT = Counter("leasehold_leases_ran_out", "Leases that ran out without a release (their holder stopped "
-                  "renewing), counted by the next action on them, by resource.", ["resource"])
+                  "renewing), counted by the next lease action, write or delete on them, by resource.",
+                  ["resource"])
 BREAKS = Counter("leasehold_lease_breaks", "Leases broken, by resource.", ["resource"])
 RENEWALS_REFUSED = Counter("leasehold_lease_renewals_refused", "Renewals refused, by resource and reason "
                            "(the Azure error code).", ["resource", "reason"])
@@ -96,6 +97,13 @@ def lease_committed(action, resource: str, outcome, refusal) -> None:
         HOLDER_CHANGES.labels(resource).inc()
     elif action == "break":
         BREAKS.labels(resource).inc()
+
+
+def lease_ended(resource: str, state_before: str) -> None:
+    """A committed write or delete ended a lease (services.access): one that
+    had run out counts, since no lease action will find it expired now."""
+    if state_before == "expired":
+        RAN_OUT.labels(resource).inc()
 
 
 def timed_lease_action(fn):

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 
 from django.db import transaction
 
-from .. import machine
+from .. import machine, metrics
 from ..errors import LeaseholdError
 from ..models import Blob
 from .common import Actor, ResourceRef
@@ -91,6 +92,7 @@ def _after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: dateti
         return []
     _record(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=blob.lease_generation)
+    transaction.on_commit(partial(metrics.lease_ended, ref.noun, before))
     return list(blob.set_lease_record(record))
 
 
@@ -102,3 +104,4 @@ def _ended_by_delete(obj, *, ref: ResourceRef, actor: Actor, now: datetime) -> N
         return
     _record(ref=ref, actor=actor, action="ended-by-delete", now=now, status=202, lease_id=obj.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=obj.lease_generation)
+    transaction.on_commit(partial(metrics.lease_ended, ref.noun, before))

@@ -55,6 +55,28 @@ def test_holder_changes_ran_out_breaks_and_refused_renewals(azure_server, servic
     assert delta(before, after, "leasehold_lease_holder_changes_total", resource="container") == 0
 
 
+def test_a_write_or_a_delete_that_ends_a_lease_that_ran_out_counts_it(azure_server, service, clock):
+    """A blob write forgets an expired lease and a delete ends it: no lease
+    action will find it expired afterwards, so the write or delete counts it."""
+    headers = bearer(superuser=True)
+    container = service.create_container("ending")
+    written, overwritten, deleted, inside = (container.upload_blob(n, b"x") for n in ("w", "o", "d", "i"))
+    for blob in (written, overwritten, deleted, inside):
+        blob.acquire_lease(lease_duration=15)
+    container.acquire_lease(lease_duration=15)
+    before = scrape(azure_server, headers)
+    clock.advance(16)  # every holder stopped renewing
+    written.set_blob_metadata({"k": "v"})
+    overwritten.upload_blob(b"y", overwrite=True)
+    for blob in (written, overwritten):  # new leases on available blobs: nothing more ran out
+        blob.acquire_lease(lease_duration=15)
+    deleted.delete_blob()
+    container.delete_container()  # its own lease, and the leases of the blobs it holds
+    after = scrape(azure_server, headers)
+    assert delta(before, after, "leasehold_leases_ran_out_total", resource="blob") == 4  # w, o, d, i
+    assert delta(before, after, "leasehold_leases_ran_out_total", resource="container") == 1
+
+
 def test_watched_leases_show_their_holding(azure_server, service, clock, settings):
     settings.LEASEHOLD_WATCHED_LEASES = ["devstoreaccount1/leader/lock", "devstoreaccount1/leader",
                                          "devstoreaccount1/nowhere/none"]

@@ -54,8 +54,8 @@ FSYNC = Histogram("leasehold_sqlite_fsync_seconds", "Time one fsync of the SQLit
 UNAVAILABLE = Counter("leasehold_http_unavailable_responses", "503 answers, by door.", ["door"])
 # What happened to leases, counted once the lease transaction committed (services.lease_actions),
 # whichever door asked. No label per lease: LEASEHOLD_WATCHED_LEASES names the ones to watch.
-HOLDER_CHANGES = Counter("leasehold_lease_holder_changes", "New leases (an acquire of a lease nobody held), "
-                         "by resource.", ["resource"])
+HOLDER_CHANGES = Counter("leasehold_lease_holder_changes", "Leases acquired by a holder (lease id) other than "
+                         "the one before, or first acquired, by resource.", ["resource"])
 RAN_OUT = Counter("leasehold_leases_ran_out", "Leases that ran out without a release (their holder stopped "
                   "renewing), counted by the next lease action, write or delete on them, by resource.",
                   ["resource"])
@@ -80,10 +80,12 @@ def lease_request(action, door: str, outcome: str, seconds: float) -> None:
     children[1].observe(seconds)
 
 
-def lease_committed(action, resource: str, outcome, refusal) -> None:
+def lease_committed(action, resource: str, outcome, refusal, previous_id=None) -> None:
     """A lease action's committed result (``outcome``: the machine's, or None
     if refused with ``refusal``): holder changes, leases that ran out, breaks,
-    refused renewals."""
+    refused renewals. ``previous_id``: the lease id the row had before, kept
+    after an expiry or a break (as Azure keeps it), not after a release; an
+    acquire under that same id is the same holder back, not a change."""
     if refusal is not None:
         if action == "renew":
             code = getattr(refusal, "code", "")
@@ -93,7 +95,7 @@ def lease_committed(action, resource: str, outcome, refusal) -> None:
         return
     if outcome.state_before == "expired":
         RAN_OUT.labels(resource).inc()
-    if action == "acquire" and outcome.state_before != "leased":
+    if action == "acquire" and outcome.state_before != "leased" and outcome.lease_id != previous_id:
         HOLDER_CHANGES.labels(resource).inc()
     elif action == "break":
         BREAKS.labels(resource).inc()

@@ -135,11 +135,11 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
 
 def _committed(written: tuple, action: str | None, ref: ResourceRef) -> LeaseResult:
     """After the commit of a lease action's write (which returned ``written``:
-    resource, outcome, refusal): count it (leases/metrics.py); after a
-    release or break, wake the acquires waiting for it (leases/wakeups.py);
-    then the result, or the refusal raised."""
-    obj, outcome, refusal = written
-    metrics.lease_committed(action, ref.noun, outcome, refusal)
+    resource, outcome, refusal, the lease id the row had before): count it
+    (leases/metrics.py); after a release or break, wake the acquires waiting
+    for it (leases/wakeups.py); then the result, or the refusal raised."""
+    obj, outcome, refusal, previous_id = written
+    metrics.lease_committed(action, ref.noun, outcome, refusal, previous_id)
     if refusal is not None:
         raise refusal
     if action in wakeups.FREEING:
@@ -152,7 +152,7 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
     """A lease action up to its write: the checks that need no database
     (a failed one is the refusal the write records) and the event's known
     values; returned is the write, to run in a write transaction, which
-    returns (resource, outcome, refusal) and raises only on a storage fault."""
+    returns (resource, outcome, refusal, previous lease id) and raises only on a storage fault."""
     noun = ref.noun
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
@@ -175,7 +175,7 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                          conn=transaction.get_connection())
 
     def write(refusal=refusal):
-        obj = outcome = now = None
+        obj = outcome = now = previous_id = None
         conn = transaction.get_connection()
         with statements.driver_cursor(conn) as cursor:
             if refusal is None:
@@ -228,7 +228,7 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                 _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
                 if action in wakeups.FREEING:
                     wakeups.in_transaction(wakeups.key(ref.account, ref.container, ref.blob), conn, cursor)
-        return obj, outcome, refusal
+        return obj, outcome, refusal, previous_id
 
     return write
 

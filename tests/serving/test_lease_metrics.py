@@ -39,12 +39,14 @@ def test_holder_changes_ran_out_breaks_and_refused_renewals(azure_server, servic
                          headers=headers, timeout=30).status_code == 202
     with pytest.raises(HttpResponseError):
         BlobLeaseClient(blob, lease_id=LEASE_B).renew()  # refused: LeaseIsBrokenAndCannotBeRenewed
-    lease.acquire(lease_duration=15)  # A again, after the break: a new lease, nothing ran out
+    lease.acquire(lease_duration=15)  # A again, after B's lease was broken: a holder change, nothing ran out
+    clock.advance(20)
+    lease.acquire(lease_duration=15)  # A back after its own lease ran out: ran out, but the same holder
     lease.release()
     after = scrape(azure_server, headers)
 
-    assert delta(before, after, "leasehold_lease_holder_changes_total", resource="blob") == 3
-    assert delta(before, after, "leasehold_leases_ran_out_total", resource="blob") == 1
+    assert delta(before, after, "leasehold_lease_holder_changes_total", resource="blob") == 3  # A, B, A
+    assert delta(before, after, "leasehold_leases_ran_out_total", resource="blob") == 2
     assert delta(before, after, "leasehold_lease_breaks_total", resource="blob") == 1
     refused = {labels: n for (name, labels), n in after.items()
                if name == "leasehold_lease_renewals_refused_total" and dict(labels)["resource"] == "blob"}

@@ -29,6 +29,7 @@ lease request, small beside the request itself (figures: bench/README.md,
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -212,16 +213,19 @@ class ReadinessCollector:
 
 
 class WatchedCollector:
-    """leasehold_watched_lease_held: whether each lease LEASEHOLD_WATCHED_LEASES
-    names has a holder now (leased or breaking), read at scrape time; 0 for
-    one that does not exist. An alert on it with ``for: N s`` fires when a
-    watched lease has had no holder for N s."""
+    """Each lease LEASEHOLD_WATCHED_LEASES names, read at scrape time
+    (selectors.lease_unheld_since): leasehold_watched_lease_held, whether it
+    has a holder now (leased or breaking; 0 for one that does not exist),
+    and leasehold_watched_lease_unheld_seconds, for how long it has had none
+    (0 while held, +Inf if nothing says: no such resource, no history). An
+    alert on the seconds fires N s after the lease lost its holder, however
+    long Prometheus itself has been watching."""
 
     def collect(self):
         from django.conf import settings
 
-        from . import clock, machine
-        from .models import Blob, Container
+        from . import clock
+        from .selectors import lease_unheld_since
 
         names = getattr(settings, "LEASEHOLD_WATCHED_LEASES", [])
         if not names:
@@ -229,16 +233,18 @@ class WatchedCollector:
         now = clock.now()
         held = GaugeMetricFamily("leasehold_watched_lease_held", "1 if the watched lease (LEASEHOLD_WATCHED_LEASES) "
                                  "has a holder (leased or breaking), else 0.", labels=["lease"])
+        unheld = GaugeMetricFamily("leasehold_watched_lease_unheld_seconds", "How long the watched lease "
+                                   "(LEASEHOLD_WATCHED_LEASES) has had no holder: 0 while held, +Inf if unknown "
+                                   "(no such resource, no history).", labels=["lease"])
         for name in names:
             account, container, *blob = name.split("/", 2)
-            rows = (Blob.objects.filter(container__account__name=account, container__name=container,
-                                        name=blob[0], snapshot="") if blob
-                    else Container.objects.filter(account__name=account, name=container))
-            row = rows.only("lease_state", "lease_duration", "lease_expires_at", "lease_break_at",
-                            "lease_id").first()
-            state = row.effective_lease_state(now) if row is not None else machine.AVAILABLE
-            held.add_metric([name], 1 if state in machine.LOCKED_STATES else 0)
+            holder, since = lease_unheld_since(account=account, container=container, blob=blob[0] if blob else "",
+                                               now=now)
+            held.add_metric([name], 1 if holder else 0)
+            unheld.add_metric([name], 0.0 if holder else math.inf if since is None
+                              else max(0.0, (now - since).total_seconds()))
         yield held
+        yield unheld
 
 
 class InstanceCollector:

@@ -96,3 +96,35 @@ def holder_at(*, account: str, container: str, blob: str = "", when):
         "state": last.state_after,
         "generation": last.generation,
     }
+
+
+def lease_unheld_since(*, account: str, container: str, blob: str = "", now) -> tuple[bool, object]:
+    """For a watched lease (leases.metrics): (True, None) while the lease has
+    a holder (leased or breaking), else (False, since when it has had none),
+    the time None if nothing says (no such resource, no history). One read of
+    the row; for a lease released, broken at once or ended by a write or
+    delete, the last two successful lease events (the resource's index)."""
+    from . import machine
+    from .models import LeaseEvent
+
+    rows = (Blob.objects.filter(container__account__name=account, container__name=container, name=blob,
+                                snapshot="") if blob
+            else Container.objects.filter(account__name=account, name=container))
+    row = rows.only(*rows.model.LEASE_COLUMNS, "created_at").first()
+    state = row.effective_lease_state(now) if row is not None else machine.AVAILABLE
+    if state in machine.LOCKED_STATES:
+        return True, None
+    if state == machine.EXPIRED:
+        return False, row.lease_expires_at
+    if state == machine.BROKEN and row.lease_break_at is not None:  # its break period ended
+        return False, row.lease_break_at
+    last, *before = (LeaseEvent.objects.filter(account=account, container=container, blob=blob,
+                                               outcome=LeaseEvent.Outcome.SUCCESS, action__in=HOLDING_ACTIONS)
+                     .order_by("-occurred_at", "-id").only("occurred_at", "state_before", "state_after",
+                                                            "expires_at")[:2]) or [None]
+    if last is None:  # never leased since it was created (or its history pruned)
+        return False, row.created_at if row is not None else None
+    if last.state_before in (machine.EXPIRED, machine.BROKEN) and before:  # it had ended before ``last``:
+        end = before[0].expires_at if before[0].state_after in machine.LOCKED_STATES else before[0].occurred_at
+        return False, min(end or last.occurred_at, last.occurred_at)  # at the deadline the event before set
+    return False, last.occurred_at

@@ -16,7 +16,7 @@ import yaml
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobLeaseClient
 
-from tests.serving.test_metrics import bearer, scrape
+from tests.serving.test_metrics import bearer, scrape, value
 
 DEPLOY = Path(__file__).resolve().parents[2] / "docs" / "deploy"
 RULES = DEPLOY / "prometheus-rules.yml"
@@ -60,18 +60,27 @@ def firing(alert: str, scrapes: list[dict], interval: str, eval_time: str, tmp_p
 
 
 def test_a_watched_lease_without_a_holder_fires(azure_server, service, clock, settings, tmp_path):
+    """The server's clock moves 30 s per scrape; the alert reads the seconds
+    without a holder the server reports."""
     settings.LEASEHOLD_WATCHED_LEASES = ["devstoreaccount1/leader/lock"]
     headers = bearer(superuser=True)
     blob = service.create_container("leader").upload_blob("lock", b"")
-    lease = blob.acquire_lease(lease_duration=15)
+    lease = blob.acquire_lease(lease_duration=40)
     held = []
     for _ in range(6):  # every 30 s, the leader renews
         held.append(scrape(azure_server, headers))
+        clock.advance(30)
         lease.renew()
     assert not firing("LeaseholdWatchedLeaseUnheld", held, "30s", "2m30s", tmp_path)
-    gone = held[:2]
-    clock.advance(16)  # the leader died: its lease ran out
-    gone += [scrape(azure_server, headers) for _ in range(4)]
+    gone = []
+    for _ in range(6):  # the leader died after its last renewal: its lease runs out 40 s later
+        gone.append(scrape(azure_server, headers))
+        clock.advance(30)
+    unheld = [value(samples, "leasehold_watched_lease_unheld_seconds", lease="devstoreaccount1/leader/lock")
+              for samples in gone]
+    assert unheld == [0, 0, pytest.approx(20, abs=3), pytest.approx(50, abs=3), pytest.approx(80, abs=3),
+                      pytest.approx(110, abs=3)]
+    assert not firing("LeaseholdWatchedLeaseUnheld", gone[:4], "30s", "1m30s", tmp_path)
     assert firing("LeaseholdWatchedLeaseUnheld", gone, "30s", "2m30s", tmp_path)
 
 
@@ -177,6 +186,7 @@ def test_the_dashboard_and_the_rules_read_only_what_the_server_exports(azure_ser
     rules = yaml.safe_load(RULES.read_text())
     exprs += [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
     read = set().union(*map(_metric_names, exprs))
-    assert {"leasehold_watched_lease_held", "leasehold_leases_ran_out_total", "leasehold_ready"} <= read
+    assert {"leasehold_watched_lease_held", "leasehold_watched_lease_unheld_seconds", "leasehold_leases_ran_out_total",
+            "leasehold_ready", "leasehold_lease_holder_changes_total"} <= read
     assert read <= exported, sorted(read - exported)
     assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])

@@ -6,6 +6,8 @@ driven by the SDK and the JSON API, time moved without sleeping."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import requests
 from azure.core.exceptions import HttpResponseError
@@ -102,6 +104,38 @@ def test_watched_leases_show_their_holding(azure_server, service, clock, setting
     assert held(scrape(azure_server, headers), "devstoreaccount1/leader/lock") == 1  # breaking: still held
     clock.advance(11)
     assert held(scrape(azure_server, headers), "devstoreaccount1/leader/lock") == 0
+
+
+def test_watched_leases_say_how_long_they_have_had_no_holder(azure_server, service, clock, settings):
+    """leasehold_watched_lease_unheld_seconds: since the deadline of a lease
+    that ran out (also when a write ended it later), since a release or a
+    break, since the creation of one never leased; 0 while held, +Inf for
+    a name nothing is known of."""
+    kinds = ("expired", "released", "broken", "written", "never")
+    names = {kind: f"devstoreaccount1/unheld/{kind}" for kind in kinds}
+    names.update(container="devstoreaccount1/unheld", missing="devstoreaccount1/nowhere")
+    settings.LEASEHOLD_WATCHED_LEASES = list(names.values())
+    headers = bearer(superuser=True)
+    container = service.create_container("unheld")
+    blobs = {kind: container.upload_blob(kind, b"") for kind in kinds}
+    leases = {kind: blobs[kind].acquire_lease(lease_duration=15) for kind in kinds[:4]}
+    container.acquire_lease(lease_duration=-1)
+
+    def unheld() -> dict[str, float]:
+        samples = scrape(azure_server, headers)
+        return {kind: value(samples, "leasehold_watched_lease_unheld_seconds", lease=name)
+                for kind, name in names.items()}
+
+    assert unheld() == {**{kind: 0 for kind in names}, "never": pytest.approx(0, abs=3), "missing": math.inf}
+    clock.advance(10)
+    leases["released"].release()
+    leases["broken"].break_lease(lease_break_period=0)
+    clock.advance(20)  # "expired" and "written" ran out 15 s after they were taken
+    blobs["written"].set_blob_metadata({"k": "v"})  # which forgets the lease, not when it ran out
+    clock.advance(30)
+    approx = lambda seconds: pytest.approx(seconds, abs=3)  # noqa: E731
+    assert unheld() == {"expired": approx(45), "released": approx(50), "broken": approx(50), "written": approx(45),
+                        "never": approx(60), "container": 0, "missing": math.inf}
 
 
 def test_no_watched_lease_means_no_series(azure_server, transactional_db):

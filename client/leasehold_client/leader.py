@@ -61,8 +61,13 @@ class Leadership:
         """A prometheus_client collector (register it) of this election:
         ``leasehold_client_is_leader{election=name}`` and
         ``leasehold_client_leader_transitions_total{election=name}``, read
-        when scraped. Needs prometheus_client in this process."""
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        when scraped. Needs prometheus_client in this process (an optional
+        dependency: ``pip install 'leasehold-client[prometheus]'``)."""
+        try:
+            from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        except ImportError as exc:
+            raise ImportError("LeaderElection.collector() needs prometheus_client: "
+                              "pip install 'leasehold-client[prometheus]'") from exc
 
         election = self
 

@@ -162,10 +162,13 @@ def test_aio_partitioned_leader_steps_down_before_the_next_is_elected(leasehold)
         new_task = aio.task(new.run(new_elected))
         await aio.advance(6)
         assert "new" not in terms and terms["old"].renewals >= 1
+        assert (old.is_leader, new.is_leader, old.transitions, new.transitions) == (True, False, 1, 0)
         partition.blocked = True
         await aio.run_until(lambda: "new" in terms)
         assert terms["new"].acquired_at - terms["old"].lost_at >= 1.5
         assert terms["new"].generation == terms["old"].generation + 1
+        assert (old.is_leader, new.is_leader, new.transitions) == (False, True, 1)
         old.stop(), new.stop()
         await asyncio.gather(old_task, new_task)
+        assert (old.is_leader, new.is_leader, old.transitions, new.transitions) == (False, False, 2, 2)
     run(leasehold, scenario)

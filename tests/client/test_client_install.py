@@ -13,6 +13,15 @@ import importlib.util, leasehold_client
 from leasehold_client import AutoRenewLease, LeaderElection, OncePer, do_once
 assert importlib.util.find_spec("django") is None, "django is installed"
 assert importlib.util.find_spec("azure.storage.blob") is not None
+assert importlib.util.find_spec("prometheus_client") is None, "prometheus_client is installed"
+election = LeaderElection(None)  # leadership is visible without prometheus_client; its collector says what is missing
+assert (election.is_leader, election.transitions, election.elected_at) == (False, 0, None)
+try:
+    election.collector("jobs")
+except ImportError as exc:
+    assert "leasehold-client[prometheus]" in str(exc), exc
+else:
+    raise AssertionError("collector() without prometheus_client")
 print(leasehold_client.__file__)
 """
 

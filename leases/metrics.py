@@ -63,9 +63,10 @@ RAN_OUT = Counter("leasehold_leases_ran_out", "Leases that ran out without a rel
 BREAKS = Counter("leasehold_lease_breaks", "Leases broken, by resource.", ["resource"])
 RENEWALS_REFUSED = Counter("leasehold_lease_renewals_refused", "Renewals refused, by resource and reason "
                            "(the Azure error code).", ["resource", "reason"])
+# The refusals a renew can meet (machine.renew, its parameters and conditions, a missing resource).
 RENEWAL_REASONS = frozenset({"LeaseIdMismatchWithLeaseOperation", "LeaseIsBrokenAndCannotBeRenewed",
-                             "LeaseNotPresentWithLeaseOperation", "LeaseIdMissing", "LeaseLost",
-                             "ConditionNotMet", "BlobNotFound", "ContainerNotFound", "ServerBusy"})
+                             "LeaseNotPresentWithLeaseOperation", "MissingRequiredHeader", "InvalidHeaderValue",
+                             "ConditionNotMet", "BlobNotFound", "ContainerNotFound"})
 PRUNED = Counter("leasehold_history_pruned_events", "Lease events deleted by retention.")
 
 

@@ -59,6 +59,20 @@ def test_holder_changes_ran_out_breaks_and_refused_renewals(azure_server, servic
     assert delta(before, after, "leasehold_lease_holder_changes_total", resource="container") == 0
 
 
+@pytest.mark.parametrize("code, reason", [("MissingRequiredHeader", "MissingRequiredHeader"),
+                                          ("InvalidHeaderValue", "InvalidHeaderValue"),
+                                          ("LeaseAlreadyPresent", "other")])
+def test_refused_renewals_keep_to_a_fixed_set_of_reasons(code, reason):
+    from leases import metrics
+    from leases.errors import LeaseholdError
+
+    counter = metrics.RENEWALS_REFUSED.labels("blob", reason)
+    before = counter._value.get()
+    metrics.lease_committed("renew", "blob", None, LeaseholdError(code))
+    assert counter._value.get() == before + 1
+    assert not [s for s in metrics.RENEWALS_REFUSED.collect()[0].samples if s.labels["reason"] == code != reason]
+
+
 def test_a_write_or_a_delete_that_ends_a_lease_that_ran_out_counts_it(azure_server, service, clock):
     """A blob write forgets an expired lease and a delete ends it: no lease
     action will find it expired afterwards, so the write or delete counts it."""

@@ -1,8 +1,6 @@
-"""Leasehold settings. Everything an operator may change comes from
-LEASEHOLD_* environment variables, read through the typed helpers of
-leases/env.py (a bad value stops the start, naming the variable) and listed
-in one table in README.md ("Configuration"); the defaults give a local
-Azure-compatible server on SQLite."""
+"""Django's settings, from Leasehold's (leases/conf.py: every LEASEHOLD_*
+variable, read and checked once; docs/reference/configuration.md lists
+them). The defaults give a local Azure-compatible server on SQLite."""
 
 from __future__ import annotations
 
@@ -10,19 +8,20 @@ import os
 import secrets
 from pathlib import Path
 
-from leases.env import SettingError, env_bool, env_choice, env_float, env_int, env_log_level, env_str
+from leases import conf
+from leases.env import SettingError
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("LEASEHOLD_VAR_DIR") or BASE_DIR / "var")
+LEASEHOLD = conf.current()
+BASE_DIR = conf.BASE_DIR
+VAR_DIR = LEASEHOLD.var_dir
 
 
 def _secret_key() -> str:
     """From LEASEHOLD_SECRET_KEY, else generated once and kept in var/
     (SQLite), else the database's (PostgreSQL: leases/shared_secret.py)."""
-    given = env_str("LEASEHOLD_SECRET_KEY")
-    if given:
-        return given
-    if env_str("LEASEHOLD_DATABASE", "").startswith(("postgres://", "postgresql://")):
+    if LEASEHOLD.secret_key:
+        return LEASEHOLD.secret_key
+    if LEASEHOLD.on_postgres:
         # The server (serving/server.py) settles the key every instance of the
         # database shares and hands it to its workers as LEASEHOLD_SECRET_KEY;
         # anything else (a command) signs nothing that must outlive it.
@@ -70,9 +69,8 @@ def _new_secret_key(path: Path) -> str:
 
 
 SECRET_KEY = _secret_key()
-DEBUG = env_bool("LEASEHOLD_DEBUG")
-ALLOWED_HOSTS = [h.strip() for h in env_str(
-    "LEASEHOLD_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",") if h.strip()]
+DEBUG = LEASEHOLD.debug
+ALLOWED_HOSTS = list(LEASEHOLD.allowed_hosts)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -144,7 +142,7 @@ def _postgres(spec: str) -> dict:
         "CONN_MAX_AGE": 60,
         # Seconds a lease request may wait for the database before 503 ServerBusy:
         # the lock and statement timeouts and the connect timeout derive from it.
-        "OPTIONS": {"conninfo": spec, "write_wait": env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0)},
+        "OPTIONS": {"conninfo": spec, "write_wait": LEASEHOLD.write_wait},
     }
 
 
@@ -153,12 +151,12 @@ def _database(spec: str) -> dict:
     if spec.startswith(("postgres://", "postgresql://")):
         return _postgres(spec)
     path = Path(spec.removeprefix("sqlite:///"))
-    synchronous = env_choice("LEASEHOLD_SQLITE_SYNCHRONOUS", "FULL", ("FULL", "NORMAL", "EXTRA"))
+    synchronous = LEASEHOLD.sqlite_synchronous
     # When another process has written, SQLite drops this connection's whole
     # page cache at the next transaction; memory-mapped reads make refilling
     # it cheap (worker processes take turns writing).
-    mmap_bytes = env_int("LEASEHOLD_SQLITE_MMAP_MB", 256, at_least=0) * 2**20
-    checkpoint_interval = env_float("LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL", 0.1, at_least=0)
+    mmap_bytes = LEASEHOLD.sqlite_mmap_mb * 2**20
+    checkpoint_interval = LEASEHOLD.sqlite_checkpoint_interval
     return {
         "ENGINE": "leases.sqlite_backend",
         "NAME": path,
@@ -171,7 +169,7 @@ def _database(spec: str) -> dict:
             # Every atomic() takes the write lock up front: a transaction
             # that reads then writes can never fail with "database is locked".
             "transaction_mode": "IMMEDIATE",
-            "timeout": env_float("LEASEHOLD_SQLITE_BUSY_TIMEOUT", 30, at_least=0),
+            "timeout": LEASEHOLD.sqlite_busy_timeout,
             # synchronous=FULL: a committed lease (a 201 on the wire) survives
             # power loss, not only a crash of the process.
             "init_command": (
@@ -189,17 +187,17 @@ def _database(spec: str) -> dict:
             "checkpoint_interval": checkpoint_interval,
             # With FULL: fsync the WAL after releasing the writer lock, before
             # the commit returns, instead of inside COMMIT (leases.sqlite_backend).
-            "sync_outside_lock": env_bool("LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK", True),
+            "sync_outside_lock": LEASEHOLD.sqlite_sync_outside_lock,
             # Seconds a writer waits for the writer lock before it is refused
             # with 503 ServerBusy (leases.sqlite_backend); bounds every busy wait.
-            "write_wait": env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0),
+            "write_wait": LEASEHOLD.write_wait,
         },
         # One file per test run, so parallel runs on one machine never collide.
-        "TEST": {"NAME": env_str("LEASEHOLD_TEST_DATABASE", str(VAR_DIR / f"test-{os.getpid()}.sqlite3"))},
+        "TEST": {"NAME": LEASEHOLD.test_database or str(VAR_DIR / f"test-{os.getpid()}.sqlite3")},
     }
 
 
-DATABASES = {"default": _database(env_str("LEASEHOLD_DATABASE", str(VAR_DIR / "leasehold.sqlite3")))}
+DATABASES = {"default": _database(LEASEHOLD.database)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -208,7 +206,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = env_str("LEASEHOLD_TIME_ZONE", "UTC")
+TIME_ZONE = LEASEHOLD.time_zone
 USE_I18N = False
 USE_TZ = True
 
@@ -224,7 +222,7 @@ STORAGES = {
 }
 
 # Blobs are stored in the database; Put Blob bodies up to this size.
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("LEASEHOLD_MAX_BLOB_BYTES", 64 * 1024 * 1024, at_least=0)
+DATA_UPLOAD_MAX_MEMORY_SIZE = LEASEHOLD.max_blob_bytes
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -235,9 +233,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     # JSON API requests per principal (user, token or account), counted
     # across worker processes in LEASEHOLD_THROTTLE_DATABASE; empty: no limit.
-    "DEFAULT_THROTTLE_RATES": {"api": env_str("LEASEHOLD_API_RATE", "1200/minute", allow_empty=True,
-                                              pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
-                                              expected="requests/period, e.g. 1200/minute or 20/s")},
+    "DEFAULT_THROTTLE_RATES": {"api": LEASEHOLD.api_rate},
 }
 
 SPECTACULAR_SETTINGS = {
@@ -257,9 +253,9 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-LOG_LEVEL = env_log_level().upper()
-LOG_FORMAT = {"text": "line", "json": "json"}[env_choice("LEASEHOLD_LOG_FORMAT", "text", ("text", "json"))]
-LOG_TRACEBACKS = env_bool("LEASEHOLD_LOG_TRACEBACKS")
+LOG_LEVEL = LEASEHOLD.log_level.upper()
+LOG_FORMAT = {"text": "line", "json": "json"}[LEASEHOLD.log_format]
+LOG_TRACEBACKS = LEASEHOLD.log_tracebacks
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -277,19 +273,9 @@ LOGGING = {
 }
 
 # ------------------------------------------------------------------ Leasehold
-# Accounts created or updated at start-up: "name:key[:key2];name2:key".
-# The well-known development account is always there unless disabled.
-LEASEHOLD_ACCOUNTS = env_str("LEASEHOLD_ACCOUNTS", "")
-LEASEHOLD_DEV_ACCOUNT = env_bool("LEASEHOLD_DEV_ACCOUNT", True)
-# Requests whose x-ms-date is further than this from the server clock: 403.
-LEASEHOLD_CLOCK_SKEW_SECONDS = env_int("LEASEHOLD_CLOCK_SKEW_SECONDS", 900, at_least=0)
-# Leases whose holding /metrics shows one by one (leasehold_watched_lease_held):
-# "account/container" or "account/container/blob", comma-separated; at most 100.
-LEASEHOLD_WATCHED_LEASES = [name.strip().strip("/") for name in env_str("LEASEHOLD_WATCHED_LEASES", "",
-                                                                      allow_empty=True).split(",") if name.strip()]
-if len(LEASEHOLD_WATCHED_LEASES) > 100 or any(name.count("/") < 1 for name in LEASEHOLD_WATCHED_LEASES):
-    raise SettingError("LEASEHOLD_WATCHED_LEASES must be at most 100 comma-separated account/container or "
-                       "account/container/blob names, e.g. devstoreaccount1/jobs/nightly")
-# JSON API throttle counters: a SQLite file of their own, so counting never
-# contends with lease writes for the database's write lock.
-LEASEHOLD_THROTTLE_DATABASE = env_str("LEASEHOLD_THROTTLE_DATABASE", str(VAR_DIR / "throttle.sqlite3"))
+# Read by the doors and the admin as Django settings (tests override them).
+LEASEHOLD_ACCOUNTS = LEASEHOLD.accounts
+LEASEHOLD_DEV_ACCOUNT = LEASEHOLD.dev_account
+LEASEHOLD_CLOCK_SKEW_SECONDS = LEASEHOLD.clock_skew_seconds
+LEASEHOLD_WATCHED_LEASES = list(LEASEHOLD.watched_leases)
+LEASEHOLD_THROTTLE_DATABASE = LEASEHOLD.throttle_database

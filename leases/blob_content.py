@@ -50,7 +50,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from . import clock
-from .env import env_float
+from . import conf
 from .models import Blob, BlobChunk, BlobContent
 from .sqlite_backend.busy import is_writer_busy, received_at
 
@@ -60,7 +60,7 @@ CHUNK_BYTES = 1 << 20  # one row, one write transaction; content up to this stay
 PIECE_BYTES = 64 << 10  # a download yields pieces of this size (serving/asgi.py sends ~64 KiB at a time)
 DELETE_BATCH = 8  # chunks deleted per transaction (8 MiB of pages freed)
 COLLECT_BATCHES = 4  # transactions one ``collect`` after a request may take
-STAGE_PAUSE = env_float("LEASEHOLD_STAGE_PAUSE", 0.5, at_least=0)  # pause after a piece, x its time
+STAGE_PAUSE = conf.current().stage_pause  # pause after a piece, x its time
 # A download of a replaced or deleted blob may take this long and still be
 # served whole; a slower one is cut short (see stream()).
 RELEASED_GRACE = timedelta(minutes=10)

@@ -1,17 +1,15 @@
-"""Reading LEASEHOLD_* environment variables: one small typed helper per
+"""Parsing LEASEHOLD_* environment variables: one small typed helper per
 kind of value, so every variable is parsed the same way and a bad value
 stops the server at start with a message naming the variable, what it must
-be and what it was (README.md, "Configuration", lists them all).
+be and what it was. leases/conf.py reads every variable through these, once.
 
 Rules common to all: an unset variable, or one set to the empty string,
 takes the default (``env_str(..., allow_empty=True)`` is the exception, for
 a variable where empty means something); surrounding white space is
 ignored for numbers, booleans and choices.
 
-No Django here beyond its exception class: config/settings.py, the server
-launcher (serving/server.py) and the ASGI front (serving/asgi.py) use these
-before Django is set up. ``environ`` (default: os.environ) lets a caller
-read from a mapping of its own.
+No Django here beyond its exception class. ``environ`` (default:
+os.environ) lets a caller read from a mapping of its own.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
@@ -28,6 +27,8 @@ INTEGER = re.compile(r"[+-]?[0-9]+\Z")
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 86400}
 
 
 class SettingError(ImproperlyConfigured, ValueError):
@@ -131,11 +132,17 @@ def env_log_level(environ: Mapping[str, str] | None = None) -> str:
     return env_choice("LEASEHOLD_LOG_LEVEL", "warning", LOG_LEVELS, environ=environ)
 
 
-def or_exit(read, *args, **kwargs):
-    """``read(*args, **kwargs)`` (one of the helpers above), a bad value
-    ending the process with the message alone, no traceback: for the server
-    launcher and its workers, outside Django's own reporting."""
-    try:
-        return read(*args, **kwargs)
-    except SettingError as err:
-        raise SystemExit(str(err)) from None
+def parse_duration(value: str | None, name: str) -> timedelta | None:
+    """``"7d"`` -> 7 days (a bare number is days); ``""``, ``"forever"``,
+    ``"none"`` or None -> None (keep for ever)."""
+    if value is None or value.strip().lower() in ("", "forever", "none"):
+        return None
+    match = DURATION.match(value)
+    if not match:
+        raise SettingError(f"{name} must be a duration such as 30d, 12h, 90m or 60s, or 'forever'; got {value!r}")
+    return timedelta(seconds=float(match[1]) * UNIT_SECONDS[match[2]])
+
+
+def env_duration(name: str, *, environ: Mapping[str, str] | None = None) -> timedelta | None:
+    """A duration (``parse_duration``); unset: None."""
+    return parse_duration(_raw(name, environ), name)

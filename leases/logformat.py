@@ -14,7 +14,7 @@ import json
 import logging
 from datetime import datetime, timezone
 
-from .env import env_bool
+from . import conf
 
 
 def cause_of(exc: BaseException | None) -> str:
@@ -29,9 +29,8 @@ def cause_of(exc: BaseException | None) -> str:
 
 
 def _tracebacks(given: bool | None) -> bool:
-    """As given (settings.LOGGING passes LOG_TRACEBACKS, read once at start),
-    else from the environment."""
-    return env_bool("LEASEHOLD_LOG_TRACEBACKS") if given is None else given
+    """As given (settings.LOGGING passes LOG_TRACEBACKS), else the setting."""
+    return conf.current().log_tracebacks if given is None else given
 
 
 def _request_fields(record) -> dict:

@@ -254,13 +254,13 @@ class InstanceCollector:
     def collect(self):
         import socket
 
-        from .env import env_str
+        from . import conf
 
+        settings = conf.current()
         host = socket.gethostname()
-        port = env_str("LEASEHOLD_BIND", "127.0.0.1:10000").rpartition(":")[2]
         info = InfoMetricFamily("leasehold_instance", "The instance that answered this scrape (LEASEHOLD_INSTANCE, "
                                 "else host:port), its host name and the process id of the worker that answered.")
-        info.add_metric([], {"instance": env_str("LEASEHOLD_INSTANCE") or f"{host}:{port}", "hostname": host,
+        info.add_metric([], {"instance": settings.instance or f"{host}:{settings.bind[1]}", "hostname": host,
                              "pid": str(os.getpid())})
         yield info
 

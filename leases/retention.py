@@ -38,8 +38,6 @@ to now minus the shortest retention, in the batch's own transaction.
 from __future__ import annotations
 
 import logging
-import os
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -49,7 +47,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from . import blob_content, clock, duties, metrics
-from .env import env_float, env_int, env_str
+from . import conf
 from .models import HistoryHorizon, LeaseEvent
 
 log = logging.getLogger("leasehold.retention")
@@ -60,20 +58,6 @@ HOLD_TARGET = 0.002
 PG_HOLD_TARGET = 0.020
 MOST_ROWS = {"sqlite": 100, "postgresql": 2000}
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "": 86400}
-
-
-def parse_duration(value: str | None, name: str) -> timedelta | None:
-    """``"7d"`` -> 7 days; ``""``/``"forever"``/None -> None (keep)."""
-    if value is None or value.strip().lower() in ("", "forever", "none"):
-        return None
-    match = _DURATION.match(value)
-    if not match:
-        raise ValueError(f"{name} must be a duration such as 30d, 12h, 90m or 60s, or 'forever'; got {value!r}")
-    return timedelta(seconds=float(match[1]) * _UNIT_SECONDS[match[2]])
-
-
 @dataclass(frozen=True)
 class Policy:
     renewals: timedelta | None = None  # successful renewals
@@ -82,14 +66,9 @@ class Policy:
     pause: float = 0.01
 
     @classmethod
-    def from_environment(cls, environ=os.environ) -> "Policy":
-        # SettingError is a ValueError: a bad value stops the start, naming the variable.
-        return cls(renewals=parse_duration(env_str("LEASEHOLD_RETENTION_RENEWALS", environ=environ),
-                                           "LEASEHOLD_RETENTION_RENEWALS"),
-                   events=parse_duration(env_str("LEASEHOLD_RETENTION_EVENTS", environ=environ),
-                                         "LEASEHOLD_RETENTION_EVENTS"),
-                   batch=env_int("LEASEHOLD_RETENTION_BATCH", None, at_least=1, environ=environ),
-                   pause=env_float("LEASEHOLD_RETENTION_PAUSE", 0.01, at_least=0, environ=environ))
+    def from_settings(cls, settings: conf.Settings) -> "Policy":
+        return cls(renewals=settings.retention_renewals, events=settings.retention_events,
+                   batch=settings.retention_batch, pause=settings.retention_pause)
 
     def most_rows(self, vendor: str) -> int:
         return self.batch or MOST_ROWS.get(vendor, MOST_ROWS["sqlite"])
@@ -105,7 +84,7 @@ class Policy:
 
 
 def policy() -> Policy:
-    return getattr(settings, "LEASEHOLD_RETENTION", None) or Policy.from_environment()
+    return getattr(settings, "LEASEHOLD_RETENTION", None) or Policy.from_settings(conf.current())
 
 
 # ------------------------------------------------------------------ the deletes
@@ -271,7 +250,7 @@ def start_pruner() -> Pruner | None:
         return None
     with _pruner_lock:
         if _pruner is None or not _pruner.is_alive():
-            _pruner = Pruner(active, idle=env_float("LEASEHOLD_RETENTION_IDLE", 10, above=0))
+            _pruner = Pruner(active, idle=conf.current().retention_idle)
             _pruner.start()
     return _pruner
 

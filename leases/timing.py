@@ -32,7 +32,9 @@ import threading
 import time
 from typing import TextIO
 
-PREFIX = os.environ.get("LEASEHOLD_TIMING_LOG") or None
+from . import conf
+
+PREFIX = conf.current().timing_log
 ENABLED = PREFIX is not None
 
 _local = threading.local()

@@ -66,7 +66,7 @@ from leases import clockwatch, pg_backend, retention, timing, waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
 from leases.storage.transactions import commits_together
-from leases.env import env_bool, env_float, env_int, or_exit
+from leases import conf
 from leases.sqlite_backend.busy import received_at
 
 # The event loop writes lean lease batches itself when the writer is free
@@ -80,10 +80,6 @@ SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 API_LEASES = "/api/v1/leases/"
 API_BLOBS = "/api/v1/blobs/"  # the JSON API's uploads: the blob size cap, as Put Blob
 UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.blob_content.CHUNK_BYTES)
-
-
-def _env_float(name: str, default: float) -> float:
-    return or_exit(env_float, name, default, above=0)
 
 
 class BodyRefused(Exception):
@@ -102,31 +98,31 @@ class LeaseholdASGI:
         # On PostgreSQL a write waits for its row's lock, not the database's:
         # more threads, one per row at a time (serving/lanes.py).
         self.row_locks = settings.DATABASES["default"]["ENGINE"] == "leases.pg_backend"
+        own = conf.or_exit()
         more = 4 if self.row_locks else 1
-        self.write_wait = float(settings.DATABASES["default"].get("OPTIONS", {}).get("write_wait") or 5)
+        self.write_wait = own.write_wait
         self.rows = OnePerRow()
         self.lanes = {
-            "lease": Lane("lease", threads=("LEASEHOLD_THREADS", more)),
-            "read": Lane("read", threads=("LEASEHOLD_READ_THREADS", 1)),
-            "other": Lane("other", threads=("LEASEHOLD_OTHER_THREADS", max(1, more // 2))),
+            "lease": Lane("lease", threads=own.lease_threads or more),
+            "read": Lane("read", threads=own.read_threads),
+            "other": Lane("other", threads=own.other_threads or max(1, more // 2)),
             # A large Put Blob holds its thread while it stages its chunks
             # (leases/blob_content.py): in a lane of its own, so that no
             # create, delete or admin form queues behind it.
-            "upload": Lane("upload", threads=("LEASEHOLD_UPLOAD_THREADS", 1)),
+            "upload": Lane("upload", threads=own.upload_threads),
         }
-        self.idle_timeout = _env_float("LEASEHOLD_BODY_IDLE_TIMEOUT", 10)
-        self.min_rate = _env_float("LEASEHOLD_BODY_MIN_RATE", 16384)
+        self.idle_timeout, self.min_rate = own.body_idle_timeout, own.body_min_rate
         self.max_body = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + (1 << 20)
         # Lease actions and the JSON API (but its blob uploads) need a few KiB:
         # a bigger body is refused before it is read, whatever its sender may sign.
-        self.small_body = or_exit(env_int, "LEASEHOLD_MAX_SMALL_BODY_BYTES", 65536, at_least=1024)
+        self.small_body = own.max_small_body_bytes
         # Lean lease requests received together, committed together (serving/lease_batch.py).
         self.in_flight = 0  # requests being received or answered by this worker
         self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.LeaseCall, fastpath.write_together,
                                     fastpath.LeaseCall.answer, answers.batched,
-                                    inline=or_exit(env_bool, "LEASEHOLD_LEASE_INLINE", True),
+                                    inline=own.lease_inline,
                                     in_flight=lambda: self.in_flight)
-        self.batching = or_exit(env_bool, "LEASEHOLD_LEASE_BATCH", True)
+        self.batching = own.lease_batch
         self._commits_together: bool | None = None  # per process; asked once, in the batcher's context
         # exports run in a low-priority helper process (serving/long_reads.py)
         self.long_reads = long_reads.LongReads() if long_reads.enabled() else None

@@ -44,7 +44,7 @@ from datetime import datetime, timezone
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from leases.env import env_float, env_int, or_exit
+from leases import conf
 
 RAW_HEADERS = "leasehold.raw_headers"
 # Idle keep-alive connections cost a few KiB each and no thread; clients
@@ -63,14 +63,13 @@ class CaseKept(bytes):
 
 
 def header_timeout() -> float:
-    return or_exit(env_float, "LEASEHOLD_HEADER_TIMEOUT", 10, above=0)
+    return conf.or_exit().header_timeout
 
 
 def head_limits() -> tuple[int, int, int]:
     """(request line and header bytes, header lines, URL bytes)."""
-    return (or_exit(env_int, "LEASEHOLD_MAX_HEADER_BYTES", 65536, at_least=1024),
-            or_exit(env_int, "LEASEHOLD_MAX_HEADERS", 1000, at_least=16),
-            or_exit(env_int, "LEASEHOLD_MAX_URL_BYTES", 32768, at_least=256))
+    settings = conf.or_exit()
+    return settings.max_header_bytes, settings.max_headers, settings.max_url_bytes
 
 
 class _TooBig(Exception):

@@ -16,8 +16,6 @@ import asyncio
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
-from leases.env import env_int, or_exit
-
 API_LEASES = "/api/v1/leases/"
 
 
@@ -25,9 +23,8 @@ class Lane:
     """A fixed set of single-thread executors; a request takes the least
     loaded one and keeps it until its response is sent."""
 
-    def __init__(self, name: str, *, threads: tuple[str, int]):
-        """``threads``: the setting naming how many, and the default."""
-        count: int = or_exit(env_int, *threads, at_least=1)
+    def __init__(self, name: str, *, threads: int):
+        count = threads
         self.name = name
         self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(count)]
         self.load = [0] * count

@@ -52,7 +52,7 @@ import sys
 import tempfile
 import threading
 
-from leases.env import env_bool, env_float, env_int, or_exit
+from leases import conf
 
 APPLICATION = "config.asgi"  # the module whose ``application`` the helper serves
 
@@ -69,7 +69,7 @@ def is_long_read(scope) -> bool:
 
 
 def enabled() -> bool:
-    return or_exit(env_bool, "LEASEHOLD_LONG_READ_PROCESS", True)
+    return conf.or_exit().long_read_process
 
 
 def _frame(data: bytes) -> bytes:
@@ -94,11 +94,11 @@ class LongReads:
     """A worker's helper process and the long reads it relays."""
 
     def __init__(self):
-        self.nice = or_exit(env_int, "LEASEHOLD_LONG_READ_NICE", 10, at_least=0)
-        self.slots = or_exit(env_int, "LEASEHOLD_LONG_READS", 2, at_least=1)
+        settings = conf.or_exit()
+        self.nice, self.slots = settings.long_read_nice, settings.long_reads
         # An export that finds every slot taken waits as long as a writer
         # waits for the database, then is answered 503: no endless queue.
-        self.slot_wait = or_exit(env_float, "LEASEHOLD_WRITE_WAIT", 5, at_least=0)
+        self.slot_wait = settings.write_wait
         self._slots: asyncio.Semaphore | None = None
         self._starting = asyncio.Lock()
         self.proc: subprocess.Popen | None = None
@@ -242,7 +242,7 @@ def _serve_one(app, conn: socket.socket) -> None:
 
 def main() -> None:
     path = sys.argv[1]
-    os.nice(int(os.environ.get("LEASEHOLD_LONG_READ_NICE") or 10))
+    os.nice(conf.or_exit().long_read_nice)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from importlib import import_module
 

@@ -1,34 +1,14 @@
-"""The production server (`make run`): uvicorn serving serving.asgi.
+"""The server (`make run`, `leasehold serve`): uvicorn serving serving.asgi.
 
     python -m config.serve        # settings from LEASEHOLD_* variables
 
-The front is uvicorn's httptools protocol (llhttp, Node's parser) on uvloop,
-subclassed in serving/front.py to hand Django the request's header names as
-the client sent them and to send metadata names back as stored: Azure keeps
-the case of metadata names (``x-ms-meta-BuildId`` reads back as
-``BuildId``), and granian, the previous front, cannot (hyper lower-cases
-header names both ways and has no option to keep them). serving/front.py also
-adds the header read timeout uvicorn lacks (LEASEHOLD_HEADER_TIMEOUT).
-
-Chosen by measurement (bench/README.md, "The HTTP front", has the figures):
-keeping case costs some lease throughput against granian on the same app,
-and writing a front of our own would not win it back (a prototype showed the
-same gap: it is in the handler's thread, not the front's parsing).
-``LEASEHOLD_FRONT=granian`` serves with granian for whoever prefers that
-speed to metadata name case.
-
-The interface is ASGI, not WSGI: a WSGI server hands a request to a Python
-thread once its headers are in, and that thread then blocks reading the
-body, so two clients trickling bodies held both workers and stalled every
-lease holder. Through ASGI the event loop of each worker receives the body
-whole (with time limits, a minimum rate and a size bound, serving/asgi.py)
-and only then runs the request in a thread of its lane (lease actions,
-reads, everything else), so slow clients cost memory and lanes keep lease
-actions apart from exports and uploads. Two worker processes use both cores
-of a small machine; more only add writer-lock hand-overs between processes.
-All workers share one database safely (the writer lock). uvicorn's
-supervisor restarts a worker that dies; SIGTERM stops the workers
-gracefully (requests in flight are answered, 10 s at most).
+uvicorn's httptools protocol on uvloop, subclassed in serving/front.py to
+keep header name case as Azure does and to bound what a request's head may
+be (docs/decisions/0002, 0011). The interface is ASGI so that each worker's
+event loop receives a body whole before a thread of its lane runs the
+request (docs/decisions/0003). ``LEASEHOLD_FRONT=granian`` serves with
+granian instead (faster, loses metadata name case). uvicorn's supervisor
+restarts a worker that dies; SIGTERM stops the workers gracefully.
 """
 
 from __future__ import annotations
@@ -39,25 +19,10 @@ import signal
 import socket
 import sys
 import time
+from typing import Any
 
-from leases.env import SettingError, env_bool, env_choice, env_int, env_log_level, env_str, or_exit
+from leases import conf
 
-# uvicorn keeps metadata name case (as Azure); granian is faster on the hot
-# path and loses it (see above).
-DEFAULT_FRONT = "uvicorn"
-
-
-def _bind() -> tuple[str, int]:
-    host, _, port = env_str("LEASEHOLD_BIND", "127.0.0.1:10000").rpartition(":")
-    if not host or not port.isdigit():
-        raise SystemExit("LEASEHOLD_BIND must be HOST:PORT, e.g. 127.0.0.1:10000")
-    return host.strip("[]"), int(port)
-
-
-def _header_timeout_ms() -> int:
-    from serving.front import header_timeout
-
-    return int(header_timeout() * 1000)
 
 
 def main() -> None:
@@ -73,13 +38,8 @@ def main() -> None:
         import tempfile
 
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="leasehold-metrics-")
-    try:
-        host, port = _bind()
-        level = env_log_level()
-        workers = env_int("LEASEHOLD_WORKERS", 2, at_least=1)
-        front = env_choice("LEASEHOLD_FRONT", DEFAULT_FRONT, ("uvicorn", "granian"))
-    except SettingError as err:  # the message names the variable; no traceback
-        raise SystemExit(str(err)) from None
+    settings = conf.or_exit()  # every variable read and checked: a bad one stops the start here
+    (host, port), level, workers = settings.bind, settings.log_level, settings.workers
     # Refuse an unmigrated, older-schema or read-only database, saying what to run.
     from leases.startup import refuse_unready_database
 
@@ -87,10 +47,10 @@ def main() -> None:
     # On PostgreSQL, one secret key for every instance (an admin login works on all of them).
     from leases import shared_secret
 
-    key = shared_secret.for_workers(env_str("LEASEHOLD_SECRET_KEY"))
+    key = shared_secret.for_workers(settings.secret_key)
     if key:
         os.environ["LEASEHOLD_SECRET_KEY"] = key  # the workers' settings read it
-    if front == "uvicorn":
+    if settings.front == "uvicorn":
         _serve_uvicorn(host, port, workers, level)
     else:  # loses metadata name case (module docstring)
         _serve_granian(host, port, workers, level)
@@ -99,11 +59,10 @@ def main() -> None:
 def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
     import uvicorn
 
-    from serving.front import KEEP_ALIVE_SECONDS, LeaseholdHttpProtocol, header_timeout
+    from serving.front import KEEP_ALIVE_SECONDS, LeaseholdHttpProtocol
 
-    header_timeout()  # a bad LEASEHOLD_HEADER_TIMEOUT stops the start here, not in every worker
-    worker_healthcheck = or_exit(env_int, "LEASEHOLD_WORKER_HEALTHCHECK", 30, at_least=1)
-    options = dict(
+    settings = conf.current()
+    options: dict[str, Any] = dict(
         host=host,
         port=port,
         # Two processes use both cores of a small machine; more only add
@@ -123,12 +82,12 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         # far past its cores that killed busy, healthy workers, both at once,
         # cutting every connection they held. Every wait in a worker is
         # bounded (LEASEHOLD_WRITE_WAIT), so only a real hang lasts this long.
-        timeout_worker_healthcheck=worker_healthcheck,
+        timeout_worker_healthcheck=settings.worker_healthcheck,
         server_header=False,
         # No X-Forwarded-* rewriting of the client's address (granian did none).
         proxy_headers=False,
         log_level=level,
-        access_log=env_bool("LEASEHOLD_ACCESS_LOG"),
+        access_log=settings.access_log,
     )
     config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
     if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
@@ -314,6 +273,8 @@ def _serve_granian(host: str, port: int, workers: int, level: str) -> None:
     from granian.http import HTTP1Settings
     from granian.log import LogLevels
 
+    settings = conf.current()
+
     Granian(
         "config.asgi:application",
         address=host,
@@ -324,9 +285,9 @@ def _serve_granian(host: str, port: int, workers: int, level: str) -> None:
         runtime_threads=1,
         http=HTTPModes.http1,
         websockets=False,
-        http1_settings=HTTP1Settings(keep_alive=True, header_read_timeout=_header_timeout_ms()),
+        http1_settings=HTTP1Settings(keep_alive=True, header_read_timeout=int(settings.header_timeout * 1000)),
         log_level=LogLevels(level),
-        log_access=env_bool("LEASEHOLD_ACCESS_LOG"),
+        log_access=settings.access_log,
         respawn_failed_workers=True,
         workers_kill_timeout=10,
     ).serve()

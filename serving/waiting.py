@@ -46,7 +46,7 @@ from serving import long_reads
 from serving.environ import wsgi_environ
 from leases import clock, waiting, wakeups
 from leases.azure.fastpath import takes
-from leases.env import env_int, or_exit
+from leases import conf
 
 log = logging.getLogger("leasehold.waiting")
 
@@ -74,8 +74,7 @@ class Waiters:
     """The waiting acquires of one worker process."""
 
     def __init__(self, bound: int | None = None):
-        self.bound = bound if bound is not None else or_exit(env_int, "LEASEHOLD_WAITERS_PER_PRINCIPAL", 1000,
-                                                             at_least=0)
+        self.bound = bound if bound is not None else conf.or_exit().waiters_per_principal
         self.lock = threading.Lock()  # places: reserved by the doors in lane threads
         self.places: dict[str, int] = {}
         self.queues: dict[str, _Queue] = {}

@@ -104,6 +104,22 @@ def _flush_as_the_tests_need_it():
 
 
 @pytest.fixture
+def leasehold_env(monkeypatch):
+    """leasehold_env(NAME=value, ...): set LEASEHOLD_* variables and read the
+    settings again (leases/conf.py reads them once a process); restored after."""
+    from leases import conf
+
+    def setenv(**values: str):
+        for name, value in values.items():
+            monkeypatch.setenv(name, value)
+        return conf.reload()
+
+    yield setenv
+    monkeypatch.undo()
+    conf.reload()
+
+
+@pytest.fixture
 def clock():
     """Move server time with clock.advance(seconds); reset after the test."""
     lease_clock.reset()

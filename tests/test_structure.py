@@ -70,7 +70,8 @@ LAYERS = {
     "leases.faults": PURE,
     "leases.logformat": PURE,
     "leases.timing": PURE,  # bench-only request timings, stdlib only
-    "leases.env": PURE,  # LEASEHOLD_* variables, typed
+    "leases.env": PURE,  # parsers of LEASEHOLD_* values
+    "leases.conf": PURE,  # the settings object: every LEASEHOLD_* variable, read once
     "leases.lease_params": PURE,  # lease ids and numbers as the doors receive them
     "leases.client_headers": PURE,  # request ids and metadata header names, for both doors
     "leases.waiting": PURE,  # an acquire that waits: the doors' part

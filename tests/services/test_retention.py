@@ -14,7 +14,9 @@ from django.db import connection
 
 from leases import duties, retention, selectors, services
 from leases.models import HistoryHorizon, LeaseEvent
-from leases.retention import Policy, parse_duration
+from leases import conf
+from leases.env import parse_duration
+from leases.retention import Policy
 from leases.services import Actor, ResourceRef
 
 pytestmark = pytest.mark.also_postgres
@@ -38,11 +40,11 @@ def test_keep_forever(text):
 @pytest.mark.parametrize("text", ["-1d", "7w", "abc", "1d2h", "d"])
 def test_bad_durations_are_refused_with_the_variable_named(text):
     with pytest.raises(ValueError, match="LEASEHOLD_RETENTION_RENEWALS"):
-        Policy.from_environment({"LEASEHOLD_RETENTION_RENEWALS": text})
+        conf.load({"LEASEHOLD_RETENTION_RENEWALS": text})
 
 
 def test_default_policy_keeps_everything():
-    policy = Policy.from_environment({})
+    policy = Policy.from_settings(conf.load({}))
     assert not policy.prunes and policy.horizon(services.clock.now()) is None
 
 
@@ -108,12 +110,12 @@ def test_holder_at_answers_for_the_kept_period(timeline):
     assert held is not None and held["holder"] == APP.name and held["until"] is None
 
 
-def test_the_command_prunes_by_the_policy_and_its_options(timeline, monkeypatch, capsys):
+def test_the_command_prunes_by_the_policy_and_its_options(timeline, leasehold_env, capsys):
     _, now = timeline
     everything = kept()
     call_command("leasehold_prune")
     assert "keeps every event" in capsys.readouterr().out and kept() == everything
-    monkeypatch.setenv("LEASEHOLD_RETENTION_RENEWALS", "1m")
+    leasehold_env(LEASEHOLD_RETENTION_RENEWALS="1m")
     call_command("leasehold_prune", "--no-pause")
     out = capsys.readouterr().out
     remaining = [e for e in everything if e[0] != "renew" or e[2] == now]

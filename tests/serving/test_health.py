@@ -138,10 +138,10 @@ def _failure_record():
 
 
 @pytest.mark.parametrize("tracebacks", ["", "1"])
-def test_text_log_line_carries_the_cause(monkeypatch, tracebacks):
+def test_text_log_line_carries_the_cause(leasehold_env, tracebacks):
     from leases.logformat import OneLineFormatter
 
-    monkeypatch.setenv("LEASEHOLD_LOG_TRACEBACKS", tracebacks)
+    leasehold_env(LEASEHOLD_LOG_TRACEBACKS=tracebacks)
     text = OneLineFormatter().format(_failure_record())
     first, *rest = text.split("\n")
     assert first.endswith("ERROR django.request: Internal Server Error: /devstoreaccount1/c | cause: "

@@ -57,11 +57,11 @@ def test_metrics_are_protected_like_the_history(azure_server, transactional_db):
                         timeout=30).status_code == 200
 
 
-def test_metrics_name_the_instance(azure_server, transactional_db, monkeypatch):
+def test_metrics_name_the_instance(azure_server, transactional_db, leasehold_env):
     import os
     import socket
 
-    monkeypatch.setenv("LEASEHOLD_INSTANCE", "east-1")
+    leasehold_env(LEASEHOLD_INSTANCE="east-1")
     samples = scrape(azure_server, bearer(superuser=True, name="root"))
     assert value(samples, "leasehold_instance_info", instance="east-1", hostname=socket.gethostname(),
                  pid=str(os.getpid())) == 1

@@ -47,9 +47,8 @@ def test_the_long_reads_are_the_two_history_exports():
 
 
 @pytest.fixture
-def front(monkeypatch):
-    monkeypatch.setenv("LEASEHOLD_BODY_IDLE_TIMEOUT", "0.2")
-    monkeypatch.setenv("LEASEHOLD_BODY_MIN_RATE", "1000000")
+def front(leasehold_env):
+    leasehold_env(LEASEHOLD_BODY_IDLE_TIMEOUT="0.2", LEASEHOLD_BODY_MIN_RATE="1000000")
     return LeaseholdASGI(app=None)
 
 

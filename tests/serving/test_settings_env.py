@@ -1,9 +1,13 @@
-"""LEASEHOLD_* variables are read through leases/env.py: every bad value is
+"""LEASEHOLD_* variables are read once, into one typed object
+(leases/conf.py), through the parsers of leases/env.py: every bad value is
 refused with a message naming the variable, an unset or empty one takes the
-default, and the settings module stops the start on a bad value."""
+default, the settings module stops the start on a bad value, nothing else
+reads the environment, and the configuration reference lists exactly the
+variables read."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -13,6 +17,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from leases import conf
 from leases.env import SettingError, env_bool, env_choice, env_float, env_int, env_log_level, env_str
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,3 +147,75 @@ def test_the_secret_key_is_made_once_whole_and_private_even_by_processes_startin
     assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".secret_key")] == []  # no temporary left
     assert _settings_in(tmp_path).stdout.strip() == stored  # read again, not made again
+
+
+# ------------------------------------------------------------------ one settings object
+
+DOCUMENTED = re.compile(r"^\| `(LEASEHOLD_[A-Z_]+)` \|", re.M)
+TEST_ONLY = {"LEASEHOLD_SCREENS"}  # read by the browser tests (tests/browser), not the server
+
+
+def test_the_reference_lists_exactly_the_variables_read():
+    documented = DOCUMENTED.findall((REPO / "docs/reference/configuration.md").read_text())
+    assert len(documented) == len(set(documented))
+    assert set(documented) - TEST_ONLY == set(conf.variables())
+    assert all(any(name in p.read_text() for p in (REPO / "tests").rglob("*.py")) for name in TEST_ONLY)
+
+
+def test_defaults_and_typed_values():
+    defaults = conf.load({"LEASEHOLD_VAR_DIR": "/srv/lh"})
+    assert defaults.database == "/srv/lh/leasehold.sqlite3" and defaults.bind == ("127.0.0.1", 10000)
+    assert defaults.lease_threads is None and defaults.retention_renewals is None and not defaults.on_postgres
+    given = conf.load({"LEASEHOLD_BIND": "[::1]:8080", "LEASEHOLD_THREADS": "3", "LEASEHOLD_RETENTION_EVENTS": "2h",
+                       "LEASEHOLD_WATCHED_LEASES": " a/c , a/c/b/ ", "LEASEHOLD_DATABASE": "postgresql://h/db"})
+    assert given.bind == ("::1", 8080) and given.lease_threads == 3 and given.on_postgres
+    assert given.retention_events is not None and given.retention_events.total_seconds() == 7200
+    assert given.watched_leases == ("a/c", "a/c/b")
+
+
+@pytest.mark.parametrize("name, value", [("LEASEHOLD_BIND", "10000"), ("LEASEHOLD_BIND", "h:99999"),
+                                         ("LEASEHOLD_THREADS", "0"), ("LEASEHOLD_WATCHED_LEASES", "nameless"),
+                                         ("LEASEHOLD_RETENTION_BATCH", "0"), ("LEASEHOLD_HEADER_TIMEOUT", "0")])
+def test_load_refuses_a_bad_value_naming_it(name, value):
+    with pytest.raises(SettingError, match=name):
+        conf.load({name: value})
+
+
+def _reads_the_environment(path: Path) -> list[str]:
+    """Places in ``path`` that read a LEASEHOLD_* variable, or use the
+    parsers of leases/env.py, other than through leases/conf.py."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("env") and any(
+                alias.name.startswith("env_") for alias in node.names):
+            found.append(f"{path.name}:{node.lineno} imports {node.module}'s parsers")
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(("environ.get", "getenv")):
+            named = node.args[0] if node.args else None
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and \
+                ast.unparse(node.value).endswith("environ"):
+            named = node.slice
+        else:
+            continue
+        if isinstance(named, ast.Constant) and str(named.value).startswith("LEASEHOLD_"):
+            found.append(f"{path.name}:{node.lineno} reads {named.value}")
+    return found
+
+
+def test_nothing_but_the_settings_object_reads_the_environment():
+    sources = [p for top in ("leases", "serving", "config") for p in (REPO / top).rglob("*.py")
+               if p.relative_to(REPO).as_posix() not in ("leases/conf.py", "leases/env.py")]
+    assert [hit for path in sources for hit in _reads_the_environment(path)] == []
+
+
+@pytest.mark.parametrize("source", ['import os\nx = os.environ.get("LEASEHOLD_X")\n',
+                                    'import os\nx = os.getenv("LEASEHOLD_X", "1")\n',
+                                    'import os\nx = os.environ["LEASEHOLD_X"]\n',
+                                    'from leases.env import env_int\n'])
+def test_a_stray_environment_read_is_found(tmp_path, source):
+    (tmp_path / "stray.py").write_text(source)
+    assert len(_reads_the_environment(tmp_path / "stray.py")) == 1
+
+
+def test_setting_a_variable_for_a_child_is_not_a_read(tmp_path):
+    (tmp_path / "child.py").write_text('import os\nos.environ["LEASEHOLD_X"] = "1"\nenv = dict(LEASEHOLD_Y="0")\n')
+    assert _reads_the_environment(tmp_path / "child.py") == []

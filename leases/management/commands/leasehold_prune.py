@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from leases import clock, duties, retention
+from leases.env import parse_duration
 
 
 class Command(BaseCommand):
@@ -29,9 +30,9 @@ class Command(BaseCommand):
             policy = retention.policy()
             changes = {}
             if renewals is not None:
-                changes["renewals"] = retention.parse_duration(renewals, "--renewals")
+                changes["renewals"] = parse_duration(renewals, "--renewals")
             if events is not None:
-                changes["events"] = retention.parse_duration(events, "--events")
+                changes["events"] = parse_duration(events, "--events")
             if batch is not None:
                 if batch < 1:
                     raise ValueError("--batch must be at least 1")

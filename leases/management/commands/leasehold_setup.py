@@ -7,7 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from leases.env import env_str
+from leases import conf
 from leases.services import account_ensure
 
 DEV_ACCOUNT = "devstoreaccount1"
@@ -64,7 +64,7 @@ class Command(BaseCommand):
         User = get_user_model()
         if User.objects.filter(is_superuser=True).exists() and not reset_admin_password:
             return
-        password = admin_password or env_str("LEASEHOLD_ADMIN_PASSWORD")
+        password = admin_password or conf.current().admin_password
         shown = password is None
         password = password or secrets.token_urlsafe(12)
         user = User.objects.filter(username=admin_user).first()

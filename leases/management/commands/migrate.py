@@ -19,7 +19,7 @@ import time
 from django.core.management.commands.migrate import Command as DjangoMigrate
 from django.db import OperationalError, connections
 
-from leases.env import env_float
+from leases import conf
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
 PAUSE = 1.0  # seconds between tries: lease requests run meanwhile
@@ -27,7 +27,7 @@ PAUSE = 1.0  # seconds between tries: lease requests run meanwhile
 
 def lock_wait() -> float:
     """Seconds a migration's statement may wait for a table's lock."""
-    return max(0.05, min(0.5, env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0) / 4))
+    return max(0.05, min(0.5, conf.current().write_wait / 4))
 
 
 class Command(DjangoMigrate):

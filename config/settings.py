@@ -120,7 +120,7 @@ TEMPLATES = [{
 
 def _postgres(spec: str) -> dict:
     """A libpq URL, handed to the driver whole: several hosts, their ports,
-    target_session_attrs, sslmode, connect_timeout, ... (leases/pg_backend
+    target_session_attrs, sslmode, connect_timeout, ... (engines/postgres/
     adds the timeouts the URL does not set). One that libpq cannot read
     stops the start with the reason, the URL itself (its password) not shown."""
     try:
@@ -137,7 +137,7 @@ def _postgres(spec: str) -> dict:
     if not params.get("dbname"):
         raise SettingError("LEASEHOLD_DATABASE must name the database: postgresql://user@host:5432/DATABASE")
     return {
-        "ENGINE": "leases.pg_backend",
+        "ENGINE": "engines.postgres",
         "NAME": params["dbname"],
         "CONN_MAX_AGE": 60,
         # Seconds a lease request may wait for the database before 503 ServerBusy:
@@ -158,7 +158,7 @@ def _database(spec: str) -> dict:
     mmap_bytes = LEASEHOLD.sqlite_mmap_mb * 2**20
     checkpoint_interval = LEASEHOLD.sqlite_checkpoint_interval
     return {
-        "ENGINE": "leases.sqlite_backend",
+        "ENGINE": "engines.sqlite",
         "NAME": path,
         # Keep each worker's (thread's) connection open. With the default 0
         # every request reconnects and re-runs the PRAGMAs, and closing the
@@ -178,7 +178,7 @@ def _database(spec: str) -> dict:
                 "PRAGMA cache_size=-20000;"
                 f"PRAGMA mmap_size={mmap_bytes};"
                 "PRAGMA journal_size_limit=67108864;"
-                # Checkpoints run in a thread of their own (leases.sqlite_backend),
+                # Checkpoints run in a thread of their own (engines.sqlite),
                 # not inside a request's commit; this only bounds the WAL if
                 # that thread falls behind.
                 f"PRAGMA wal_autocheckpoint={10000 if checkpoint_interval else 1000}"
@@ -186,10 +186,10 @@ def _database(spec: str) -> dict:
             # Seconds between background WAL checkpoints; 0: in the commits, as SQLite does.
             "checkpoint_interval": checkpoint_interval,
             # With FULL: fsync the WAL after releasing the writer lock, before
-            # the commit returns, instead of inside COMMIT (leases.sqlite_backend).
+            # the commit returns, instead of inside COMMIT (engines.sqlite).
             "sync_outside_lock": LEASEHOLD.sqlite_sync_outside_lock,
             # Seconds a writer waits for the writer lock before it is refused
-            # with 503 ServerBusy (leases.sqlite_backend); bounds every busy wait.
+            # with 503 ServerBusy (engines.sqlite); bounds every busy wait.
             "write_wait": LEASEHOLD.write_wait,
         },
         # One file per test run, so parallel runs on one machine never collide.

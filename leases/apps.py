@@ -14,3 +14,12 @@ class LeasesConfig(AppConfig):
         # A migration that rebuilds the history table drops its append-only
         # triggers (SQLite); every migrate puts them back.
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="leases.history_triggers")
+        # What the database engines report: /metrics' histograms, the bench's timings.
+        from engines import hooks
+
+        from . import metrics, timing
+
+        hooks.observe_writer_lock_wait = metrics.observe_writer_lock_wait
+        hooks.observe_fsync = metrics.observe_fsync
+        if timing.ENABLED:
+            hooks.mark, hooks.record = timing.mark, timing.write

@@ -52,7 +52,7 @@ from django.db.models import Exists, OuterRef, Q
 from . import clock
 from . import conf
 from .models import Blob, BlobChunk, BlobContent
-from .sqlite_backend.busy import is_writer_busy, received_at
+from engines.busy import is_writer_busy, received_at
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The one clock seam: lease time.
 
 Lease time is the database's: on PostgreSQL its ``clock_timestamp()``, read
-in the statement that locks the row (leases.storage.dbclock), so that several
+in the statement that locks the row (leases.sql.dbclock), so that several
 server instances, whatever their own clocks say, decide by one clock; on
 SQLite the machine's clock, read once per transaction, after the writer
 lock. ``decide()`` turns such a reading into the time of a decision.

@@ -20,9 +20,11 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import F, Q
 
-from . import clock, faults, pg_backend
+from engines import postgres
+
+from . import clock, faults
 from .models import LeaseClock
-from .storage import dbclock
+from .sql import dbclock
 
 log = logging.getLogger("leasehold.clock")
 
@@ -85,7 +87,7 @@ class Watcher(threading.Thread):
     """The reading, once a second; also this process's watch on the
     database: a reading that fails, or takes longer than ``answer_within``,
     means no primary answers (PostgreSQL), and every connection of the
-    process is dropped at once (leases/pg_backend), so that no request
+    process is dropped at once (engines/postgres/), so that no request
     waits on a hung server and new connections find the new primary."""
 
     def __init__(self, answer_within: float):
@@ -98,7 +100,7 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         while not self.stopping.is_set():
             try:
-                with pg_backend.bounded(self.answer_within):
+                with postgres.bounded(self.answer_within):
                     tick()
                 self._answered()
             except DatabaseError as exc:
@@ -119,7 +121,7 @@ class Watcher(threading.Thread):
         if self.down is None:
             self.down = fault.detail if fault else str(exc)
             if connection.vendor == "postgresql":
-                pg_backend.drop_all(f"the database's clock could not be read ({self.down})")
+                postgres.drop_all(f"the database's clock could not be read ({self.down})")
         log.debug("clock: no reading: %s", exc)
 
     def _answered(self) -> None:

@@ -23,7 +23,9 @@ from django.http import HttpResponse, JsonResponse
 from django.views.decorators.http import require_safe
 from rest_framework.permissions import BasePermission
 
-from . import clockwatch, faults, history_triggers, metrics, pg_backend
+from engines import postgres
+
+from . import clockwatch, faults, history_triggers, metrics
 from .api.base import ApiView
 
 log = logging.getLogger("leasehold.health")
@@ -95,7 +97,7 @@ def readiness_warnings(conn=connection) -> list[str]:
 @require_safe
 def ready(request):
     # A hung database answers a probe in about half the writer's wait (503), not never.
-    with pg_backend.bounded(max(1.0, float(connection.settings_dict["OPTIONS"].get("write_wait") or 5) / 2)):
+    with postgres.bounded(max(1.0, float(connection.settings_dict["OPTIONS"].get("write_wait") or 5) / 2)):
         problems = readiness_problems()
         warnings = [] if problems else readiness_warnings()
     if problems:

@@ -29,7 +29,7 @@ def problems(using: str = "default") -> list[str]:
         if str(path) != ":memory:" and not path.exists():
             return [f"the database {path} does not exist: {MIGRATE}"]
     # The master process checks, then forks the workers: no checkpoint thread
-    # (leases.sqlite_backend) for this short-lived connection.
+    # (engines.sqlite) for this short-lived connection.
     options = conn.settings_dict.setdefault("OPTIONS", {})
     interval = options.pop("checkpoint_interval", None)
     try:

@@ -62,19 +62,20 @@ from serving.environ import wsgi_environ as _environ
 from serving.lease_batch import LeaseBatcher
 from serving.lanes import Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
-from leases import clockwatch, pg_backend, retention, timing, waiting
+from engines import postgres
+from leases import clockwatch, retention, timing, waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
-from leases.storage.transactions import commits_together
+from leases.sql.transactions import commits_together
 from leases import conf
-from leases.sqlite_backend.busy import received_at
+from engines.busy import received_at
 
 # The event loop writes lean lease batches itself when the writer is free
 # (serving/lease_batch.py): deliberately, without ever waiting for a lock
 # (busy.at_once). Django refuses database calls from a thread running an
 # event loop unless told that this is meant.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-# A server process: on PostgreSQL every statement and lock wait is bounded (leases/pg_backend).
+# A server process: on PostgreSQL every statement and lock wait is bounded (engines/postgres/).
 
 SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 API_LEASES = "/api/v1/leases/"
@@ -94,10 +95,10 @@ class LeaseholdASGI:
         (batched) instead of ``app`` (only where ``app`` is Leasehold's own)."""
         self.app = app
         self.lean_path = lean_path
-        pg_backend.serving()  # a server process: on PostgreSQL every statement and lock wait is bounded
+        postgres.serving()  # a server process: on PostgreSQL every statement and lock wait is bounded
         # On PostgreSQL a write waits for its row's lock, not the database's:
         # more threads, one per row at a time (serving/lanes.py).
-        self.row_locks = settings.DATABASES["default"]["ENGINE"] == "leases.pg_backend"
+        self.row_locks = settings.DATABASES["default"]["ENGINE"] == "engines.postgres"
         own = conf.or_exit()
         more = 4 if self.row_locks else 1
         self.write_wait = own.write_wait
@@ -278,7 +279,7 @@ class LeaseholdASGI:
         first statement (503 ServerBusy), as SQLite's writer lock refuses it."""
         if not self.row_locks or environ.get("leasehold.lane") == "read":
             return contextlib.nullcontext()
-        return pg_backend.writes_by(environ["leasehold.received_at"] + self.write_wait)
+        return postgres.writes_by(environ["leasehold.received_at"] + self.write_wait)
 
     def commits_together(self) -> bool:
         if self._commits_together is None:

@@ -57,7 +57,7 @@ import threading
 import time
 
 from leases import timing
-from leases.sqlite_backend.busy import WouldWait, at_once, received_at
+from engines.busy import WouldWait, at_once, received_at
 
 MAX_BATCH = 64
 

@@ -229,7 +229,7 @@ class Waiters:
     async def _listen_postgres(self) -> None:
         import psycopg
 
-        from leases.pg_backend.base import side_connection
+        from engines.postgres.base import side_connection
 
         conninfo, params = side_connection(settings.DATABASES["default"])
         while True:

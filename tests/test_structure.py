@@ -1,11 +1,12 @@
 """The shape of the code, checked on every run (issue 16), so that it stays
 a house a newcomer can find their way in:
 
-(a) no module under leases/, serving/, config/ or client/leasehold_client/
+(a) no module under leases/, engines/, serving/, config/ or client/leasehold_client/
     is over MAX_LINES lines (migrations excepted: Django writes them), and
     config/ (wiring) is under CONFIG_LINES in all;
 (b) no import reaches up a layer: the pure state machine and its pure
-    helpers < models and storage < services and selectors < the doors <
+    helpers < the database engines (engines/, which import nothing of
+    Leasehold) < models and storage < services and selectors < the doors <
     serving (serving/: the server, its lanes and front) < the wiring
     (config/, leases/apps.py); the doors never import each other, serving
     reaches the doors through one seam (SERVING_SEAM), and no modules
@@ -37,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------ (a) module size
 
 MAX_LINES = 400
-SIZED = ("leases", "serving", "config", "client/leasehold_client")
+SIZED = ("leases", "engines", "serving", "config", "client/leasehold_client")
 CONFIG_LINES = 400  # config/ is wiring: settings, URLs, entry points of a few lines
 
 # Over MAX_LINES today.
@@ -50,8 +51,8 @@ OVERSIZED_ALLOWED = {
 
 # ------------------------------------------------------------------ (b) layers
 
-PURE, MODELS, SERVICES, DOOR, SERVING, WIRING = range(6)
-LAYER_NAMES = ("pure", "models/storage", "services/selectors", "door", "serving", "wiring")
+PURE, ENGINE, MODELS, SERVICES, DOOR, SERVING, WIRING = range(7)
+LAYER_NAMES = ("pure", "engine", "models/storage", "services/selectors", "door", "serving", "wiring")
 
 # Every module under leases/ and config/ is in one layer: the longest
 # matching prefix (whole dotted components) decides. A new module fails the
@@ -80,9 +81,8 @@ LAYERS = {
     "leases.tokens": MODELS,
     "leases.history_triggers": MODELS,
     "leases.migrations": MODELS,
-    "leases.sqlite_backend": MODELS,
-    "leases.pg_backend": MODELS,  # the PostgreSQL engine: bounded calls, broken connections replaced
-    "leases.storage": MODELS,
+    "leases.sql": MODELS,  # the SQL beneath the services: statements, lease time, transactions
+    "leases.busy": MODELS,  # the writer busy past the wait, as the doors answer it
     "leases.blob_content": MODELS,  # large content in chunks: staged, live, released
     # Services (write transactions) and selectors (reads), and what runs
     # beside them: retention, metrics, keyset paging, the startup check.
@@ -103,6 +103,8 @@ LAYERS = {
     "leases.admin": DOOR,
     "leases.management": DOOR,
     "leases.health": DOOR,  # /health and /metrics
+    # The database engines: Django backends that import nothing of Leasehold.
+    "engines": ENGINE,
     # The server: processes, the ASGI front, lanes, batches, waiting acquires.
     "serving": SERVING,
     # What puts it together.
@@ -115,23 +117,20 @@ SERVING_SEAM = {"leases.azure.fastpath", "leases.azure.handler"}
 # What the pure layer may take from Django: exception classes only (a pure
 # settings helper may raise ImproperlyConfigured).
 PURE_MAY_IMPORT = ("django.core.exceptions",)
-PACKAGES = ("leases", "serving", "config")
-# The storage module(s) issue 16 adds (leases/storage.py, leases/storage/, ...).
-STORAGE_MODULE = re.compile(r"leases\.storage\w*(\.|$)")
+PACKAGES = ("leases", "engines", "serving", "config")
+# The storage module(s) beneath the services (leases/sql/, ...).
+STORAGE_MODULE = re.compile(r"leases\.(sql|storage)\w*(\.|$)")
 
 # Imports against the layers today: (importer, imported module).
 LAYERING_ALLOWED = {
     # /metrics authenticates as the JSON API does, with its ApiView.
     ("leases.health", "leases.api.base"),
-    # The SQLite backend reports the writer lock's wait and the fsync to the
-    # metrics module's counters, which also reads models for its gauges.
-    ("leases.sqlite_backend.base", "leases.metrics"),
 }
 
 # ------------------------------------------------------------------ (c) private Django names
 
 # The storage layer: the only place allowed Django's internals.
-STORAGE_PATHS = ("leases/sqlite_backend/", "leases/pg_backend/", "leases/storage")
+STORAGE_PATHS = ("engines/", "leases/sql/", "leases/storage")
 # Django's internal modules (besides any with a _private component).
 DJANGO_INTERNAL_MODULES = ("django.db.models.sql", "django.db.backends")
 DJANGO_PUBLIC_MODULES = ("django.db.backends.signals",)  # connection_created, documented
@@ -259,7 +258,9 @@ def layering_violations(root: Path = REPO) -> list[tuple[str, str, str]]:
             theirs = layer_of(imp.module)
             if theirs is None:
                 continue  # reported as unplaced when its own file is checked
-            if theirs > own:
+            if own == ENGINE and theirs != ENGINE:
+                why = "an engine imports Leasehold (report through engines.hooks instead)"
+            elif theirs > own:
                 why = f"{LAYER_NAMES[own]} imports {LAYER_NAMES[theirs]}"
             elif own == theirs == DOOR and door_of(importer) != door_of(imp.module):
                 why = "one door imports another"
@@ -405,7 +406,7 @@ def private_django_uses(path: Path, root: Path) -> list[tuple[str, int, str]]:
 def private_django_outside_storage(root: Path = REPO) -> list[tuple[str, str, str]]:
     """(path, name, where and how) outside the storage layer."""
     found = []
-    for path in source_files(root, "leases", "config"):
+    for path in source_files(root, "leases", "engines", "config"):
         where = rel(path, root)
         if where.startswith(STORAGE_PATHS):
             continue
@@ -458,9 +459,12 @@ def test_an_oversized_module_is_found(tmp_path):
      "(services/selectors imports door)"),
     ({"leases/api/serializers.py": "from leases.admin.display import state\n", "leases/admin/display.py": ""},
      "leases/api/serializers.py:1: leases.api.serializers -> leases.admin.display (one door imports another)"),
-    ({"leases/storage.py": "from leases.services import Actor\n", "leases/services.py": ""},
-     "leases/storage.py:1: leases.storage -> leases.services (models/storage imports services/selectors)"),
+    ({"leases/sql.py": "from leases.services import Actor\n", "leases/services.py": ""},
+     "leases/sql.py:1: leases.sql -> leases.services (models/storage imports services/selectors)"),
     ({"leases/newthing.py": ""}, "leases/newthing.py is in no layer: place it in LAYERS"),
+    ({"engines/sqlite/base.py": "from leases import timing\n", "leases/timing.py": ""},
+     "engines/sqlite/base.py:1: engines.sqlite.base -> leases.timing "
+     "(an engine imports Leasehold (report through engines.hooks instead))"),
 ])
 def test_an_import_against_the_layers_is_found(tmp_path, files, expected):
     assert expected in [why for _, _, why in layering_violations(source_tree(tmp_path, files))]
@@ -498,7 +502,7 @@ def test_a_private_django_name_is_found(tmp_path, source, expected):
     root = source_tree(tmp_path, {"leases/services.py": source})
     assert expected in [name for _, name, _ in private_django_outside_storage(root)]
     # ... and allowed in the storage layer.
-    root = source_tree(tmp_path / "storage", {"leases/storage.py": source, "leases/sqlite_backend/base.py": source})
+    root = source_tree(tmp_path / "storage", {"leases/sql/statements.py": source, "engines/sqlite/base.py": source})
     assert private_django_outside_storage(root) == []
 
 

@@ -15,7 +15,7 @@ from django.urls import path, reverse
 
 from leases.errors import LeaseholdError
 from leases.services import lease_break, lease_release
-from leases.sqlite_backend.busy import is_writer_busy
+from engines.busy import is_writer_busy
 
 from . import display
 from .busy import MESSAGE as BUSY_MESSAGE

@@ -22,7 +22,7 @@ from rest_framework import exceptions as drf
 from .. import faults
 from ..logformat import mark_fault_logged
 from ..errors import MESSAGES, LeaseholdError
-from ..sqlite_backend.busy import server_busy
+from ..busy import server_busy
 
 log = logging.getLogger("leasehold.api")
 

@@ -11,7 +11,7 @@ from rest_framework import exceptions as drf
 from .. import clock, faults
 from ..logformat import mark_fault_logged
 from ..errors import LeaseholdError
-from ..sqlite_backend.busy import server_busy
+from ..busy import server_busy
 from . import wire
 
 log = logging.getLogger("leasehold.azure")

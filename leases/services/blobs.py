@@ -13,7 +13,7 @@ from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration, new_etag
-from ..storage import dbclock
+from ..sql import dbclock
 from .access import _after_blob_write, _check_access, _committing_refusals, _ended_by_delete, _reading
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
 

@@ -12,7 +12,7 @@ from .. import metadata as metadata_rules
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Account, Blob, Container, FencingGeneration, new_etag
-from ..storage import dbclock
+from ..sql import dbclock
 from .access import _check_access, _committing_refusals, _ended_by_delete, _reading
 from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 

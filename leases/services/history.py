@@ -8,8 +8,8 @@ from django.db import transaction
 
 from ..errors import LeaseholdError
 from ..models import LeaseEvent
-from ..storage import dbclock
-from ..storage.statements import RowInsert
+from ..sql import dbclock
+from ..sql.statements import RowInsert
 from .common import Actor, ResourceRef
 
 EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection

@@ -14,8 +14,8 @@ from .. import machine, metrics, wakeups
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration
-from ..storage import dbclock, statements
-from ..storage.transactions import write_together, write_transaction
+from ..sql import dbclock, statements
+from ..sql.transactions import write_together, write_transaction
 from .access import _recording_refusal
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
 from .history import EVENTS, _event_finish, _event_start
@@ -57,7 +57,7 @@ _DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease
 def _load_for_lease(ref: ResourceRef, conn, cursor):
     """``_load(ref, for_update=True)`` in one compiled statement, and the
     time of the decision, read once the row is locked (on PostgreSQL by
-    that same statement: leases.storage.dbclock): (row, time)."""
+    that same statement: leases.sql.dbclock): (row, time)."""
     also = dbclock.lock_columns(conn)
     if ref.blob is None:
         obj, extra = _locked(Container, (ref.account, ref.container), also, conn, cursor)

@@ -14,7 +14,7 @@ from django.db import connection
 from leases import machine
 from leases.admin import lease_actions
 from leases.models import LeaseEvent
-from leases.sqlite_backend.base import writer_lock_path
+from engines.sqlite.base import writer_lock_path
 
 
 

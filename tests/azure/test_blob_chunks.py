@@ -22,7 +22,7 @@ from leases.blob_content import CHUNK_BYTES
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT
 from leases.models import Blob, BlobChunk, BlobContent, LeaseEvent
 from leases.services import Actor, ResourceRef
-from leases.sqlite_backend.base import writer_lock_path
+from engines.sqlite.base import writer_lock_path
 
 from tests import azure_raw
 

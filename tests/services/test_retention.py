@@ -312,7 +312,7 @@ def test_online_backup_while_leases_are_renewed(transactional_db, clock, tmp_pat
     copy.close()
     from django.db import connections
 
-    from leases.sqlite_backend.base import DatabaseWrapper
+    from engines.sqlite.base import DatabaseWrapper
 
     probe = connections["probe"] = DatabaseWrapper({**connection.settings_dict, "NAME": str(target)}, alias="probe")
     try:

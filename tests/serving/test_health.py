@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from leases import health
-from leases.sqlite_backend.base import DatabaseWrapper
+from engines.sqlite.base import DatabaseWrapper
 
 sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite files made by the test")
 

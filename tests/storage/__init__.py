@@ -1,4 +1,4 @@
-"""Tests of the storage layer (leases/storage, leases/sqlite_backend)."""
+"""Tests of the storage layer (leases/sql and the engines, engines/)."""
 
 import fcntl
 import os

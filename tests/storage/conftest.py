@@ -10,13 +10,13 @@ import pytest
 @pytest.fixture
 def no_background_checkpoints(monkeypatch):
     """This process's WAL checkpoint thread for the test's database
-    (leases/sqlite_backend/checkpoints.py) takes the writer lock for a
+    (engines/sqlite/checkpoints.py) takes the writer lock for a
     moment every round (0.1 s): stopped for the test, and none started by a
     connection the test opens, so that "the lock is free" is about the
     transaction's own lock whatever the machine's load; started again after."""
     from django.db import connection
 
-    from leases.sqlite_backend.checkpoints import _checkpointers, _checkpointers_lock, ensure_checkpointer
+    from engines.sqlite.checkpoints import _checkpointers, _checkpointers_lock, ensure_checkpointer
 
     monkeypatch.setitem(connection.settings_dict["OPTIONS"], "checkpoint_interval", 0)
     with _checkpointers_lock:

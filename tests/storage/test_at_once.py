@@ -20,8 +20,8 @@ from django.db import connection
 from leases import services
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
-from leases.sqlite_backend.base import writer_lock_path
-from leases.sqlite_backend.busy import WouldWait, at_once, must_not_wait
+from engines.sqlite.base import writer_lock_path
+from engines.busy import WouldWait, at_once, must_not_wait
 from tests.storage import lock_is_free
 
 REF = ResourceRef("devstoreaccount1", "atonce", "b")

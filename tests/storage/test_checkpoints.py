@@ -1,4 +1,4 @@
-"""WAL checkpoints off the request path (leases.sqlite_backend.Checkpointer):
+"""WAL checkpoints off the request path (engines.sqlite.Checkpointer):
 a thread copies the WAL back into the database file, so commits -- which
 hold the writer lock -- no longer do it themselves."""
 
@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
-from leases.sqlite_backend.base import Checkpointer, _checkpointers
+from engines.sqlite.base import Checkpointer, _checkpointers
 from tests.storage import lock_is_free
 
 
@@ -145,7 +145,7 @@ def test_the_pass_under_the_writer_lock_copies_at_most_a_bounded_number_of_frame
     # the writers: copying all of them under the writer lock held every lease
     # commit back for as long. The round looks first and leaves them to the
     # passes beside the writers.
-    from leases.sqlite_backend.checkpoints import LOCKED_FRAMES, frames_to_copy
+    from engines.sqlite.checkpoints import LOCKED_FRAMES, frames_to_copy
 
     path = str(tmp_path / "db.sqlite3")
     writer = _wal_database(path)
@@ -202,7 +202,7 @@ def test_reading_the_wal_index_keeps_this_processs_locks_on_it(tmp_path):
     # -shm file dropped the connections' locks: the next process to connect
     # took itself for the first, truncated the index under everybody's
     # memory maps, and both server workers died of SIGBUS.
-    from leases.sqlite_backend.checkpoints import frames_to_copy
+    from engines.sqlite.checkpoints import frames_to_copy
 
     path = str(tmp_path / "db.sqlite3")
     con = _wal_database(path)

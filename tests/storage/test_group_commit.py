@@ -1,4 +1,4 @@
-"""Group commit (leases/sqlite_backend): transactions of concurrent threads
+"""Group commit (engines/sqlite/): transactions of concurrent threads
 share one commit, yet each keeps its own result, its own failure, and is
 durable before its caller returns."""
 

@@ -61,7 +61,7 @@ def _shape(sql: str) -> str:
 
 def _transaction(*writes: str) -> list[str]:
     """The statements of one lease transaction: the fsync is taken outside
-    the writer lock (leases.sqlite_backend), so the transaction itself runs
+    the writer lock (engines.sqlite), so the transaction itself runs
     at synchronous=NORMAL and the connection returns to FULL after it."""
     return ["PRAGMA synchronous=NORMAL", "BEGIN IMMEDIATE", "SELECT", *writes, "INSERT", "COMMIT",
             "PRAGMA synchronous=FULL"]

@@ -21,7 +21,7 @@ from serving.lease_batch import LeaseBatcher
 from leases.azure import fastpath
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
-from leases.sqlite_backend.base import writer_lock_path
+from engines.sqlite.base import writer_lock_path
 from tests.azure.test_azure_fastpath import environ
 
 REF = ResourceRef("devstoreaccount1", "inline", "b")

@@ -1,4 +1,4 @@
-"""Bounded waits for the writer lock (leases/sqlite_backend): the helper
+"""Bounded waits for the writer lock (engines/sqlite/): the helper
 thread that waits in flock() on a connection's behalf, and a service call
 refused with WriterBusy, writing nothing, while another process's lock is
 held."""
@@ -15,8 +15,9 @@ from django.db import connection
 from leases import services
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
-from leases.sqlite_backend.base import FlockWaiter, writer_lock_path
-from leases.sqlite_backend.busy import WriterBusy, is_writer_busy, server_busy
+from engines.sqlite.base import FlockWaiter, writer_lock_path
+from engines.busy import WriterBusy, is_writer_busy
+from leases.busy import server_busy
 from tests.storage import lock_is_free
 
 REF = ResourceRef("devstoreaccount1", "wait", "b")

@@ -1,9 +1,9 @@
 """The storage layer's contract with Django's internals.
 
-leases/storage/django_internals.py lists every Django name below the public
+leases/sql/django_internals.py lists every Django name below the public
 API that the project relies on: the ORM pieces the lease hot path compiles
-its statements with (leases/storage/statements.py), and the private hooks of
-the database backend that leases.sqlite_backend overrides. Each test here
+its statements with (leases/sql/statements.py), and the private hooks of
+the database backend that engines.sqlite overrides. Each test here
 says, by its name and message, which of them a Django upgrade changed: that
 a name is gone, that the compiled SQL is no longer the SQL the ORM itself
 sends, that values no longer come back as the ORM returns them, or that
@@ -26,9 +26,10 @@ from django.db.models.sql.query import Query
 from leases import clock, services
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef
-from leases.sqlite_backend.base import DatabaseWrapper as LeaseholdSQLite
-from leases.storage import django_internals, statements
-from leases.storage.transactions import write_transaction
+from engines.sqlite.base import DatabaseWrapper as LeaseholdSQLite
+from engines import django_internals as engine_internals
+from leases.sql import django_internals, statements
+from leases.sql.transactions import write_transaction
 from tests.storage import lock_is_free
 
 pytestmark = pytest.mark.also_postgres
@@ -43,7 +44,7 @@ DEFERRED = ("content", "metadata")
 LEASE_COLUMNS = ("lease_state", "lease_id", "lease_duration", "lease_expires_at", "lease_generation",
                  "lease_acquired_at", "lease_holder")
 
-sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="leases.sqlite_backend's hooks")
+sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="engines.sqlite's hooks")
 
 
 @pytest.fixture
@@ -80,16 +81,19 @@ def native(sql: str) -> str:
 # ------------------------------------------------------------------ the names exist
 
 def test_every_django_internal_the_storage_layer_imports_still_exists():
-    missing = [name for name in ("FORMAT_QMARK_REGEX", "InsertQuery", "UpdateQuery", "SQLiteDatabaseWrapper")
+    missing = [name for name in ("FORMAT_QMARK_REGEX", "InsertQuery", "UpdateQuery")
                if getattr(django_internals, name, None) is None]
+    missing += [name for name in ("SQLiteDatabaseWrapper", "PostgreSQLDatabaseWrapper", "PostgreSQLCursor")
+                if getattr(engine_internals, name, None) is None]  # make test installs the driver
     methods = {SQLCompiler: ("as_sql", "get_converters"), Query: ("add_filter", "get_compiler"),
                django_internals.UpdateQuery: ("add_update_values",),
                django_internals.InsertQuery: ("insert_values",),
                BaseDatabaseWrapper: ("wrap_database_errors",),
-               django_internals.SQLiteDatabaseWrapper: django_internals.PRIVATE_BACKEND_HOOKS}
+               engine_internals.SQLiteDatabaseWrapper: engine_internals.PRIVATE_BACKEND_HOOKS}
     missing += [f"{cls.__name__}.{name}" for cls, names in methods.items() for name in names
                 if not hasattr(cls, name)]
-    assert not missing, f"Django no longer has {missing}: see leases/storage/django_internals.py"
+    assert not missing, f"Django no longer has {missing}: see leases/sql/ and engines/django_internals.py"
+
 
 
 def test_the_qmark_rewrite_is_the_one_djangos_sqlite_cursor_makes():
@@ -247,7 +251,7 @@ def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, mo
     assert isinstance(wrapper, LeaseholdSQLite)
     if wrapper._writer_lock_path() is None:
         pytest.skip("an in-memory database has no writer lock")
-    spy = _Spy(monkeypatch, wrapper, django_internals.PRIVATE_BACKEND_HOOKS)
+    spy = _Spy(monkeypatch, wrapper, engine_internals.PRIVATE_BACKEND_HOOKS)
     with transaction.atomic():
         assert spy.calls == ["_start_transaction_under_autocommit"], \
             "atomic() no longer begins through _start_transaction_under_autocommit"

@@ -1,4 +1,4 @@
-"""The WAL fsync taken after the writer lock (leases.sqlite_backend,
+"""The WAL fsync taken after the writer lock (engines.sqlite,
 ``sync_outside_lock``): a write transaction is committed at
 synchronous=NORMAL under the lock, then the connection fsyncs the WAL itself
 before the commit returns, so nobody is answered before their transaction is

@@ -34,11 +34,11 @@ import struct
 import threading
 import time
 
-from leases import timing
+from .. import hooks
 
-from .writer_lock import writer_lock, writer_lock_path
+from .writer_lock import writer_lock
 
-log = logging.getLogger("leases.sqlite_backend")
+log = logging.getLogger("engines.sqlite")
 
 LOCKED_FRAMES = 256  # most frames copied under the writer lock (a 1 MiB chunk, with 4 KiB pages)
 LOCKED_TRIES = 3  # looks under the lock per round
@@ -126,14 +126,14 @@ class Checkpointer(threading.Thread):
         if not busy and frames != self._settled:  # busy: another process is at it
             for _ in range(LOCKED_TRIES):
                 waited = time.monotonic()
-                with writer_lock(writer_lock_path(self.path)):
+                with writer_lock(self.path + ".writer-lock"):  # a file's checkpointer: never in memory
                     held = time.monotonic()
                     left = frames_to_copy(self.path)
                     copy = left is None or left <= LOCKED_FRAMES
                     if copy:
                         _, self._settled, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                if timing.ENABLED:  # bench only: how long the writers were held off
-                    timing.write({"checkpoint_held": time.monotonic() - held, "waited": held - waited,
+                if hooks.record:  # bench only: how long the writers were held off
+                    hooks.record({"checkpoint_held": time.monotonic() - held, "waited": held - waited,
                                   "frames": frames, "left": left, "at": held})
                 if copy:
                     break

@@ -1,6 +1,6 @@
 """The write transaction of a service, and the seam to the SQLite engine.
 
-On SQLite (leases.sqlite_backend) the write transactions of a process's
+On SQLite (engines.sqlite) the write transactions of a process's
 threads are committed together (group commit: one fsync for all); on
 PostgreSQL, or inside a transaction the caller already opened, a write
 transaction is a plain ``transaction.atomic()``.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from leases.sqlite_backend.base import DatabaseWrapper as SQLiteWrapper
+from engines.sqlite.base import DatabaseWrapper as SQLiteWrapper
 
 
 def write_transaction(fn, *, using: str | None = None):

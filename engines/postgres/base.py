@@ -16,10 +16,10 @@ import psycopg
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from leases.sqlite_backend.busy import WriterBusy
-from leases.storage.django_internals import PostgreSQLDatabaseWrapper, PostgreSQLCursor as DjangoCursor
+from ..busy import WriterBusy
+from ..django_internals import PostgreSQLDatabaseWrapper, PostgreSQLCursor as DjangoCursor
 
-from .. import pg_backend
+from engines import postgres
 
 log = logging.getLogger("leasehold.database")
 
@@ -48,7 +48,7 @@ class BoundedConnection(psycopg.Connection):
     def wait(self, gen, interval=0.1, timeout=None):
         if self.limit is None:
             return super().wait(gen, interval, timeout)
-        bound = pg_backend.bound() or self.limit
+        bound = postgres.bound() or self.limit
         try:
             return super().wait(gen, interval, bound if timeout is None else min(timeout, bound))
         except psycopg.OperationalError as exc:
@@ -61,10 +61,10 @@ class BoundedConnection(psycopg.Connection):
 class BoundedCursor(DjangoCursor):
     """Django's cursor, refusing to begin a write's transaction once the
     request that asks has waited its LEASEHOLD_WRITE_WAIT in a queue
-    (``pg_backend.writes_by``): 503 ServerBusy, nothing sent."""
+    (``postgres.writes_by``): 503 ServerBusy, nothing sent."""
 
     def execute(self, query, params=None, **kwargs):
-        deadline = pg_backend.write_deadline()
+        deadline = postgres.write_deadline()
         if (deadline is not None and self.connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
                 and time.monotonic() >= deadline):
             raise WriterBusy("the request waited its LEASEHOLD_WRITE_WAIT before its turn; nothing was written")
@@ -75,7 +75,7 @@ def _driver() -> types.ModuleType:
     """psycopg, as Django's backend calls it, connecting with BoundedConnection."""
     module = types.ModuleType("psycopg")
     module.__dict__.update(vars(psycopg))
-    module.connect = BoundedConnection.connect
+    module.connect = BoundedConnection.connect  # type: ignore[attr-defined]  # a copy of psycopg, set on purpose
     return module
 
 
@@ -99,10 +99,10 @@ class DatabaseWrapper(PostgreSQLDatabaseWrapper):
         for name, value in bounds(wait).items():
             if name not in given:
                 params[name] = value
-        if pg_backend.SERVING:
+        if postgres.SERVING:
             timeouts = f"-c lock_timeout={int(wait * 1000)} -c statement_timeout={int(wait * 1000) + 1000}"
             params["options"] = f"{timeouts} {given.get('options', '')}".strip()  # the URL's own last: they win
-        self._several_hosts = "," in given.get("host", "")
+        self._several_hosts = "," in str(given.get("host") or "")
         order = _hosts.get(conninfo)
         if order and self._several_hosts and "host" not in params:
             params.update(host_order(given, *order))
@@ -110,7 +110,7 @@ class DatabaseWrapper(PostgreSQLDatabaseWrapper):
 
     def get_new_connection(self, conn_params):
         conn = super().get_new_connection(conn_params)
-        conn.limit = self.write_wait + 1 + ANSWER_GRACE if pg_backend.SERVING else None
+        conn.limit = self.write_wait + 1 + ANSWER_GRACE if postgres.SERVING else None
         with _connections_lock:
             _connections.add(conn)
         if getattr(self, "_several_hosts", False):

@@ -1,5 +1,7 @@
-"""The one "the writer was not free in time" error, and how the doors
-recognise it (they answer 503 ServerBusy with Retry-After: SDKs retry it)."""
+"""The one "the writer was not free in time" error of both engines, how a
+caller recognises it, and each thread's deadline for its writes (counted
+from the request's arrival). Leasehold's doors answer it 503 ServerBusy
+with Retry-After (leases/busy.py)."""
 
 from __future__ import annotations
 
@@ -75,17 +77,3 @@ def is_writer_busy(exc: BaseException) -> bool:
         text = str(exc)
         return text.startswith("database is locked") or text.startswith("database is busy")
     return False
-
-
-def server_busy(exc: BaseException):
-    """The LeaseholdError a door answers for ``exc`` if the writer was busy
-    past the wait (503 ServerBusy: nothing was written, retry), else None."""
-    from ..errors import LeaseholdError
-
-    if not is_writer_busy(exc):
-        return None
-    err = LeaseholdError("ServerBusy", message="The server is currently unable to receive requests. "
-                                               "Please retry your request.",
-                         detail={"retry_after": RETRY_AFTER_SECONDS})
-    err.status = 503
-    return err

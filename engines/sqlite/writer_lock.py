@@ -9,7 +9,7 @@ released on commit, rollback or close, and by the kernel if the process dies.
 
 Bounded waits: a writer that cannot take the writer lock within
 ``write_wait`` seconds (OPTIONS, LEASEHOLD_WRITE_WAIT) gets ``WriterBusy``
-(leases.sqlite_backend.busy; the doors answer 503 ServerBusy), and so does
+(engines.busy; the doors answer 503 ServerBusy), and so does
 one whose ``BEGIN IMMEDIATE`` finds SQLite's own lock held by another program
 past what is left of that wait. flock() cannot time out, so a contended lock
 is waited for by a helper thread of the connection, blocked in the kernel as

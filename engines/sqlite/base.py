@@ -29,7 +29,7 @@ own fsync under the lock.
 
 The wrapper overrides private hooks of Django's backend
 (``_start_transaction_under_autocommit``, ``_commit``, ``_rollback``,
-``_close``): leases/storage/django_internals.py says what Django uses each
+``_close``): leases/sql/django_internals.py says what Django uses each
 for, and tests/test_storage_contract.py checks that Django still calls them so.
 """
 
@@ -42,11 +42,10 @@ import time
 from django.db import transaction
 from django.db.utils import OperationalError
 
-from leases import timing  # bench only: marks where a request's time goes (off unless LEASEHOLD_TIMING_LOG)
-from leases.metrics import observe_fsync, observe_writer_lock_wait  # /metrics: two histograms, one call each
-from leases.storage.django_internals import SQLiteDatabaseWrapper
+from .. import hooks  # what the engine reports: the writer lock's wait, the fsync, timing marks
+from ..django_internals import SQLiteDatabaseWrapper
 
-from .busy import WouldWait, WriterBusy, is_writer_busy, must_not_wait, time_left
+from ..busy import WouldWait, WriterBusy, is_writer_busy, must_not_wait, time_left
 from .checkpoints import Checkpointer, _checkpointers, ensure_checkpointer  # noqa: F401  (imported from here)
 from .group_commit import GroupCommit, _groups, _groups_lock
 from .writer_lock import FlockWaiter, open_lock_file, writer_lock_path
@@ -143,12 +142,13 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             raise WriterBusy(f"the database writer was busy for more than {self.write_wait:g} s")
         self._writer_held = True
         waited = time.monotonic() - started
-        observe_writer_lock_wait(waited)  # /metrics
+        hooks.observe_writer_lock_wait(waited)  # /metrics
         return waited + (self.write_wait - left)
 
     def _drop_writer_lock(self) -> None:
         if self._writer_held:
             self._writer_held = False
+            assert self._writer_fd is not None  # held: the lock file is open
             fcntl.flock(self._writer_fd, fcntl.LOCK_UN)
 
     def _start_transaction_under_autocommit(self):
@@ -156,7 +156,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             with self.wrap_database_errors:
                 self.connection.execute("PRAGMA synchronous=NORMAL")
             self._relaxed = True
-        timing.mark("lock_wait")
+        hooks.mark("lock_wait")
         try:
             waited = self._take_writer_lock()
             try:
@@ -173,7 +173,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
                     finally:
                         if contended:
                             self.connection.execute(f"PRAGMA busy_timeout={self._busy_ms}")
-                timing.mark("begun")
+                hooks.mark("begun")
             except OperationalError as exc:
                 if is_writer_busy(exc):  # SQLite's own lock, held by another program
                     if must_not_wait():
@@ -186,16 +186,16 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             raise
 
     def _commit(self):
-        timing.mark("committing")
+        hooks.mark("committing")
         try:
             try:
                 result = super()._commit()
             finally:
                 self._drop_writer_lock()
-                timing.mark("committed")
+                hooks.mark("committed")
             if self._relaxed:
                 self._sync_wal()
-                timing.mark("synced")
+                hooks.mark("synced")
             return result
         finally:
             self._restore_full()
@@ -230,10 +230,11 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
         a restart rewrites it in place), so its descriptor is kept."""
         try:
             if self._wal_fd is None:
+                assert self._wal_path is not None  # only called when the WAL is synced here
                 self._wal_fd = os.open(self._wal_path, os.O_RDONLY | os.O_CLOEXEC)
             started = time.perf_counter()
             (getattr(os, "fdatasync", None) or os.fsync)(self._wal_fd)  # macOS has no fdatasync
-            observe_fsync(time.perf_counter() - started)  # /metrics
+            hooks.observe_fsync(time.perf_counter() - started)  # /metrics
         except OSError as exc:
             # Committed and visible, but not known to be on disk: the caller
             # must not report success.

@@ -18,7 +18,7 @@ import threading
 from django.db import transaction
 from django.db.transaction import TransactionManagementError
 
-from .busy import WouldWait, must_not_wait
+from ..busy import WouldWait, must_not_wait
 
 
 class _Pending:

@@ -1,0 +1,52 @@
+"""The Django database backend internals the engines rely on, in one place.
+
+A minor Django release may reshape them (hence the ``Django<5.3`` pin);
+tests/storage/test_storage_contract.py checks each against what Django
+itself does, so an upgrade that changes one fails there, by name. Nothing
+else in engines/ imports a private Django name. (The ORM internals the hot
+path's statements use are in leases/sql/django_internals.py.)
+
+- ``SQLiteDatabaseWrapper``: the SQLite backend engines.sqlite extends
+  (documented as subclassable; its hooks below are not).
+- ``PostgreSQLDatabaseWrapper``: the PostgreSQL backend engines.postgres
+  extends, through public methods only (``get_connection_params``,
+  ``get_new_connection``, ``is_usable``, ``close_if_unusable_or_obsolete``)
+  and its ``Database`` attribute, the driver module it calls ``connect`` on;
+  ``PostgreSQLCursor``, the cursor class Django gives its connections
+  (``cursor_factory``), which it extends.
+
+Private hooks of BaseDatabaseWrapper that engines.sqlite overrides
+(PRIVATE_BACKEND_HOOKS); Django calls each of them, and only them, for:
+
+- ``_start_transaction_under_autocommit()``: the BEGIN of an outermost
+  ``atomic()`` (SQLite backend: ``BEGIN <transaction_mode>``). Overridden to
+  take the writer lock first and relax synchronous for the fsync after it.
+- ``_commit()``, ``_rollback()``: COMMIT / ROLLBACK on the driver's
+  connection. Overridden to release the writer lock, and to fsync the WAL
+  after the commit.
+- ``_close()``: closing the driver's connection. Overridden to release the
+  writer lock and close its descriptors.
+"""
+
+from __future__ import annotations
+
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWrapper
+
+PRIVATE_BACKEND_HOOKS = ("_start_transaction_under_autocommit", "_commit", "_rollback", "_close")
+
+# (PostgreSQLDatabaseWrapper and PostgreSQLCursor come from __getattr__, below)
+__all__ = ["SQLiteDatabaseWrapper", "PRIVATE_BACKEND_HOOKS"]
+
+
+def __getattr__(name: str):
+    """``PostgreSQLDatabaseWrapper`` and ``PostgreSQLCursor``, imported when first asked for: it
+    imports the PostgreSQL driver, which a server on SQLite need not load."""
+    if name == "PostgreSQLDatabaseWrapper":
+        from django.db.backends.postgresql.base import DatabaseWrapper
+
+        return DatabaseWrapper
+    if name == "PostgreSQLCursor":
+        from django.db.backends.postgresql.base import Cursor
+
+        return Cursor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,7 +10,7 @@ the case of metadata names (``x-ms-meta-BuildId`` reads back as
 header names both ways and has no option to keep them). serving/front.py also
 adds the header read timeout uvicorn lacks (LEASEHOLD_HEADER_TIMEOUT).
 
-Chosen by measurement (bench/README.md, "The HTTP front", has the figures):
+Chosen by measurement (docs/decisions/0002 has the figures):
 keeping case costs some lease throughput against granian on the same app,
 and writing a front of our own would not win it back (a prototype showed the
 same gap: it is in the handler's thread, not the front's parsing).

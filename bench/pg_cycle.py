@@ -19,7 +19,8 @@ median of each round's ratio to SQLite), p50/p99 per action, and per
 lease request: Leasehold CPU, PostgreSQL CPU, statements (round trips;
 pg_stat_statements), commits, WAL bytes and records, WAL fsyncs. Then the
 projection to 35,000 lease requests/s from the measured costs.
-bench/README.md ('PostgreSQL') has the figures and how to read them.
+bench/README.md ('What does PostgreSQL cost against SQLite?') has the figures;
+docs/decisions/0020 how to read them.
 """
 
 from __future__ import annotations

@@ -163,7 +163,7 @@ def _database(spec: str) -> dict:
         # Keep each worker's (thread's) connection open. With the default 0
         # every request reconnects and re-runs the PRAGMAs, and closing the
         # last connection checkpoints and deletes the WAL (the cost per
-        # request: bench/README.md, "Figures from the code's comments").
+        # request: bench/README.md, "What do the figures in the code's comments rest on?").
         "CONN_MAX_AGE": None,
         "OPTIONS": {
             # Every atomic() takes the write lock up front: a transaction

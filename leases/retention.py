@@ -24,7 +24,7 @@ rows. Between batches the pruner rests at least
 long as the batch took, so lease operations get two thirds of the lock's
 (or a core's) time or more while a backlog is worked off; at the targets
 that still deletes thousands of events a second, more than full-speed
-traffic inserts (bench/README.md, "Pruning on PostgreSQL").
+traffic inserts (bench/README.md, "How fast does history pruning keep up?").
 
 One process prunes at a time among all that share the database, whichever
 holds its duty lock (leases/duties.py), round by round.

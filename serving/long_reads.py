@@ -2,7 +2,7 @@
 of their own, at a lower CPU priority, streaming to the client through the
 worker's event loop.
 
-Why (docs/decisions/0010, bench/README.md "Where a renewal's time goes"):
+Why (docs/decisions/0010, "Where the time went"):
 with full exports running, a renewal spent most of its time in its lane
 thread waiting to get the GIL back: an export is Python (a CSV row per
 event, all of it CPU) in the same process

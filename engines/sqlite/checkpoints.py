@@ -16,7 +16,7 @@ behind or stop. Durability does not depend on it: commits still fsync the WAL.
 The pass under the writer lock is bounded: it copies only what was committed
 during the first pass, and under a stream of large writes (a 64 MiB upload
 is 64 commits of 1 MiB) that was tens of MiB, holding every lease commit
-behind it (bench/README.md, "Where a renewal's time goes"). So, with
+behind it (docs/decisions/0005). So, with
 the lock taken, the round first reads from the WAL index (the ``-shm`` file,
 whose layout SQLite documents and keeps: walformat.html) how many frames
 that pass would copy; over ``LOCKED_FRAMES`` it lets the lock go at once,

@@ -168,7 +168,8 @@ def from_row(model, alias: str, names: list[str], row) -> Model:
     ``__init__`` does for such a row is to set each loaded value under its
     attname (a deferred column is left out: that is what makes it deferred)
     and a fresh ``_state``; ``__init__`` does much more per field, on every
-    lease request (bench/README.md, "Tools for the hot path")."""
+    lease request (bench/README.md, "What do the figures in the code's comments
+    rest on?")."""
     if (pre_init.receivers or post_init.receivers or model.__init__ is not Model.__init__
             or model.from_db.__func__ is not Model.from_db.__func__):
         return model.from_db(alias, names, row)

@@ -190,6 +190,9 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
         try:
             try:
                 result = super()._commit()
+            except BaseException:
+                self._end_failed_commit()
+                raise
             finally:
                 self._drop_writer_lock()
                 hooks.mark("committed")
@@ -199,6 +202,18 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             return result
         finally:
             self._restore_full()
+
+    def _end_failed_commit(self) -> None:
+        """A COMMIT SQLite refused can leave its transaction open (a deferred
+        foreign key, a full disk): roll it back while the writer lock is
+        still held, so that synchronous=FULL can be restored after it and the
+        commit's own error is the one raised."""
+        conn = self.connection
+        if conn is not None and conn.in_transaction:
+            try:
+                conn.rollback()
+            except Exception:  # noqa: BLE001  (the commit's error is the one to report)
+                pass
 
     def _rollback(self):
         try:

@@ -45,7 +45,9 @@ def write_together(fns, *, using: str | None = None) -> list[tuple[object, BaseE
     for fn in fns:
         try:
             with transaction.atomic(using=using):
-                outcomes.append((fn(), None))
-        except Exception as exc:  # noqa: BLE001  (handed back to the caller)
+                result = fn()
+        except Exception as exc:  # noqa: BLE001  (handed back to the caller; the commit's failure too)
             outcomes.append((None, exc))
+        else:
+            outcomes.append((result, None))  # only once committed
     return outcomes

@@ -1,0 +1,63 @@
+"""A service's write transaction (leases/sql/transactions.py), on both
+databases: a write whose COMMIT fails is answered with that failure, never
+with the result it had before the commit, and the connection writes
+durably after it. A foreign key Django creates
+DEFERRABLE INITIALLY DEFERRED is checked at COMMIT on SQLite and
+PostgreSQL alike, so a row pointing nowhere makes the commit itself fail."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, connection
+
+from django.utils import timezone
+
+from leases.models import Account, Blob, Container
+from leases.sql.transactions import commits_together, write_together, write_transaction
+
+pytestmark = pytest.mark.also_postgres
+
+
+def _dangling_blob():
+    """A blob whose container does not exist: accepted by the INSERT,
+    refused at COMMIT."""
+    now = timezone.now()
+    Blob.objects.create(container_id=987654321, name="orphan", etag="0x1", last_modified=now, created_at=now)
+    return "written"  # the INSERT went through: only the COMMIT refuses it
+
+
+def _container(name: str):
+    def write():
+        now = timezone.now()
+        account, _ = Account.objects.get_or_create(name="devstoreaccount1")
+        Container.objects.create(account=account, name=name, etag="0x1", last_modified=now, created_at=now)
+        return name
+    return write
+
+
+def test_a_commit_that_fails_is_the_answer_of_its_write(transactional_db):
+    together = commits_together()  # SQLite on a file: one transaction for all three
+    outcomes = write_together([_container("before"), _dangling_blob, _container("after")])
+    failed = [n for n, (result, error) in enumerate(outcomes) if error is not None]
+    assert len(outcomes) == 3 and failed == ([0, 1, 2] if together else [1]), outcomes
+    assert all(result is None and isinstance(error, IntegrityError) for result, error in map(outcomes.__getitem__,
+                                                                                               failed)), outcomes
+    kept = set(Container.objects.values_list("name", flat=True))
+    assert kept == (set() if together else {"before", "after"})
+    assert not Blob.objects.filter(name="orphan").exists()
+    _durable_again()
+
+
+def _durable_again():
+    """After a failed commit, the connection writes durably again (the SQLite
+    engine relaxes synchronous for the fsync after the writer lock)."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            assert cursor.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+
+
+def test_a_lone_write_whose_commit_fails_raises(transactional_db):
+    with pytest.raises(IntegrityError):
+        write_transaction(_dangling_blob)
+    assert not Blob.objects.filter(name="orphan").exists()
+    _durable_again()

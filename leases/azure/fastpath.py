@@ -9,7 +9,7 @@ WSGI environ, in the same order, through the same functions:
 
     header values, x-ms-version         inputs.check_header_values, lease_request.check_version
     SharedKey, the URL's own account   sharedkey.verify_shared_key, auth.require_account
-    the lease itself                   lease_request.lease (services.lease_action)
+    the lease itself                   write_together (services.lease_actions_together)
     any refusal or failure             exceptions.azure_exception_handler (the one place)
     request id, version, date, ...     lease_request.finish
     4xx/5xx logging                    django.utils.log.log_response, as the general path
@@ -107,9 +107,8 @@ class LeaseCall:
     * ``LeaseCall(environ, names)``: the checks that read no database, in
       the general path's order (header values, x-ms-version, SharedKey, the
       URL's account) and the lease headers parsed; a refusal here is kept;
-    * the service call: alone (``write()``, its own write transaction), or
-      with the batch's (services.lease_actions_together) -- its result, or
-      its refusal;
+    * the service call, with the batch's (``write_together``: a lone request
+      is a batch of one) -- its result, or its refusal;
     * ``answer()``: the answer, by the one exception handler if refused,
       with the headers every answer carries; 4xx/5xx logged.
     """
@@ -138,14 +137,6 @@ class LeaseCall:
         except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
             self.error = exc
 
-    def write(self) -> None:
-        """The lease itself, in a write transaction of its own."""
-        if self.arguments is not None:
-            try:
-                self.result = services.lease_action(**self.arguments)
-            except Exception as exc:  # noqa: BLE001  (answered by the one handler)
-                self.error = exc
-
     def settle(self, answer) -> None:
         """The service's answer in a batch: a result, or the error it raised."""
         if isinstance(answer, Exception):
@@ -169,10 +160,10 @@ class LeaseCall:
 
 def answer(environ: dict, names: tuple[str, str, str | None]):
     """The answer (an HttpResponse) to a lease request ``takes`` accepted:
-    every failure too is an answer, by the one exception handler."""
-    call = LeaseCall(environ, names)
-    call.write()
-    return call.answer()
+    every failure too is an answer, by the one exception handler. A batch of
+    one, so that a lone request takes the very code a server's batches take."""
+    response, = answer_together([(environ, names)])
+    return response
 
 
 def write_together(calls: list[LeaseCall]) -> None:

@@ -10,8 +10,9 @@ rolled back after the general path), with the clock frozen and uuid4 drawn
 from the same seed, and both answers (status, every header, body) and the
 history rows each appended must be identical. The script then goes on from
 the lean path's state, so later steps meet leases in every state. The lean
-path is taken both ways it is served: alone (fastpath.serve) and as a
-worker's batch answers (fastpath.answer_together).
+path is taken both ways it is entered: by the WSGI application
+(fastpath.serve, a batch of one) and as a worker's batch answers
+(fastpath.answer_together).
 
 The environ is built by serving/asgi.py from an ASGI scope, as served."""
 

@@ -88,7 +88,8 @@ class Policy:
                                            "LEASEHOLD_RETENTION_RENEWALS"),
                    events=parse_duration(env_str("LEASEHOLD_RETENTION_EVENTS", environ=environ),
                                          "LEASEHOLD_RETENTION_EVENTS"),
-                   batch=env_int("LEASEHOLD_RETENTION_BATCH", None, at_least=1, environ=environ),
+                   # unset: 0, so None (a value given is at least 1)
+                   batch=env_int("LEASEHOLD_RETENTION_BATCH", 0, at_least=1, environ=environ) or None,
                    pause=env_float("LEASEHOLD_RETENTION_PAUSE", 0.01, at_least=0, environ=environ))
 
     def most_rows(self, vendor: str) -> int:

@@ -208,13 +208,14 @@ class AppendOnlyQuerySet(models.QuerySet):
     def delete(self):
         raise PermissionError("lease history is append-only (only retention prunes it)")
 
-    delete.alters_data = True
-    delete.queryset_only = True
+    # Django's flags on a method, as on QuerySet's own (mypy allows no attributes on a function).
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
 
     def update(self, **kwargs):
         raise PermissionError("lease history is append-only")
 
-    update.alters_data = True
+    update.alters_data = True  # type: ignore[attr-defined]  # as delete's
 
     def _raw_delete(self, using):
         raise PermissionError("lease history is append-only (only retention prunes it)")

@@ -3,6 +3,8 @@ these take a write lock; lease state is derived from the row and the clock."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.models import Q
 from django.db.models.functions import Left
 from django.db.models.lookups import Exact
@@ -46,7 +48,9 @@ def list_blobs(*, container: Container, prefix: str = "", delimiter: str = "", m
         qs = qs.filter(name_starts_with(prefix))
     if marker:
         qs = qs.filter(name__gte=marker)
-    blobs, prefixes, count = [], [], 0
+    blobs: list[Blob] = []
+    prefixes: list[str] = []
+    count = 0
     for blob in qs.iterator(chunk_size=1000):
         entry = blob.name
         if delimiter:
@@ -98,7 +102,8 @@ def holder_at(*, account: str, container: str, blob: str = "", when):
     }
 
 
-def lease_unheld_since(*, account: str, container: str, blob: str = "", now) -> tuple[bool, object]:
+def lease_unheld_since(*, account: str, container: str, blob: str = "",
+                       now: datetime) -> tuple[bool, datetime | None]:
     """For a watched lease (leases.metrics): (True, None) while the lease has
     a holder (leased or breaking), else (False, since when it has had none),
     the time None if nothing says (no such resource, no history). One read of

@@ -41,6 +41,7 @@ class Leadership:
     term = None
     transitions = 0
     elected_at: float | None = None
+    clock: SystemClock  # set by the election
 
     @property
     def is_leader(self) -> bool:

@@ -32,7 +32,7 @@ import logging
 import time
 import threading
 import uuid
-from typing import Callable
+from typing import Any, Callable
 
 from azure.storage.blob import BlobLeaseClient
 
@@ -55,7 +55,7 @@ log = logging.getLogger("leasehold_client")
 
 # Our own loops decide when to retry lease calls (within the lease's time),
 # so the SDK's retry policy must not add its own waits to them.
-NO_SDK_RETRY = {"retry_total": 0}
+NO_SDK_RETRY: dict[str, Any] = {"retry_total": 0}
 MAX_CREATES = 3
 
 
@@ -131,12 +131,12 @@ class AutoRenewLease:
                 if is_conflict(exc) and server_wait.refused(exc, time.monotonic()):
                     delay = 0.0
                 elif is_conflict(exc):
-                    delay = retry_after(exc)
+                    after = retry_after(exc)
                     # Retry-After (when the server says when it ends), never later
                     # than the next poll, plus a little jitter so waiters do not
                     # all arrive in the same instant.
-                    delay = backoff(attempt, first=0.5, cap=self.poll_interval) if delay is None else \
-                        min(delay, self.poll_interval) + jittered(min(1.0, self.poll_interval / 4))
+                    delay = backoff(attempt, first=0.5, cap=self.poll_interval) if after is None else \
+                        min(after, self.poll_interval) + jittered(min(1.0, self.poll_interval / 4))
                 elif is_transient(exc):
                     delay = backoff(attempt, first=0.2, cap=self.poll_interval)
                 else:
@@ -242,6 +242,7 @@ class AutoRenewLease:
 
     def _keep(self) -> None:
         clock, timing = self.clock, self.timing
+        assert self.acquired_at is not None  # started by _granted, which set it
         next_at = self.acquired_at + timing.renew_interval
         while not clock.wait(self._done, next_at - clock.monotonic()):
             attempt = 0

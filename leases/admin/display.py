@@ -57,6 +57,7 @@ def time_left(obj, state: str, now: datetime) -> str:
             return mark_safe('<span class="lease-quiet">never (infinite)</span>')
         return countdown(end, now, machine.EXPIRED)
     if state == machine.BREAKING:
+        assert end is not None  # breaking at ``now``: the break period's end
         return format_html("breaks in {}", countdown(end, now, machine.BROKEN))
     return EMPTY
 

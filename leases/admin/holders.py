@@ -15,6 +15,8 @@ held leases' rows (bench/admin_pages.py times them)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Max, Min, Q
@@ -89,7 +91,13 @@ class HolderFilter(admin.SimpleListFilter):
         return queryset.filter(held_now_q(lease_now(request)), holder_q(self.value()))
 
 
-class HolderViewsMixin:
+if TYPE_CHECKING:  # the admin the mixin is mixed into, with the lease actions it uses (perform_break)
+    from .lease_actions import LeaseActionsMixin as _LeaseAdmin
+else:
+    _LeaseAdmin = object
+
+
+class HolderViewsMixin(_LeaseAdmin):
     """For the container and blob admins: ``holders/`` (both kinds of lease
     on one page) and ``holders/break/?holder=…`` (this admin's kind)."""
 

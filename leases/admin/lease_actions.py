@@ -8,6 +8,8 @@ recorded by the service with the staff user and the reason.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin, messages
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -24,8 +26,13 @@ from .forms import BreakForm, ReleaseForm
 
 MAX_BREAK = 500  # per confirmation: the page lists every lease it will break
 
+if TYPE_CHECKING:  # the admin the mixin is mixed into, for the checker (opts, admin_site, super())
+    from django.contrib.admin import ModelAdmin as _ModelAdmin
+else:
+    _ModelAdmin = object
 
-class LeaseActionsMixin:
+
+class LeaseActionsMixin(_ModelAdmin):
     """For a ModelAdmin of Container or Blob."""
 
     actions = ("break_leases",)
@@ -84,7 +91,10 @@ class LeaseActionsMixin:
         break. The service re-checks each lease in its own transaction."""
         seen = form.cleaned_data["seen"]
         current = self.get_queryset(request).in_bulk(seen)
-        broken, gone, renewed, refused, busy = 0, 0, [], [], []
+        broken = gone = 0
+        renewed: list[str] = []
+        refused: list[str] = []
+        busy: list[str] = []
         for pk, generation in seen.items():
             obj = current.get(pk)
             if obj is None:
@@ -109,14 +119,14 @@ class LeaseActionsMixin:
                     self._log_change(request, obj, f"Broke the lease ({form.when_text}). "
                                     f"Reason: {form.cleaned_data['reason'] or '–'}")
         if broken:
-            self.message_user(request, f"Broke the lease of {self._count(broken)}.", messages.SUCCESS)
+            self.message_user(request, f"Broke the lease of {self._how_many(broken)}.", messages.SUCCESS)
         if renewed:
             self.message_user(request, f"Not broken, a new lease was taken after you confirmed: {_names(renewed)}. "
                               "Review again.", messages.WARNING)
         if refused:
             self.message_user(request, f"The break was refused: {_names(refused)}.", messages.ERROR)
         if gone:
-            self.message_user(request, f"Not broken, deleted since: {self._count(gone)}.", messages.WARNING)
+            self.message_user(request, f"Not broken, deleted since: {self._how_many(gone)}.", messages.WARNING)
         if busy:
             self.message_user(request, f"Not broken, the database was busy: {_names(busy)}. {BUSY_MESSAGE}",
                               messages.ERROR)
@@ -131,7 +141,7 @@ class LeaseActionsMixin:
             if not is_writer_busy(exc):
                 raise
 
-    def _count(self, n: int) -> str:
+    def _how_many(self, n: int) -> str:
         return f"{n} {self.opts.verbose_name if n == 1 else self.opts.verbose_name_plural}"
 
     # ------------------------------------------------------------ release

@@ -5,6 +5,7 @@ Actor the services record in the lease history."""
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from rest_framework import generics
 from rest_framework.authentication import SessionAuthentication
@@ -21,7 +22,13 @@ from .parsers import BoundedJSONParser
 from .permissions import LeaseholdPermission
 from .throttling import PrincipalRateThrottle
 
-class ApiMixin:
+if TYPE_CHECKING:  # the view ApiMixin is mixed into, for the checker (request, kwargs, super())
+    from rest_framework.views import APIView as _View
+else:
+    _View = object
+
+
+class ApiMixin(_View):
     authentication_classes = [BearerTokenAuthentication, ApiSharedKeyAuthentication, SessionAuthentication]
     permission_classes = [LeaseholdPermission]
     throttle_classes = [PrincipalRateThrottle]

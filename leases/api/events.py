@@ -4,6 +4,8 @@ never writes it (only the services do, as a side effect of actions)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -15,17 +17,23 @@ from .. import clock, selectors, services
 from ..keyset import keyset_rows
 
 from . import schema
-from .base import ApiGenericView, ApiListView, ApiView, validated_query
+from .base import ApiGenericView, ApiListView, ApiMixin, ApiView, validated_query
 from .filters import EventFilter, QueryFilterBackend
 from .pagination import EventCursor
 from .renderers import CsvRenderer, NdjsonRenderer
 from .selectors import events_for
 from .serializers import EVENT_FIELDS, EventSerializer, HolderAnswerSerializer, HolderQuery
 
-READ_EVENTS = {"GET": ("leases.view_leaseevent",)}
+READ_EVENTS: dict[str, tuple[str, ...]] = {"GET": ("leases.view_leaseevent",)}
 
 
-class RefusesHistoryChanges:
+if TYPE_CHECKING:  # the view RefusesHistoryChanges is mixed into, for the checker
+    _View = ApiMixin
+else:
+    _View = object
+
+
+class RefusesHistoryChanges(_View):
     """History is read-only here: a POST, PUT, PATCH or DELETE gets 405 and
     is recorded as a refused event (auditors want the attempt)."""
 

@@ -114,6 +114,9 @@ class LeaseCall:
     """
 
     __slots__ = ("environ", "request", "legacy", "arguments", "result", "error")
+    arguments: dict | None  # lease_action's, once the checks passed
+    result: services.LeaseResult | None
+    error: Exception | None
 
     def __init__(self, environ: dict, names: tuple[str, str, str | None]):
         environ["SCRIPT_NAME"] = ""
@@ -178,12 +181,13 @@ def write_together(calls: list[LeaseCall]) -> None:
     is the answer of every request that was to be written. Under
     ``busy.at_once()``, ``WouldWait`` is raised instead if the writer is not
     free this moment: nothing was written and no call settled."""
-    writing = [call for call in calls if call.arguments is not None]
+    writing = [(call, call.arguments) for call in calls if call.arguments is not None]
     if writing:
         # As Django's handlers do, once, outside the transaction: close a
         # connection that is broken or too old.
-        signals.request_started.send(sender=LeanRequest, environ=writing[0].environ)
-        for call, answer in zip(writing, services.lease_actions_together([call.arguments for call in writing])):
+        signals.request_started.send(sender=LeanRequest, environ=writing[0][0].environ)
+        answers = services.lease_actions_together([arguments for _, arguments in writing])
+        for (call, _), answer in zip(writing, answers):
             call.settle(answer)
 
 

@@ -89,8 +89,8 @@ class AzureBlobView(APIView):
     permission_classes = [AccountKeyRequired]
     renderer_classes = [PassthroughRenderer]
     content_negotiation_class = AzureContentNegotiation
-    parser_classes = []
-    throttle_classes = []
+    parser_classes: list[type] = []
+    throttle_classes: list[type] = []
 
     def get_exception_handler(self):
         return azure_exception_handler
@@ -153,7 +153,7 @@ class AzureBlobView(APIView):
         comp = query.get("comp")
         if not container:
             handler = ACCOUNT_ROUTES.get((method, restype, comp))
-            args = ()
+            args: tuple[ResourceRef, ...] = ()
         elif not blob:
             handler = CONTAINER_ROUTES.get((method, restype, comp))
             args = (ResourceRef(self.kwargs["account"], container),)

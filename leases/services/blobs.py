@@ -33,6 +33,7 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     staged in pieces, each its own short write transaction, then made
     visible by one short transaction (leases.blob_content); an upload the
     blob's state refuses stages nothing, or has its pieces discarded."""
+    assert ref.blob is not None  # the doors route only a blob's URL here
     validate_blob_name(ref.blob)
     metadata = metadata_rules.validate(metadata)
     md5 = base64.b64encode(hashlib.md5(content).digest()).decode()  # before, not under, the writer lock

@@ -15,7 +15,7 @@ from .common import Actor, ResourceRef
 EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection
 
 
-def _event_start(*, ref: ResourceRef, actor: Actor, action: str, now: datetime | None, reason: str = "",
+def _event_start(*, ref: ResourceRef, actor: Actor, action: str | None, now: datetime | None, reason: str = "",
                  conn) -> list:
     """A history row's values known before the resource is read -- what, on
     what, by whom, and when if ``now`` is given -- prepared for the database,
@@ -36,7 +36,10 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
     the caller's transaction (on ``cursor`` of ``conn`` if given)."""
     conn = conn or transaction.get_connection()
     EVENTS.set(values, conn,
-               outcome=LeaseEvent.Outcome.REFUSED.value if error else LeaseEvent.Outcome.SUCCESS.value,
+               # The choice's plain str for the driver. Django is untyped here: to mypy the members
+               # are the str they are declared as, not enum members with a value.
+               outcome=(LeaseEvent.Outcome.REFUSED.value if error  # type: ignore[attr-defined]
+                        else LeaseEvent.Outcome.SUCCESS.value),  # type: ignore[attr-defined]
                status_code=error.status if error else status, error_code=error.code if error else "",
                lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
                lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after,

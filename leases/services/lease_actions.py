@@ -7,6 +7,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import cast
 
 from django.db import transaction
 
@@ -157,7 +158,7 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
     facts: dict = {}  # what the event records, filled in as it becomes known
     refusal = None
     try:
-        machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
+        action = machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
         if unparsed is not None:
             raise unparsed
         params = {"lease_id": lease_id, "proposed_id": proposed_id, "duration": duration,
@@ -179,6 +180,7 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
         conn = transaction.get_connection()
         with statements.driver_cursor(conn) as cursor:
             if refusal is None:
+                assert action is not None  # not refused before the write: check_action passed
                 try:
                     # The time of the decision is read once the row is locked
                     # (SQLite: the writer lock, taken at BEGIN; PostgreSQL: FOR
@@ -206,12 +208,15 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                         _event_finish(event, status=refusal.status, error=refusal,
                                       state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
                 if held:
+                    assert obj is not None  # held says so
                     refusal.detail.update(_refusal_detail(obj, now))
                     # for a waiting acquire: what it waits for, and when that state ends by itself
                     refusal.waiting = wait
                     refusal.wait_key = wakeups.key(ref.account, ref.container, ref.blob)
                     refusal.ends_at = machine.deadline(obj.lease_record, now)
             else:
+                # not refused: the checks passed (action is known), the row was read and the action applied
+                assert action is not None and obj is not None and outcome is not None
                 previous_id = obj.lease_id
                 holder = ()
                 if action == "acquire" and outcome.state_before != machine.LEASED:  # a new lease
@@ -318,7 +323,7 @@ def _own_failure(prepare, arguments: dict):
         return fail
 
 
-def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception]:
+def lease_actions_together(requests: list[dict]) -> list[LeaseResult | BaseException]:
     """Several lease actions, each given as ``lease_action``'s keyword
     arguments (``action`` among them), written in one write transaction
     with one commit where the engine commits together (SQLite on a file:
@@ -332,11 +337,11 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | Exception
     started = time.perf_counter()
     actions = [_arguments(**request) for request in requests]
     writes = [_own_failure(_lease_write, arguments) for arguments in actions]
-    answers = []
+    answers: list[LeaseResult | BaseException] = []
     for arguments, (written, error) in zip(actions, write_together(writes)):
         if error is None:
-            try:
-                answers.append(_committed(written, arguments["action"], arguments["ref"]))
+            try:  # ``written``: what the write returned, the tuple _committed takes
+                answers.append(_committed(cast(tuple, written), arguments["action"], arguments["ref"]))
                 outcome = "success"
             except LeaseholdError as refusal:
                 answers.append(refusal)

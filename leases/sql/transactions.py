@@ -41,7 +41,7 @@ def write_together(fns, *, using: str | None = None) -> list[tuple[object, BaseE
     only after the commit that covers it."""
     if commits_together(using):
         return transaction.get_connection(using).group_commit_all(fns)
-    outcomes = []
+    outcomes: list[tuple[object, BaseException | None]] = []
     for fn in fns:
         try:
             with transaction.atomic(using=using):

@@ -100,12 +100,12 @@ class AutoRenewLease:
                 if is_conflict(exc) and server_wait.refused(exc, time.monotonic()):
                     delay = 0.0
                 elif is_conflict(exc):
-                    delay = retry_after(exc)
+                    after = retry_after(exc)
                     # Retry-After (when the server says when it ends), never later
                     # than the next poll, plus a little jitter so waiters do not
                     # all arrive in the same instant.
-                    delay = backoff(attempt, first=0.5, cap=self.poll_interval) if delay is None else \
-                        min(delay, self.poll_interval) + jittered(min(1.0, self.poll_interval / 4))
+                    delay = backoff(attempt, first=0.5, cap=self.poll_interval) if after is None else \
+                        min(after, self.poll_interval) + jittered(min(1.0, self.poll_interval / 4))
                 elif is_transient(exc):
                     delay = backoff(attempt, first=0.2, cap=self.poll_interval)
                 else:
@@ -194,6 +194,7 @@ class AutoRenewLease:
 
     async def _keep(self) -> None:
         clock, timing = self.clock, self.timing
+        assert self.acquired_at is not None  # started by _granted, which set it
         next_at = self.acquired_at + timing.renew_interval
         while not await clock.wait_async(self._done, next_at - clock.monotonic()):
             attempt = 0

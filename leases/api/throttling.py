@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -50,6 +51,21 @@ CREATE INDEX IF NOT EXISTS hits_expires ON hits (expires);
 """
 
 
+def _into_wal(conn: sqlite3.Connection, *, within: float = 5.0) -> None:
+    """PRAGMA journal_mode=WAL. Processes opening a new file together race
+    to convert it, and SQLite answers the loser "database is locked" at
+    once, without its busy handler: try again, briefly, until converted."""
+    give_up = time.monotonic() + within
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > give_up:
+                raise
+            time.sleep(0.01)
+
+
 class SlidingWindowCounter:
     def __init__(self, path: str):
         self.path = path
@@ -60,7 +76,7 @@ class SlidingWindowCounter:
         # A connection must not cross a fork (a server that forks workers after loading the app).
         if conn is None or self._local.pid != os.getpid():
             conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
+            _into_wal(conn)
             conn.execute("PRAGMA synchronous=OFF")
             conn.executescript(SCHEMA)
             self._local.conn, self._local.pid = conn, os.getpid()

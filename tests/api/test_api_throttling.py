@@ -105,6 +105,37 @@ def test_the_limit_is_exact_across_processes(tmp_path):
     assert max(admitted) < 50  # they really did share the work
 
 
+OPENER = """
+import os, sys, time
+import django
+django.setup()
+from leases.api.throttling import SlidingWindowCounter
+folder, rounds = sys.argv[1], int(sys.argv[2])
+for n in range(rounds):  # each round a new file: the processes race to make it a WAL database
+    while not os.path.exists(f"{folder}/go-{n}"):
+        time.sleep(0.0005)
+    SlidingWindowCounter(f"{folder}/t-{n}.sqlite3")._connection()
+print("ok")
+"""
+
+
+def test_processes_opening_a_new_counter_file_together_all_get_it(tmp_path):
+    """Workers starting together each open the new counter file at their
+    first request: SQLite refuses all but one of the racing switches to WAL
+    at once ("database is locked", no busy wait), which was a 500."""
+    rounds = 30
+    children = [subprocess.Popen([sys.executable, "-c", OPENER, str(tmp_path), str(rounds)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 cwd=Path(__file__).resolve().parents[2])
+                for _ in range(8)]
+    time.sleep(1)  # Django set up in each
+    for n in range(rounds):
+        (tmp_path / f"go-{n}").touch()
+        time.sleep(0.03)
+    outcomes = [child.communicate(timeout=60) for child in children]
+    assert all(out.strip() == "ok" for out, _ in outcomes), [err[-500:] for _, err in outcomes if err]
+
+
 def test_on_postgresql_the_database_counts(db):
     """Instances on other hosts share the database, not a file."""
     assert isinstance(counter(), DatabaseCounter if connection.vendor == "postgresql" else SlidingWindowCounter)

@@ -9,11 +9,11 @@ BIN := $(VENV)/bin
 
 .PHONY: run test test-fast test-setup checks bench docs clean debian chromium azurite promtool
 
+# One pip run for the server, its test tools, PostgreSQL's driver (the
+# `postgres` extra, for the second pass of `make test`) and the client.
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
-	$(BIN)/pip install -q -e './client[aio]'
+	$(BIN)/pip install -q -e '.[test,postgres]' -e './client[aio]'
 	touch $@
 
 run: $(BIN)/.installed
@@ -43,11 +43,6 @@ azurite:
 	@test -d bench/node_modules/azurite || \
 	  (cd bench && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
 
-# PostgreSQL's driver (the `postgres` extra), for the second pass of `make test`.
-$(BIN)/.postgres: $(BIN)/.installed
-	$(BIN)/pip install -q -e '.[postgres]'
-	touch $@
-
 # The database-facing modules (marked also_postgres), run a second time on
 # PostgreSQL: a throwaway cluster tests/pg_cluster.py starts (installing
 # Debian's postgresql package if missing) and removes. The rest (the pure state
@@ -66,11 +61,11 @@ TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_O
 
 # What the tests need, the independent parts side by side (the venv, npm,
 # apt): on a clean clone that is most of a minute otherwise.
-test-setup: $(BIN)/.installed $(BIN)/.postgres debian azurite checks
+test-setup: $(BIN)/.installed debian azurite checks
 
 # The checks that need no server: the docs site, the linter, the type
 # checker, the alert rules and their unit tests.
-checks: $(BIN)/.postgres debian
+checks: $(BIN)/.installed debian
 	$(BIN)/mkdocs build --strict --quiet
 	$(BIN)/ruff check --quiet .
 	$(BIN)/mypy

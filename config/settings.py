@@ -142,7 +142,10 @@ def _postgres(spec: str) -> dict:
         "CONN_MAX_AGE": 60,
         # Seconds a lease request may wait for the database before 503 ServerBusy:
         # the lock and statement timeouts and the connect timeout derive from it.
-        "OPTIONS": {"conninfo": spec, "write_wait": LEASEHOLD.write_wait},
+        "OPTIONS": {"conninfo": spec, "write_wait": LEASEHOLD.write_wait,
+                    # Parameters bound by the server, and each statement prepared at its
+                    # second use on a connection: PostgreSQL plans it once, not per request.
+                    **({"server_side_binding": True, "prepare_threshold": 1} if LEASEHOLD.pg_prepare else {})},
     }
 
 

@@ -12,8 +12,10 @@ path's statements use are in leases/sql/django_internals.py.)
   extends, through public methods only (``get_connection_params``,
   ``get_new_connection``, ``is_usable``, ``close_if_unusable_or_obsolete``)
   and its ``Database`` attribute, the driver module it calls ``connect`` on;
-  ``PostgreSQLCursor``, the cursor class Django gives its connections
-  (``cursor_factory``), which it extends.
+  ``PostgreSQLCursor`` and ``PostgreSQLServerBindingCursor``, the cursor
+  classes Django gives its connections (``cursor_factory``: client-side
+  binding, or server-side with ``OPTIONS["server_side_binding"]``), which
+  it extends.
 
 Private hooks of BaseDatabaseWrapper that engines.sqlite overrides
 (PRIVATE_BACKEND_HOOKS); Django calls each of them, and only them, for:
@@ -34,13 +36,13 @@ from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteDatabaseWra
 
 PRIVATE_BACKEND_HOOKS = ("_start_transaction_under_autocommit", "_commit", "_rollback", "_close")
 
-# (PostgreSQLDatabaseWrapper and PostgreSQLCursor come from __getattr__, below)
+# (the PostgreSQL names come from __getattr__, below)
 __all__ = ["SQLiteDatabaseWrapper", "PRIVATE_BACKEND_HOOKS"]
 
 
 def __getattr__(name: str):
-    """``PostgreSQLDatabaseWrapper`` and ``PostgreSQLCursor``, imported when first asked for: it
-    imports the PostgreSQL driver, which a server on SQLite need not load."""
+    """The PostgreSQL names, imported when first asked for: it imports the
+    PostgreSQL driver, which a server on SQLite need not load."""
     if name == "PostgreSQLDatabaseWrapper":
         from django.db.backends.postgresql.base import DatabaseWrapper
 
@@ -49,4 +51,8 @@ def __getattr__(name: str):
         from django.db.backends.postgresql.base import Cursor
 
         return Cursor
+    if name == "PostgreSQLServerBindingCursor":
+        from django.db.backends.postgresql.base import ServerBindingCursor
+
+        return ServerBindingCursor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -67,6 +67,8 @@ class Settings:
     sqlite_checkpoint_interval: float
     sqlite_busy_timeout: float
     sqlite_sync_outside_lock: bool
+    # PostgreSQL
+    pg_prepare: bool  # server-side binding and prepared statements
     # mechanisms a paired benchmark switches off (docs/decisions/)
     lease_inline: bool
     lease_batch: bool
@@ -159,6 +161,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         sqlite_checkpoint_interval=env_float("LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL", 0.1, at_least=0, environ=env),
         sqlite_busy_timeout=env_float("LEASEHOLD_SQLITE_BUSY_TIMEOUT", 30, at_least=0, environ=env),
         sqlite_sync_outside_lock=env_bool("LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK", True, environ=env),
+        pg_prepare=env_bool("LEASEHOLD_PG_PREPARE", True, environ=env),
         lease_inline=env_bool("LEASEHOLD_LEASE_INLINE", True, environ=env),
         lease_batch=env_bool("LEASEHOLD_LEASE_BATCH", True, environ=env),
         retention_renewals=env_duration("LEASEHOLD_RETENTION_RENEWALS", environ=env),

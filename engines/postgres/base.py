@@ -17,7 +17,9 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
 from ..busy import WriterBusy
-from ..django_internals import PostgreSQLDatabaseWrapper, PostgreSQLCursor as DjangoCursor
+from ..django_internals import PostgreSQLCursor as DjangoCursor
+from ..django_internals import PostgreSQLDatabaseWrapper
+from ..django_internals import PostgreSQLServerBindingCursor as DjangoServerCursor
 
 from engines import postgres
 
@@ -58,17 +60,30 @@ class BoundedConnection(psycopg.Connection):
             raise NoAnswer(f"the database did not answer within {bound:.1f} s") from None
 
 
-class BoundedCursor(DjangoCursor):
-    """Django's cursor, refusing to begin a write's transaction once the
-    request that asks has waited its LEASEHOLD_WRITE_WAIT in a queue
-    (``postgres.writes_by``): 503 ServerBusy, nothing sent."""
+class _Bounded:
+    """Refuses to begin a write's transaction once the request that asks has
+    waited its LEASEHOLD_WRITE_WAIT in a queue (``postgres.writes_by``):
+    503 ServerBusy, nothing sent."""
+
+    connection: psycopg.Connection  # the cursor class after it sets it
 
     def execute(self, query, params=None, **kwargs):
         deadline = postgres.write_deadline()
         if (deadline is not None and self.connection.pgconn.transaction_status == pq.TransactionStatus.IDLE
                 and time.monotonic() >= deadline):
             raise WriterBusy("the request waited its LEASEHOLD_WRITE_WAIT before its turn; nothing was written")
-        return super().execute(query, params, **kwargs)
+        return super().execute(query, params, **kwargs)  # type: ignore[misc]  # the cursor class after it
+
+
+class BoundedCursor(_Bounded, DjangoCursor):
+    """Django's client-side binding cursor, bounded."""
+
+
+class BoundedServerCursor(_Bounded, DjangoServerCursor):
+    """Django's server-side binding cursor (prepared statements), bounded."""
+
+
+CURSORS = {DjangoCursor: BoundedCursor, DjangoServerCursor: BoundedServerCursor}
 
 
 def _driver() -> types.ModuleType:
@@ -90,8 +105,7 @@ class DatabaseWrapper(PostgreSQLDatabaseWrapper):
     def get_connection_params(self):
         params = super().get_connection_params()
         params.pop("write_wait", None)
-        if params.get("cursor_factory") is DjangoCursor:
-            params["cursor_factory"] = BoundedCursor
+        params["cursor_factory"] = CURSORS.get(params.get("cursor_factory"), params.get("cursor_factory"))
         conninfo = params.get("conninfo", "")
         given = conninfo_to_dict(conninfo) if conninfo else {}
         given.update({k: v for k, v in params.items() if isinstance(v, (str, int))})

@@ -61,3 +61,24 @@ def test_a_lone_write_whose_commit_fails_raises(transactional_db):
         write_transaction(_dangling_blob)
     assert not Blob.objects.filter(name="orphan").exists()
     _durable_again()
+
+
+def test_on_postgresql_a_lease_requests_statements_are_prepared(make_blob):
+    """LEASEHOLD_PG_PREPARE (on): the server binds the parameters and each
+    statement is prepared on its connection at its second use, so renewals
+    after the first run prepared statements (docs/decisions/0022)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's prepared statements")
+    from leases import services
+    from leases.services import Actor, ResourceRef
+
+    actor = Actor(name="account:devstoreaccount1", via="azure")
+    ref = make_blob(ResourceRef("devstoreaccount1", "prepared", "b"), actor)
+    lease_id = services.lease_acquire(ref=ref, actor=actor, duration=15).resource.lease_id
+    for _ in range(3):
+        services.lease_renew(ref=ref, actor=actor, lease_id=lease_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any("FOR UPDATE" in text and "clock_timestamp()" in text for text in prepared), prepared
+    assert any(text.startswith('INSERT INTO "leases_leaseevent"') for text in prepared), prepared

@@ -19,6 +19,8 @@ from leases.api.throttling import DatabaseCounter, SlidingWindowCounter, counter
 from tests.api.helpers import API, make_container
 
 pytestmark = pytest.mark.also_postgres
+# The counter file of a server on SQLite: nothing of the run's database, so not again on PostgreSQL.
+sqlite_counter = pytest.mark.skipif(connection.vendor == "postgresql", reason="the SQLite counter file only")
 
 WINDOW_START = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -90,6 +92,7 @@ print(sum(counter.hit("shared", limit=50, period=3600, now=now) is None for _ in
 """
 
 
+@sqlite_counter
 def test_the_limit_is_exact_across_processes(tmp_path):
     """Four processes hammer one key at once: exactly the limit is admitted
     (a get-then-set cache counter would let overlapping hits through)."""
@@ -119,6 +122,7 @@ print("ok")
 """
 
 
+@sqlite_counter
 def test_processes_opening_a_new_counter_file_together_all_get_it(tmp_path):
     """Workers starting together each open the new counter file at their
     first request: SQLite refuses all but one of the racing switches to WAL

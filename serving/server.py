@@ -49,7 +49,10 @@ def main() -> None:
 
     key = shared_secret.for_workers(settings.secret_key)
     if key:
-        os.environ["LEASEHOLD_SECRET_KEY"] = key  # the workers' settings read it
+        os.environ["LEASEHOLD_SECRET_KEY"] = key  # the worker processes' settings read it
+        from django.conf import settings as django_settings
+
+        django_settings.SECRET_KEY = key  # and this process's, which serves itself with one worker
     if settings.front == "uvicorn":
         _serve_uvicorn(host, port, workers, level)
     else:  # loses metadata name case (module docstring)

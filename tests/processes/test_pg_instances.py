@@ -30,7 +30,8 @@ PASSWORD = "x" * 12  # the admin's, as server_process.prepare sets it
 
 @pytest.fixture(scope="module")
 def two(postgres, tmp_path_factory):
-    """(database URL, instance a, instance b), each instance with its own var dir."""
+    """(database URL, instance a, instance b), each instance with its own var
+    dir; a with one worker, b with two."""
     tmp = tmp_path_factory.mktemp("pginstances")
     database = postgres()
     prepare(database, tmp)
@@ -38,7 +39,9 @@ def two(postgres, tmp_path_factory):
     for name in ("a", "b"):
         var = tmp / name
         var.mkdir()
-        instance = Instance(database, var, name)
+        # One worker serves in the launcher's own process, two in processes of their own:
+        # both must take the database's secret key.
+        instance = Instance(database, var, name, workers=1 if name == "a" else 2)
         instance.env.pop("LEASEHOLD_SECRET_KEY", None)
         instance.env.update(LEASEHOLD_API_RATE=f"{RATE}/minute", LEASEHOLD_RETENTION_RENEWALS="1d",
                             LEASEHOLD_RETENTION_EVENTS="1d", LEASEHOLD_RETENTION_IDLE="0.05")
@@ -67,8 +70,9 @@ def _login(instance) -> requests.Session:
 
 def test_a_login_on_one_instance_works_on_the_other(two):
     database, a, b = two
-    session = _login(a)  # the cookies go to both: one host, two ports
-    assert session.get(f"{b.url}/admin/", allow_redirects=False, timeout=30).status_code == 200
+    for first, other in ((a, b), (b, a)):
+        session = _login(first)  # the cookies go to both: one host, two ports
+        assert session.get(f"{other.url}/admin/", allow_redirects=False, timeout=30).status_code == 200
     assert not (a.log_path.parent / "secret_key").exists()  # the database keeps the key, not the var dir
 
 

@@ -123,6 +123,9 @@ class Checkpointer(threading.Thread):
         otherwise it would only grow. Nothing new since the last round:
         nothing to do."""
         busy, frames, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if frames == -1:  # not in WAL mode: opened before the file was switched to WAL (a new database)?
+            con.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # a read makes the connection see the WAL
+            busy, frames, _ = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         if not busy and frames != self._settled:  # busy: another process is at it
             for _ in range(LOCKED_TRIES):
                 waited = time.monotonic()

@@ -211,3 +211,21 @@ def test_reading_the_wal_index_keeps_this_processs_locks_on_it(tmp_path):
         assert frames_to_copy(path) is not None
     assert _index_in_use_seen_from_another_process(path)
     con.close()
+
+
+def test_a_database_switched_to_wal_after_the_thread_connected_is_checkpointed(tmp_path):
+    """The thread may open a new database file before its creator switches
+    it to WAL (a test database made again under the same name): its
+    connection then reports no WAL until it reads, and was never
+    checkpointed (the test above failed that way, rarely)."""
+    path = str(tmp_path / "db.sqlite3")
+    creator = sqlite3.connect(path, isolation_level=None)  # the file exists, empty, not yet WAL
+    thread = Checkpointer(path, 0.01, "FULL")
+    thread.start()
+    assert _wait_for(lambda: thread.checkpoints >= 2)  # connected, to a database not in WAL mode
+    creator.close()
+    writer = _wal_database(path)
+    assert _rounds_after_now(thread)
+    assert _main_file_rows(path) == 50
+    thread.stop()
+    writer.close()

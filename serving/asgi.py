@@ -63,12 +63,11 @@ from serving.lease_batch import LeaseBatcher
 from serving.lanes import Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from engines import postgres
-from leases import clockwatch, retention, timing, waiting
+from engines.busy import received_at
+from leases import clockwatch, conf, retention, timing, waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
 from leases.sql.transactions import commits_together
-from leases import conf
-from engines.busy import received_at
 
 # The event loop writes lean lease batches itself when the writer is free
 # (serving/lease_batch.py): deliberately, without ever waiting for a lock

@@ -24,10 +24,9 @@ class Lane:
     loaded one and keeps it until its response is sent."""
 
     def __init__(self, name: str, *, threads: int):
-        count = threads
         self.name = name
-        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(count)]
-        self.load = [0] * count
+        self.executors = [ThreadPoolExecutor(1, thread_name_prefix=f"{name}-{i}") for i in range(threads)]
+        self.load = [0] * threads
 
     def take(self) -> int:
         index = min(range(len(self.load)), key=self.load.__getitem__)

@@ -29,8 +29,8 @@ own fsync under the lock.
 
 The wrapper overrides private hooks of Django's backend
 (``_start_transaction_under_autocommit``, ``_commit``, ``_rollback``,
-``_close``): leases/sql/django_internals.py says what Django uses each
-for, and tests/test_storage_contract.py checks that Django still calls them so.
+``_close``): engines/django_internals.py says what Django uses each for,
+and tests/storage/test_storage_contract.py checks that Django still calls them so.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ INSERTed, as LeaseEvent.save allows.
 
 Nothing here knows what a lease is: callers pass names, columns and values.
 The Django internals used are imported from django_internals, and checked by
-tests/test_storage_contract.py.
+tests/storage/test_storage_contract.py.
 """
 
 from __future__ import annotations

@@ -114,6 +114,7 @@ import django
 django.setup()
 from leases.api.throttling import SlidingWindowCounter
 folder, rounds = sys.argv[1], int(sys.argv[2])
+print("ready", flush=True)
 for n in range(rounds):  # each round a new file: the processes race to make it a WAL database
     while not os.path.exists(f"{folder}/go-{n}"):
         time.sleep(0.0005)
@@ -132,10 +133,11 @@ def test_processes_opening_a_new_counter_file_together_all_get_it(tmp_path):
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  cwd=Path(__file__).resolve().parents[2])
                 for _ in range(8)]
-    time.sleep(1)  # Django set up in each
+    for child in children:  # Django set up in each
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     for n in range(rounds):
         (tmp_path / f"go-{n}").touch()
-        time.sleep(0.03)
+        time.sleep(0.03)  # each round a fresh race: all children done with the last file
     outcomes = [child.communicate(timeout=60) for child in children]
     assert all(out.strip() == "ok" for out, _ in outcomes), [err[-500:] for _, err in outcomes if err]
 

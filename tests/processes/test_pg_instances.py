@@ -139,7 +139,7 @@ def test_one_pruner_at_a_time_across_instances(two):
 
 
 def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
-    """An ALTER TABLE (a later version's migration) queued behind a 4 s
+    """An ALTER TABLE (a later version's migration) queued behind a long
     reader: lease requests on that table wait at most the migration's lock
     timeout (LEASEHOLD_WRITE_WAIT 1 s: 0.25 s) at a time, the migration is
     retried until it gets through, then applied."""
@@ -154,7 +154,15 @@ def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
         with psycopg.connect(database) as conn:  # a transaction: its lock lasts until the end
             conn.execute("SELECT count(*) FROM leases_blob").fetchone()
             reading.set()
-            time.sleep(4)
+            # Held until the ALTER waits behind it, then 1 s more (four of its
+            # 0.25 s lock timeouts): a fixed hold raced the migrate's start-up.
+            with psycopg.connect(database, autocommit=True) as watcher:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and not watcher.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE 'ALTER TABLE%%'").fetchone()[0]:
+                    time.sleep(0.05)
+            time.sleep(1)
 
     reader = threading.Thread(target=long_reader)
     reader.start()

@@ -9,11 +9,15 @@ BIN := $(VENV)/bin
 
 .PHONY: run test test-fast test-setup checks bench docs clean debian chromium azurite promtool
 
-# One pip run for the server, its test tools, PostgreSQL's driver (the
-# `postgres` extra, for the second pass of `make test`) and the client.
+# One install for the server, its test tools, PostgreSQL's driver (the
+# `postgres` extra, for the second pass of `make test`) and the client, by uv
+# (docs/decisions/0023), or by pip where uv cannot be had.
+INSTALL_ARGS := -e '.[test,postgres]' -e './client[aio]'
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[test,postgres]' -e './client[aio]'
+	{ $(BIN)/pip install -q --disable-pip-version-check uv && \
+	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --python $(BIN)/python $(INSTALL_ARGS); } || \
+	  $(BIN)/pip install -q --disable-pip-version-check $(INSTALL_ARGS)
 	touch $@
 
 run: $(BIN)/.installed

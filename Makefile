@@ -16,7 +16,7 @@ INSTALL_ARGS := -e '.[test,postgres]' -e './client[aio]'
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	{ $(BIN)/pip install -q --disable-pip-version-check uv && \
-	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --python $(BIN)/python $(INSTALL_ARGS); } || \
+	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(INSTALL_ARGS); } || \
 	  $(BIN)/pip install -q --disable-pip-version-check $(INSTALL_ARGS)
 	touch $@
 

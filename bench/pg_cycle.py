@@ -13,6 +13,7 @@ alternating order over several rounds:
 * ``pg-1``: one instance on PostgreSQL (its defaults: 4 lease threads per worker);
 * ``pg-1-t1``: the same with LEASEHOLD_THREADS=1 (what the 4 threads earn);
 * ``pg-1-plain``: the same with LEASEHOLD_PG_PREPARE=off (what prepared statements earn);
+* ``pg-1-alone``: the same with LEASEHOLD_LEASE_BATCH=0, a transaction a request (what the batch earns);
 * ``pg-2``: two instances on one PostgreSQL database, the clients split between them.
 
 Printed per configuration: requests/s (median of the rounds, and the
@@ -127,7 +128,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--statements", action="store_true", help="print each statement's calls per request")
     parser.add_argument("--only", default="sqlite,pg-1,pg-1-plain,pg-2", help="configurations, comma-separated "
-                        "(also pg-1-t1)")
+                        "(also pg-1-t1, pg-1-alone)")
     args = parser.parse_args()
     wanted = args.only.split(",")
 
@@ -149,12 +150,14 @@ def main() -> int:
 
         if "sqlite" in wanted:
             configs.append(Config("sqlite", [leasehold("sqlite", None)], None))
-        if {"pg-1", "pg-1-t1", "pg-1-plain"} & set(wanted):
+        if {"pg-1", "pg-1-t1", "pg-1-plain", "pg-1-alone"} & set(wanted):
             url = pg.create_database("one")
             if "pg-1" in wanted:
                 configs.append(Config("pg-1", [leasehold("pg-1", url)], "one"))
             if "pg-1-plain" in wanted:
                 configs.append(Config("pg-1-plain", [leasehold("pg-1-plain", url, LEASEHOLD_PG_PREPARE="off")], "one"))
+            if "pg-1-alone" in wanted:
+                configs.append(Config("pg-1-alone", [leasehold("pg-1-alone", url, LEASEHOLD_LEASE_BATCH="0")], "one"))
             if "pg-1-t1" in wanted:
                 configs.append(Config("pg-1-t1", [leasehold("pg-1-t1", url, LEASEHOLD_THREADS="1")], "one"))
         if "pg-2" in wanted:

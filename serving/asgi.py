@@ -49,15 +49,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
-import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 from django.http.response import HttpResponseBase
 
-from serving import answers, long_reads
+from serving import answers, bodies, long_reads
 from serving.environ import wsgi_environ as _environ
 from serving.lease_batch import LeaseBatcher
 from serving.lanes import Lane, OnePerRow, row_of
@@ -67,7 +68,7 @@ from engines.busy import received_at
 from leases import clockwatch, conf, retention, timing, waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
-from leases.sql.transactions import commits_together
+from leases.sql.transactions import RetryAlone, commits_together
 
 # The event loop writes lean lease batches itself when the writer is free
 # (serving/lease_batch.py): deliberately, without ever waiting for a lock
@@ -76,15 +77,9 @@ from leases.sql.transactions import commits_together
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 # A server process: on PostgreSQL every statement and lock wait is bounded (engines/postgres/).
 
-SPOOL_BYTES = 1 << 20  # bodies above this go to a temporary file
 API_LEASES = "/api/v1/leases/"
 API_BLOBS = "/api/v1/blobs/"  # the JSON API's uploads: the blob size cap, as Put Blob
 UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.blob_content.CHUNK_BYTES)
-
-
-class BodyRefused(Exception):
-    def __init__(self, status: int, reason: bytes):
-        self.status, self.reason = status, reason
 
 
 class LeaseholdASGI:
@@ -118,10 +113,17 @@ class LeaseholdASGI:
         self.small_body = own.max_small_body_bytes
         # Lean lease requests received together, committed together (serving/lease_batch.py).
         self.in_flight = 0  # requests being received or answered by this worker
-        self.batcher = LeaseBatcher(self.lanes["lease"].executors[0], fastpath.LeaseCall, fastpath.write_together,
+        # On PostgreSQL a batch waits for no row (RetryAlone: that request goes
+        # alone, in its row's turn) and has a thread of its own, which no
+        # request waiting for a locked row can hold; the loop never writes a
+        # batch there (a round trip to the database is no lock at_once() can refuse).
+        batches = ThreadPoolExecutor(1, thread_name_prefix="lease-batch") if self.row_locks \
+            else self.lanes["lease"].executors[0]
+        self.batcher = LeaseBatcher(batches, fastpath.LeaseCall,
+                                    functools.partial(fastpath.write_together, wait_for_rows=False),
                                     fastpath.LeaseCall.answer, answers.batched,
-                                    inline=own.lease_inline,
-                                    in_flight=lambda: self.in_flight)
+                                    inline=own.lease_inline and not self.row_locks,
+                                    in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
         self._commits_together: bool | None = None  # per process; asked once, in the batcher's context
         # exports run in a low-priority helper process (serving/long_reads.py)
@@ -160,6 +162,7 @@ class LeaseholdASGI:
                 clockwatch.stop()
                 for lane in self.lanes.values():
                     lane.shutdown()
+                self.batcher.executor.shutdown(wait=False, cancel_futures=True)  # PostgreSQL's own; else a lane's
                 if self.long_reads is not None:
                     self.long_reads.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -174,7 +177,7 @@ class LeaseholdASGI:
             return "lease"
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return "read"
-        if scope["method"] == "PUT" and _content_length(scope) > UPLOAD_BYTES:
+        if scope["method"] == "PUT" and bodies.content_length(scope) > UPLOAD_BYTES:
             return "upload"
         return "other"
 
@@ -182,7 +185,7 @@ class LeaseholdASGI:
         marks = timing.start(scope)  # None unless LEASEHOLD_TIMING_LOG (bench only)
         try:
             body, length = await self.read_body(scope, receive)
-        except BodyRefused as refused:
+        except bodies.BodyRefused as refused:
             if refused.status == 413:  # in its door's shape: SDKs read the code
                 await answers.refused(send, scope["path"], 413, "RequestBodyTooLarge",
                                       "The request body is too large and exceeds the maximum permissible limit.")
@@ -206,7 +209,7 @@ class LeaseholdASGI:
             if marks is not None:  # bench only: the batch's steps are copied in (serving/lease_batch.py)
                 environ["leasehold.timing"] = marks
                 marks.update(lane="lease-batch", body=environ["leasehold.received_at"], submitted=time.monotonic())
-            status, headers, content = await self.batcher.submit(environ, names)  # no body: takes() says so
+            status, headers, content = await self.batched(environ, names, lane)  # no body: takes() says so
             if marks is not None:
                 marks.update(resumed=time.monotonic(), status=status)
             await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -260,7 +263,19 @@ class LeaseholdASGI:
         """One attempt of a lease request: batched (the Azure door's lean
         path) or in a thread of the lease lane."""
         if names is not None and self.batching and self.commits_together():
+            return await self.batched(environ, names, lane)
+        return await self.in_lane(environ, lane)
+
+    async def batched(self, environ, names, lane) -> tuple[int, list, bytes]:
+        """A lean lease request's answer, written in a batch; if the batch
+        could not write it (PostgreSQL: RetryAlone), alone in its row's turn."""
+        try:
             return await self.batcher.submit(environ, names)
+        except RetryAlone:
+            async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
+                return await self.in_lane(environ, lane)
+
+    async def in_lane(self, environ, lane) -> tuple[int, list, bytes]:
         index = lane.take()
         try:
             status, headers, content, result = await asyncio.get_running_loop().run_in_executor(
@@ -271,6 +286,12 @@ class LeaseholdASGI:
             answers.close(result)
             raise RuntimeError("a lease action answered with a stream")
         return status, headers, content
+
+    def writes_from(self, received_at: float):
+        """A batch's bound (``writes_by``), from its oldest request's arrival."""
+        if not self.row_locks:
+            return contextlib.nullcontext()
+        return postgres.writes_by(received_at + self.write_wait)
 
     def writes_by(self, environ):
         """On PostgreSQL, a write (any lane but reads) that waited its
@@ -292,58 +313,10 @@ class LeaseholdASGI:
         return self.max_body
 
     async def read_body(self, scope, receive):
-        """The whole body (bytes or a file at 0), within the time limits."""
-        length = None
-        chunked = False
-        for name, value in scope["headers"]:
-            if name.lower() == b"content-length":
-                if not value.strip().isdigit():
-                    raise BodyRefused(400, b"Invalid Content-Length")
-                length = int(value)
-            elif name.lower() == b"transfer-encoding":
-                chunked = True
-        if not chunked and not length:
-            return b"", 0
-        cap = self.body_cap(scope)
-        if length is not None and length > cap:
-            raise BodyRefused(413, b"Request body too large")
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        grace_end = start + self.idle_timeout
-        pieces: list[bytes] = []
-        spool = None
-        got = 0
-        more = True
-        while more:
-            now = loop.time()
-            # the next piece is due before the silence is too long and
-            # before the average rate (after the grace period) falls below
-            # the minimum
-            deadline = min(now + self.idle_timeout, grace_end + got / self.min_rate)
-            try:
-                async with asyncio.timeout_at(max(deadline, now)):
-                    message = await receive()
-            except TimeoutError:
-                raise BodyRefused(408, b"Request body too slow") from None
-            if message["type"] == "http.disconnect":
-                raise ConnectionError
-            data = message.get("body", b"")
-            got += len(data)
-            if got > cap:
-                raise BodyRefused(413, b"Request body too large")
-            if spool is None and got > SPOOL_BYTES:
-                spool = tempfile.TemporaryFile()
-                spool.writelines(pieces)
-                pieces = []
-            if spool is not None:
-                spool.write(data)
-            elif data:
-                pieces.append(data)
-            more = message.get("more_body", False)
-        if spool is not None:
-            spool.seek(0)
-            return spool, got
-        return b"".join(pieces), got
+        """The whole body (bytes or a file at 0) and its length, within the
+        time limits and this request's cap (serving/bodies.py)."""
+        return await bodies.receive_whole(scope, receive, cap=self.body_cap(scope), idle_timeout=self.idle_timeout,
+                                          min_rate=self.min_rate)
 
     def call(self, environ):
         """Runs in a lane thread: the WSGI application, and the whole
@@ -384,11 +357,3 @@ def _may_wait(scope, environ, body: bytes) -> bool:
     if scope["path"].startswith(API_LEASES):
         return scope["path"].startswith(API_LEASES + "acquire/") and b'"wait"' in body
     return bool(environ.get(waiting.HEADER_KEY))
-
-
-def _content_length(scope) -> int:
-    for name, value in scope["headers"]:
-        if name.lower() == b"content-length":
-            return int(value) if value.strip().isdigit() else 0
-    return 0
-

@@ -44,14 +44,17 @@ The loop's database work runs in one context of its own (``self.context``):
 Django keeps connections in context variables, and each request's task has
 its own copy, so without it every task would open a connection.
 
-On PostgreSQL, or an in-memory SQLite database, each request still has its
-own transaction (storage.transactions.commits_together says why), in the
-lane's threads.
+On PostgreSQL a batch is one transaction too, but it waits for no row
+another transaction holds (leases.sql.transactions.write_together): such a
+request is answered RetryAlone, and the server sends it alone in its row's
+turn (serving/asgi.py). The loop never writes there. On an in-memory SQLite
+database each request has its own transaction, in the lane's threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 import time
@@ -71,13 +74,17 @@ class LeaseBatcher:
     ``executor`` is the lease lane's thread, for batches that must wait for
     the writer; ``inline=False`` sends every batch there. ``in_flight()``
     -> the requests the worker is serving: the loop writes a batch itself
-    only when it is the one request in flight."""
+    only when it is the one request in flight. ``writes_by(received_at)``:
+    a context in which the lane's thread writes a batch whose oldest request
+    arrived then (the write wait's bound on PostgreSQL)."""
 
-    def __init__(self, executor, check, write, answer, finish, *, in_flight, inline: bool = True):
+    def __init__(self, executor, check, write, answer, finish, *, in_flight, inline: bool = True,
+                 writes_by=lambda received_at: contextlib.nullcontext()):
         self.executor = executor
         self.in_flight = in_flight
         self.check, self.write, self.answer, self.finish = check, write, answer, finish
         self.inline = inline
+        self.writes_by = writes_by
         self.context = contextvars.copy_context()
         self.lock = threading.Lock()  # pending and scheduled: the loop adds, the lane thread takes
         self.pending: list[tuple[dict, tuple, asyncio.Future]] = []
@@ -153,7 +160,8 @@ class LeaseBatcher:
             self._next(loop)
             return
         shared = _timed_batch("lease-batch") if timing.ENABLED else None  # bench only
-        with received_at(min(environ["leasehold.received_at"] for environ, _, _ in batch)):
+        oldest = min(environ["leasehold.received_at"] for environ, _, _ in batch)
+        with received_at(oldest), self.writes_by(oldest):
             calls = self._checked_and_written(batch)
         if shared is not None:
             _timed_batch_done(shared, batch)

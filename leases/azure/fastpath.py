@@ -34,6 +34,7 @@ from django.utils.log import log_response
 
 from .. import services, waiting
 from ..services import ResourceRef
+from ..sql.transactions import RetryAlone
 from ..sharedkey import account_keys, verify_shared_key
 from . import inputs, lease_request
 from .auth import require_account
@@ -148,8 +149,11 @@ class LeaseCall:
             self.result = answer
 
     def answer(self):
-        """The HttpResponse, every failure too answered by the one handler."""
+        """The HttpResponse, every failure too answered by the one handler;
+        RetryAlone raised if a batch did not write it."""
         request, environ = self.request, self.environ
+        if isinstance(self.error, RetryAlone):  # not written: the server sends it again, alone
+            raise self.error
         waiting.note(environ, self.error)  # a quiet refusal: the server waits, then asks again
         if self.error is None:
             response = lease_request.lease_response(environ, self.result, legacy=self.legacy)
@@ -169,7 +173,7 @@ def answer(environ: dict, names: tuple[str, str, str | None]):
     return response
 
 
-def write_together(calls: list[LeaseCall]) -> None:
+def write_together(calls: list[LeaseCall], *, wait_for_rows: bool = True) -> None:
     """The writes of lease requests a worker received together
     (serving/lease_batch.py), committed together (services.
     lease_actions_together: one write transaction, each request's write in
@@ -180,13 +184,17 @@ def write_together(calls: list[LeaseCall]) -> None:
     fails (the writer busy past the wait, the commit refused), that failure
     is the answer of every request that was to be written. Under
     ``busy.at_once()``, ``WouldWait`` is raised instead if the writer is not
-    free this moment: nothing was written and no call settled."""
+    free this moment: nothing was written and no call settled.
+    ``wait_for_rows=False``: on PostgreSQL a call whose row another
+    transaction holds is settled with RetryAlone (nothing written; the
+    caller makes it alone)."""
     writing = [(call, call.arguments) for call in calls if call.arguments is not None]
     if writing:
         # As Django's handlers do, once, outside the transaction: close a
         # connection that is broken or too old.
         signals.request_started.send(sender=LeanRequest, environ=writing[0][0].environ)
-        answers = services.lease_actions_together([arguments for _, arguments in writing])
+        answers = services.lease_actions_together([arguments for _, arguments in writing],
+                                                  wait_for_rows=wait_for_rows)
         for (call, _), answer in zip(writing, answers):
             call.settle(answer)
 

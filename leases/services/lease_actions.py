@@ -16,7 +16,7 @@ from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, Container, FencingGeneration
 from ..sql import dbclock, statements
-from ..sql.transactions import write_together, write_transaction
+from ..sql.transactions import RetryAlone, write_together, write_transaction
 from .access import _recording_refusal
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
 from .history import EVENTS, _event_finish, _event_start
@@ -323,7 +323,7 @@ def _own_failure(prepare, arguments: dict):
         return fail
 
 
-def lease_actions_together(requests: list[dict]) -> list[LeaseResult | BaseException]:
+def lease_actions_together(requests: list[dict], *, wait_for_rows: bool = True) -> list[LeaseResult | BaseException]:
     """Several lease actions, each given as ``lease_action``'s keyword
     arguments (``action`` among them), written in one write transaction
     with one commit where the engine commits together (SQLite on a file:
@@ -333,12 +333,17 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | BaseExcep
     (its refusal, recorded; a storage fault; the shared transaction's
     failure, when nothing of it was written), in order, after the commit
     that covers them: a lease server's batch of requests received together
-    (serving/lease_batch.py)."""
+    (serving/lease_batch.py). ``wait_for_rows=False``: on PostgreSQL, a
+    request whose row another transaction holds is not waited for but
+    answered RetryAlone (leases.sql.transactions.write_together)."""
     started = time.perf_counter()
     actions = [_arguments(**request) for request in requests]
     writes = [_own_failure(_lease_write, arguments) for arguments in actions]
     answers: list[LeaseResult | BaseException] = []
-    for arguments, (written, error) in zip(actions, write_together(writes)):
+    for arguments, (written, error) in zip(actions, write_together(writes, wait_for_rows=wait_for_rows)):
+        if isinstance(error, RetryAlone):  # not written: counted when it is
+            answers.append(error)
+            continue
         if error is None:
             try:  # ``written``: what the write returned, the tuple _committed takes
                 answers.append(_committed(cast(tuple, written), arguments["action"], arguments["ref"]))

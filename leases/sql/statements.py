@@ -25,6 +25,7 @@ from __future__ import annotations
 import uuid
 import weakref
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timezone
 
 from django.conf import settings
@@ -110,16 +111,40 @@ def _prepared(preparers, values, conn) -> list:
 _KEYS = ("\0k0", "\0k1", "\0k2", "\0k3", "\0k4", "\0k5")
 
 
-def _compile_load(model, lookups: tuple[str, ...], deferred: tuple[str, ...], also: tuple[str, ...], conn):
+class RowLocked(Exception):
+    """The row is locked by another transaction and ``rows_not_waited_for``
+    is in force (or there is no such row: SKIP LOCKED cannot tell): nothing
+    was read or written for it."""
+
+
+_skip_locked: ContextVar[bool] = ContextVar("skip_locked", default=False)
+
+
+@contextmanager
+def rows_not_waited_for():
+    """In the block, ``load_locked`` does not wait for a row another
+    transaction holds (PostgreSQL's SKIP LOCKED) but raises RowLocked: for
+    a transaction shared by several requests, which must neither hold up
+    its other requests behind one locked row nor wait while holding rows
+    (leases/sql/transactions.py). No effect where rows are not locked (SQLite)."""
+    token = _skip_locked.set(True)
+    try:
+        yield
+    finally:
+        _skip_locked.reset(token)
+
+
+def _compile_load(model, lookups: tuple[str, ...], deferred: tuple[str, ...], also: tuple[str, ...], skip: bool,
+                  conn):
     """SELECT the row (not the ``deferred`` columns) with a row lock, by
-    ``lookups``; with ``also``, the rows of that as a subquery and each of
-    ``also`` after its columns: selected by the outer query, they are
-    evaluated once the row is locked (in the locking query itself,
-    PostgreSQL evaluates them before it waits for a lock another
+    ``lookups`` (``skip``: SKIP LOCKED); with ``also``, the rows of that as
+    a subquery and each of ``also`` after its columns: selected by the outer
+    query, they are evaluated once the row is locked (in the locking query
+    itself, PostgreSQL evaluates them before it waits for a lock another
     transaction holds)."""
     keys = _KEYS[:len(lookups)]
     qs = model._default_manager.filter(**dict(zip(lookups, keys))).defer(*deferred)
-    compiler = qs.select_for_update(of=("self",)).order_by()[:1].query.get_compiler(connection=conn)
+    compiler = qs.select_for_update(of=("self",), skip_locked=skip).order_by()[:1].query.get_compiler(connection=conn)
     sql, params = compiler.as_sql()
     if also:
         sql = f"SELECT locked.*, {', '.join(also)} FROM ({sql}) AS locked"
@@ -134,11 +159,15 @@ def load_locked(model, lookups: tuple[str, ...], values: tuple, *, deferred: tup
     """``model.objects.select_for_update(of=("self",)).defer(*deferred)
     .filter(**dict(zip(lookups, values))).first()`` in one compiled
     statement; None if there is no such row. With ``also`` (SQL expressions,
-    evaluated once the row is locked): (the instance or None, their values)."""
-    sql, order, names, converters = compiled(conn, ("load", model, lookups, deferred, also),
-                                             lambda c: _compile_load(model, lookups, deferred, also, c))
+    evaluated once the row is locked): (the instance or None, their values).
+    Under ``rows_not_waited_for``, on PostgreSQL, RowLocked instead of None."""
+    skip = _skip_locked.get() and conn.features.has_select_for_update_skip_locked
+    sql, order, names, converters = compiled(conn, ("load", model, lookups, deferred, also, skip),
+                                             lambda c: _compile_load(model, lookups, deferred, also, skip, c))
     cursor.execute(sql, [values[i] for i in order])
     row = cursor.fetchone()
+    if row is None and skip:
+        raise RowLocked(model._meta.model_name)
     if also:
         if row is None:
             return None, ()

@@ -188,7 +188,8 @@ def test_both_instances_serve_again_after_the_standby_is_promoted(tmp_path, how)
 def test_a_locked_row_delays_no_request_for_another_row(postgres, tmp_path):
     """Another session holds one blob's row locked while clients keep
     asking for its lease through one worker: renewals of other blobs through
-    that worker are not held up (they were, for LEASEHOLD_WRITE_WAIT)."""
+    that worker are not held up (they were, for LEASEHOLD_WRITE_WAIT), and
+    the locked blob's renewals are made once it is let go."""
     database = postgres()
     prepare(database, tmp_path)
     server = Instance(database, tmp_path, "rows", workers=1).start()
@@ -213,8 +214,11 @@ def test_a_locked_row_delays_no_request_for_another_row(postgres, tmp_path):
         unlocked = renew_others()
         with psycopg.connect(database) as holder:
             holder.execute("SELECT 1 FROM leases_blob WHERE name = 'row-0' FOR UPDATE")
-            waiting = [threading.Thread(target=azure_raw.lease, args=(server.url, locked, "renew"),
-                                        kwargs={"lease_id": ids[locked]}) for _ in range(4)]
+            statuses = []
+
+            def renew_locked():
+                statuses.append(azure_raw.lease(server.url, locked, "renew", lease_id=ids[locked]).status_code)
+            waiting = [threading.Thread(target=renew_locked) for _ in range(4)]
             for thread in waiting:
                 thread.start()
             time.sleep(0.2)  # the renewals of the locked row are waiting for it
@@ -222,6 +226,8 @@ def test_a_locked_row_delays_no_request_for_another_row(postgres, tmp_path):
             holder.rollback()
         for thread in waiting:
             thread.join()
+        # made once the row was let go (a lease batch sends them alone, in the row's turn)
+        assert statuses == [200] * 4, statuses
     finally:
         server.stop()
     delays = sorted(t - statistics.median(unlocked) for t in while_locked)

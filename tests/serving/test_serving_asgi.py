@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from serving.asgi import SPOOL_BYTES, BodyRefused, LeaseholdASGI
+from serving.asgi import LeaseholdASGI
+from serving.bodies import SPOOL_BYTES, BodyRefused
 
 
 def scope(method: str, path: str, query: bytes = b"", headers=()):

@@ -13,6 +13,7 @@ and (make test's second pass) on PostgreSQL; the backend hooks on SQLite.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from datetime import timedelta
@@ -109,16 +110,22 @@ def test_the_qmark_rewrite_is_the_one_djangos_sqlite_cursor_makes():
 
 # ------------------------------------------------------------------ compiled SQL == the ORM's SQL
 
-def test_the_compiled_locked_read_is_the_sql_the_orm_sends(leased):
+@pytest.mark.parametrize("skip", [False, True], ids=["waits", "skips-locked"])
+def test_the_compiled_locked_read_is_the_sql_the_orm_sends(leased, skip):
+    """As the ORM sends it; under rows_not_waited_for, with SKIP LOCKED where
+    the database has it (PostgreSQL; SQLite locks no rows)."""
+    skip = skip and conn().features.has_select_for_update_skip_locked
+
     def orm_read():
         with transaction.atomic():
             qs = Blob.objects.filter(**dict(zip(LOOKUPS, NAMES))).defer(*DEFERRED)
-            list(qs.select_for_update(of=("self",)).order_by()[:1])
+            list(qs.select_for_update(of=("self",), skip_locked=skip).order_by()[:1])
 
     [(orm_sql, orm_params)] = orm_statements(orm_read)
-    with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
+    with (transaction.atomic(), statements.driver_cursor(conn()) as cursor,
+          statements.rows_not_waited_for() if skip else contextlib.nullcontext()):
         statements.load_locked(Blob, LOOKUPS, NAMES, deferred=DEFERRED, conn=conn(), cursor=cursor)
-        sql, order, _, _ = statements.compiled(conn(), ("load", Blob, LOOKUPS, DEFERRED, ()), None)
+        sql, order, _, _ = statements.compiled(conn(), ("load", Blob, LOOKUPS, DEFERRED, (), skip), None)
     assert sql == native(orm_sql), "the ORM compiles this SELECT differently from the QuerySet API now"
     assert tuple(NAMES[i] for i in order) == orm_params
 

@@ -1,11 +1,15 @@
 """A service's write transaction (leases/sql/transactions.py), on both
 databases: a write whose COMMIT fails is answered with that failure, never
 with the result it had before the commit, and the connection writes
-durably after it. A foreign key Django creates
+durably after it. A server's lease batch on PostgreSQL waits for no row
+another transaction holds, and keeps nothing of a batch one of whose
+writes failed. A foreign key Django creates
 DEFERRABLE INITIALLY DEFERRED is checked at COMMIT on SQLite and
 PostgreSQL alike, so a row pointing nowhere makes the commit itself fail."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 from django.db import IntegrityError, connection
@@ -13,7 +17,7 @@ from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from leases.models import Account, Blob, Container
-from leases.sql.transactions import commits_together, write_together, write_transaction
+from leases.sql.transactions import RetryAlone, commits_together, write_together, write_transaction
 
 pytestmark = pytest.mark.also_postgres
 
@@ -36,7 +40,7 @@ def _container(name: str):
 
 
 def test_a_commit_that_fails_is_the_answer_of_its_write(transactional_db):
-    together = commits_together()  # SQLite on a file: one transaction for all three
+    together = commits_together() and connection.vendor == "sqlite"  # one transaction for all three
     outcomes = write_together([_container("before"), _dangling_blob, _container("after")])
     failed = [n for n, (result, error) in enumerate(outcomes) if error is not None]
     assert len(outcomes) == 3 and failed == ([0, 1, 2] if together else [1]), outcomes
@@ -82,3 +86,52 @@ def test_on_postgresql_a_lease_requests_statements_are_prepared(make_blob):
         prepared = [row[0] for row in cursor.fetchall()]
     assert any("FOR UPDATE" in text and "clock_timestamp()" in text for text in prepared), prepared
     assert any(text.startswith('INSERT INTO "leases_leaseevent"') for text in prepared), prepared
+
+
+def test_a_batch_whose_commit_fails_keeps_nothing(transactional_db):
+    """A server's lease batch (wait_for_rows=False). SQLite: one commit, whose
+    failure is every write's answer. PostgreSQL: one transaction too; it is
+    undone and every write is answered RetryAlone, to be made alone."""
+    outcomes = write_together([_container("before"), _dangling_blob, _container("after")], wait_for_rows=False)
+    expected = IntegrityError if connection.vendor == "sqlite" else RetryAlone
+    assert [(result, type(error)) for result, error in outcomes] == [(None, expected)] * 3, outcomes
+    assert not Container.objects.filter(name__in=["before", "after"]).exists()
+    assert not Blob.objects.filter(name="orphan").exists()
+    _durable_again()
+
+
+def test_on_postgresql_a_batch_waits_for_no_locked_row(make_blob):
+    """Another session holds one blob's row: a batch with a renewal of that
+    blob and an acquire of another answers the first RetryAlone at once,
+    writing nothing of it, and commits the second; alone (as the server then
+    sends it), the renewal waits for the row and is made."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's")
+    import psycopg
+
+    from leases import services
+    from leases.models import LeaseEvent
+    from leases.services import Actor, LeaseResult, ResourceRef
+
+    actor = Actor(name="account:devstoreaccount1", via="azure")
+    held = make_blob(ResourceRef("devstoreaccount1", "rows-held", "held"), actor)
+    free = make_blob(ResourceRef("devstoreaccount1", "rows-free", "free"), actor)
+    lease_id = services.lease_acquire(ref=held, actor=actor, duration=60).resource.lease_id
+    events = LeaseEvent.objects.filter(blob="held").count()
+    with psycopg.connect(connection.settings_dict["OPTIONS"]["conninfo"],
+                         dbname=connection.settings_dict["NAME"]) as holder:  # the test database
+        holder.execute("SELECT 1 FROM leases_blob WHERE name = 'held' FOR UPDATE")
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # a wait for the row fails the test, not hangs it
+        renew = {"action": "renew", "ref": held, "actor": actor, "lease_id": lease_id}
+        acquire = {"action": "acquire", "ref": free, "actor": actor, "duration": 15}
+        answers = services.lease_actions_together([renew, acquire], wait_for_rows=False)
+        assert isinstance(answers[0], RetryAlone) and isinstance(answers[1], LeaseResult), answers
+        assert LeaseEvent.objects.filter(blob="held").count() == events  # nothing of the renewal
+        assert holder.execute("SELECT lease_state FROM leases_blob WHERE name = 'free'").fetchone() == ("leased",)
+        assert holder.execute("SELECT count(*) FROM leases_leaseevent WHERE blob = 'free' AND action = 'acquire'"
+                              ).fetchone()[0] == 1  # committed: seen by the other session
+        threading.Timer(0.3, holder.rollback).start()  # the row is let go while the renewal waits alone
+        alone = services.lease_actions_together([renew])
+    assert isinstance(alone[0], LeaseResult), alone
+    assert LeaseEvent.objects.filter(blob="held").count() == events + 1

@@ -41,11 +41,20 @@ debian:
 	      apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; }
 chromium promtool: debian
 
-# The client tests run against Azurite too: install it from npm into
-# bench/node_modules (as the bench does) when missing.
+# The client tests and the bench run against Azurite too. npm installs it
+# once per machine and version into the user's cache (about 55,000 files:
+# most of a clean clone's set-up), and bench/node_modules links to it
+# (docs/decisions/0023).
+AZURITE_VERSION := $(shell sed -n 's/.*"azurite": *"\([^"]*\)".*/\1/p' bench/package.json)
+AZURITE_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/leasehold/azurite-$(AZURITE_VERSION)
 azurite:
-	@test -d bench/node_modules/azurite || \
-	  (cd bench && npm install --no-audit --no-fund --no-package-lock --loglevel=error)
+	@test -e bench/node_modules/azurite || { \
+	  test -e $(AZURITE_CACHE)/node_modules/azurite || { \
+	    mkdir -p $(dir $(AZURITE_CACHE)) && tmp=$$(mktemp -d $(AZURITE_CACHE).XXXXXX) && \
+	    cp bench/package.json $$tmp/ && \
+	    (cd $$tmp && npm install --no-audit --no-fund --no-package-lock --loglevel=error) && \
+	    { mv -T $$tmp $(AZURITE_CACHE) 2>/dev/null || rm -rf $$tmp; }; } && \
+	  rm -rf bench/node_modules && ln -s $(AZURITE_CACHE)/node_modules bench/node_modules; }
 
 # The database-facing modules (marked also_postgres), run a second time on
 # PostgreSQL: a throwaway cluster tests/pg_cluster.py starts (installing
@@ -110,7 +119,7 @@ test-fast: $(BIN)/.installed
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs
 # Azurite from npm into bench/node_modules when missing. BENCH_ARGS="--soak"
 # for the 5-minute memory run; "--help" for the rest.
-bench: $(BIN)/.installed
+bench: $(BIN)/.installed azurite
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 # The docs/ site (MkDocs) into var/site; `.venv/bin/mkdocs serve` to browse it while writing.

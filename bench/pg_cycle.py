@@ -14,6 +14,8 @@ alternating order over several rounds:
 * ``pg-1-t1``: the same with LEASEHOLD_THREADS=1 (what the 4 threads earn);
 * ``pg-1-plain``: the same with LEASEHOLD_PG_PREPARE=off (what prepared statements earn);
 * ``pg-1-alone``: the same with LEASEHOLD_LEASE_BATCH=0, a transaction a request (what the batch earns);
+* ``pg-1-bare``: pg-1 on a database without the history's secondary indexes and the blob's lease
+  indexes (an experiment: what index maintenance costs a lease request; the admin needs them);
 * ``pg-2``: two instances on one PostgreSQL database, the clients split between them.
 
 Printed per configuration: requests/s (median of the rounds, and the
@@ -57,6 +59,20 @@ class Config:
 
     def pids(self) -> list[int]:
         return [pid for server in self.instances for pid in server.pids()]
+
+
+def drop_lease_indexes(url: str) -> None:
+    """pg-1-bare: drop the history's indexes but its primary key, and the
+    indexes on the blob's lease columns (a lease write then updates its row in place)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        names = [name for name, in conn.execute(
+            "SELECT indexname FROM pg_indexes WHERE (tablename = 'leases_leaseevent' AND indexname NOT LIKE '%%pkey') "
+            "OR indexname IN ('blob_lease_idx', 'blob_expiry_idx', 'blob_break_idx', 'blob_lease_id_idx')")]
+        for name in names:
+            conn.execute(f'DROP INDEX "{name}"')
+    print(f"pg-1-bare: dropped {len(names)} indexes", file=sys.stderr, flush=True)
 
 
 def pg_counters(admin_url: str, database: str) -> dict:
@@ -128,7 +144,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--statements", action="store_true", help="print each statement's calls per request")
     parser.add_argument("--only", default="sqlite,pg-1,pg-1-plain,pg-2", help="configurations, comma-separated "
-                        "(also pg-1-t1, pg-1-alone)")
+                        "(also pg-1-t1, pg-1-alone, pg-1-bare)")
     args = parser.parse_args()
     wanted = args.only.split(",")
 
@@ -160,6 +176,8 @@ def main() -> int:
                 configs.append(Config("pg-1-alone", [leasehold("pg-1-alone", url, LEASEHOLD_LEASE_BATCH="0")], "one"))
             if "pg-1-t1" in wanted:
                 configs.append(Config("pg-1-t1", [leasehold("pg-1-t1", url, LEASEHOLD_THREADS="1")], "one"))
+        if "pg-1-bare" in wanted:
+            configs.append(Config("pg-1-bare", [leasehold("pg-1-bare", pg.create_database("bare"))], "bare"))
         if "pg-2" in wanted:
             url = pg.create_database("two")
             configs.append(Config("pg-2", [leasehold("pg-2a", url), leasehold("pg-2b", url)], "two"))
@@ -171,6 +189,8 @@ def main() -> int:
                 if key not in prepared:
                     server.prepare()
                     prepared.add(key)
+            if config.name == "pg-1-bare":
+                drop_lease_indexes(pg.url(config.database))
         results: dict[str, list[dict]] = {c.name: [] for c in configs}
         for round_no in range(args.rounds):
             order = configs[round_no % len(configs):] + configs[:round_no % len(configs)]

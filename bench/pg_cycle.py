@@ -61,15 +61,18 @@ class Config:
         return [pid for server in self.instances for pid in server.pids()]
 
 
-def drop_lease_indexes(url: str) -> None:
-    """pg-1-bare: drop the history's indexes but its primary key, and the
-    indexes on the blob's lease columns (a lease write then updates its row in place)."""
+def drop_lease_indexes(url: str, tables: set[str]) -> None:
+    """pg-1-bare: drop the history's indexes but its primary key (``history``
+    in ``tables``), and the indexes on the blob's lease columns (``blob``: a
+    lease write then updates its row in place)."""
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
         names = [name for name, in conn.execute(
-            "SELECT indexname FROM pg_indexes WHERE (tablename = 'leases_leaseevent' AND indexname NOT LIKE '%%pkey') "
-            "OR indexname IN ('blob_lease_idx', 'blob_expiry_idx', 'blob_break_idx', 'blob_lease_id_idx')")]
+            "SELECT indexname FROM pg_indexes WHERE (%s AND tablename = 'leases_leaseevent' "
+            "AND indexname NOT LIKE '%%pkey') OR (%s AND indexname IN "
+            "('blob_lease_idx', 'blob_expiry_idx', 'blob_break_idx', 'blob_lease_id_idx'))",
+            ["history" in tables, "blob" in tables])]
         for name in names:
             conn.execute(f'DROP INDEX "{name}"')
     print(f"pg-1-bare: dropped {len(names)} indexes", file=sys.stderr, flush=True)
@@ -145,6 +148,8 @@ def main() -> int:
     parser.add_argument("--statements", action="store_true", help="print each statement's calls per request")
     parser.add_argument("--only", default="sqlite,pg-1,pg-1-plain,pg-2", help="configurations, comma-separated "
                         "(also pg-1-t1, pg-1-alone, pg-1-bare)")
+    parser.add_argument("--bare", default="blob,history", help="pg-1-bare drops the indexes of these: blob "
+                        "(its lease columns), history (all but the primary key)")
     args = parser.parse_args()
     wanted = args.only.split(",")
 
@@ -190,7 +195,7 @@ def main() -> int:
                     server.prepare()
                     prepared.add(key)
             if config.name == "pg-1-bare":
-                drop_lease_indexes(pg.url(config.database))
+                drop_lease_indexes(pg.url(config.database), set(args.bare.split(",")))
         results: dict[str, list[dict]] = {c.name: [] for c in configs}
         for round_no in range(args.rounds):
             order = configs[round_no % len(configs):] + configs[:round_no % len(configs)]

@@ -303,7 +303,7 @@ class LeaseholdASGI:
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
-            self._commits_together = bool(self.batcher.context.run(commits_together))
+            self._commits_together = bool(self.batcher.context.run(commits_together, wait_for_rows=False))
         return self._commits_together
 
     def body_cap(self, scope) -> int:

@@ -35,14 +35,16 @@ def write_transaction(fn, *, using: str | None = None):
         return fn()
 
 
-def commits_together(using: str | None = None) -> bool:
-    """Whether ``write_together`` commits its writes together here: on
-    Leasehold's SQLite engine on a file, and on PostgreSQL for writes that
-    do not wait for rows."""
+def commits_together(using: str | None = None, *, wait_for_rows: bool = True) -> bool:
+    """Whether ``write_together`` (with this ``wait_for_rows``) commits its
+    writes together here: on Leasehold's SQLite engine on a file, and on
+    PostgreSQL for writes that do not wait for rows."""
     conn = transaction.get_connection(using)
     if conn.in_atomic_block:
         return False
-    return conn.vendor == "postgresql" or (isinstance(conn, SQLiteWrapper) and conn._writer_lock_path() is not None)
+    if conn.vendor == "postgresql":
+        return not wait_for_rows
+    return isinstance(conn, SQLiteWrapper) and conn._writer_lock_path() is not None
 
 
 def write_together(fns, *, using: str | None = None, wait_for_rows: bool = True
@@ -63,11 +65,9 @@ def write_together(fns, *, using: str | None = None, wait_for_rows: bool = True
       the database itself (OperationalError: a timeout, a lost connection,
       whose commit may or may not have been made), which is every write's answer.
     * Else one transaction each."""
-    conn = transaction.get_connection(using)
-    if isinstance(conn, SQLiteWrapper) and commits_together(using):
-        return conn.group_commit_all(fns)
-    if not wait_for_rows and conn.vendor == "postgresql" and commits_together(using):
-        return _shared_without_row_waits(fns, using)
+    if commits_together(using, wait_for_rows=wait_for_rows):
+        conn = transaction.get_connection(using)
+        return conn.group_commit_all(fns) if isinstance(conn, SQLiteWrapper) else _shared_without_row_waits(fns, using)
     outcomes: list[tuple[object, BaseException | None]] = []
     for fn in fns:
         try:

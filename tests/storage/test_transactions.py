@@ -40,7 +40,7 @@ def _container(name: str):
 
 
 def test_a_commit_that_fails_is_the_answer_of_its_write(transactional_db):
-    together = commits_together() and connection.vendor == "sqlite"  # one transaction for all three
+    together = commits_together()  # SQLite on a file: one transaction for all three
     outcomes = write_together([_container("before"), _dangling_blob, _container("after")])
     failed = [n for n, (result, error) in enumerate(outcomes) if error is not None]
     assert len(outcomes) == 3 and failed == ([0, 1, 2] if together else [1]), outcomes

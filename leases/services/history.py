@@ -31,9 +31,11 @@ def _event_start(*, ref: ResourceRef, actor: Actor, action: str | None, now: dat
 
 def _event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
                   proposed_id=None, duration=None, break_period=None, lease_time=None, state_before="",
-                  state_after="", generation=None, expires_at=None, cursor=None, conn=None) -> None:
+                  state_after="", generation=None, expires_at=None, cursor=None, conn=None,
+                  saving: tuple | None = None) -> None:
     """Complete a row from ``_event_start`` with the outcome and append it in
-    the caller's transaction (on ``cursor`` of ``conn`` if given)."""
+    the caller's transaction (on ``cursor`` of ``conn`` if given); ``saving``:
+    (resource, changed columns), saved with it (statements.RowInsert.insert)."""
     conn = conn or transaction.get_connection()
     EVENTS.set(values, conn,
                # The choice's plain str for the driver. Django is untyped here: to mypy the members
@@ -44,7 +46,7 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
                lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
                lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after,
                generation=generation)
-    EVENTS.insert(values, conn=conn, cursor=cursor)
+    EVENTS.insert(values, conn=conn, cursor=cursor, saving=saving)
 
 
 def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",

@@ -91,12 +91,12 @@ def _locked(model, values: tuple, also: tuple[str, ...], conn, cursor):
                                   conn=conn, cursor=cursor), ()
 
 
-def _save_lease(obj: Container | Blob, record: machine.LeaseRecord, *extra: str, conn, cursor) -> None:
-    """``obj.save(update_fields=[changed lease columns, *extra])`` as one
-    compiled UPDATE; none if nothing changed."""
+def _lease_saved(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> tuple | None:
+    """``record`` set on ``obj``; what its history event saves with it
+    (history._event_finish's ``saving``): ``obj.save(update_fields=[changed
+    lease columns, *extra])`` as one compiled UPDATE; None if nothing changed."""
     columns = (*obj.set_lease_record(record), *extra)
-    if columns:
-        statements.save_columns(obj, columns, conn=conn, cursor=cursor)
+    return (obj, columns) if columns else None
 
 
 def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
@@ -225,12 +225,12 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                     obj.lease_holder_address = actor.remote_addr[:64]
                     obj.lease_holder_request_id = actor.client_request_id[:1024]
                     holder = obj.HOLDER_COLUMNS
-                _save_lease(obj, outcome.record, *holder, conn=conn, cursor=cursor)
+                saving = _lease_saved(obj, outcome.record, *holder)
                 facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
                              lease_time=outcome.lease_time, expires_at=machine.deadline(outcome.record, now),
                              lease_id=params["lease_id"] or outcome.lease_id or previous_id,
                              duration=outcome.record.duration if action != "break" else None)
-                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, **facts)
+                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, saving=saving, **facts)
                 if action in wakeups.FREEING:
                     wakeups.in_transaction(wakeups.key(ref.account, ref.container, ref.blob), conn, cursor)
         return obj, outcome, refusal, previous_id

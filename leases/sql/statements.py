@@ -1,6 +1,7 @@
 """The lease hot path's statements, compiled by the ORM once per connection.
 
-A lease action is one read, one write and one history insert. Building those
+A lease action is one read, one write and one history insert (on
+PostgreSQL the write and the insert are one statement: RowInsert.insert). Building those
 statements through the QuerySet API every time costs far more CPU than
 running them (about 1,800 Python calls a transaction), so the ORM compiles
 each of them once per database connection -- the very SQL it would send,
@@ -227,9 +228,13 @@ def _compile_update(model, columns, conn):
 def save_columns(obj, columns: tuple[str, ...], *, conn, cursor) -> None:
     """``obj.save(update_fields=columns)`` as one compiled UPDATE (one per
     combination of columns, compiled once)."""
+    cursor.execute(*_update_params(obj, columns, conn))
+
+
+def _update_params(obj, columns: tuple[str, ...], conn) -> tuple[str, list]:
     model = type(obj)
     sql, names, preparers = compiled(conn, ("update", model, columns), lambda c: _compile_update(model, columns, c))
-    cursor.execute(sql, [*_prepared(preparers, [getattr(obj, n) for n in names], conn), obj.pk])
+    return sql, [*_prepared(preparers, [getattr(obj, n) for n in names], conn), obj.pk]
 
 
 # ------------------------------------------------------------------ insert history rows
@@ -274,10 +279,22 @@ class RowInsert:
             prepare = preparers[i]
             values[i] = value if prepare is None or value is None else prepare(value, conn)
 
-    def insert(self, values: list, *, conn=None, cursor=None) -> None:
-        """In the caller's transaction, on ``cursor`` of ``conn`` if given."""
+    def insert(self, values: list, *, conn=None, cursor=None, saving: tuple | None = None) -> None:
+        """In the caller's transaction, on ``cursor`` of ``conn`` if given.
+        ``saving``: (obj, columns), ``save_columns(obj, columns)`` first --
+        on PostgreSQL in the same statement (``WITH saved AS (UPDATE ...)
+        INSERT ...``: one round trip and one statement to run, not two)."""
         conn = conn or transaction.get_connection()
         sql = compiled(conn, ("insert", self.model), lambda c: _compile_insert(self.model, c))[0]
+        if saving is not None:
+            obj, columns = saving
+            if conn.vendor == "postgresql":
+                update, params = _update_params(obj, columns, conn)
+                sql = compiled(conn, ("update+insert", type(obj), columns, self.model),
+                               lambda c: f"WITH saved AS ({update}) {sql}")
+                values = [*params, *values]
+            else:
+                save_columns(obj, columns, conn=conn, cursor=cursor)
         if cursor is not None:
             cursor.execute(sql, values)
         else:

@@ -204,6 +204,32 @@ def test_the_compiled_history_insert_is_the_sql_create_sends_and_round_trips(lea
         assert getattr(second, field.attname) == expected, f"{field.attname} did not round-trip"
 
 
+def test_a_row_saved_with_its_event_is_saved_and_the_event_inserted(leased):
+    """RowInsert.insert(saving=...): the lease write and its history row, on
+    PostgreSQL in one statement made of the two compiled ones; both round-trip."""
+    obj = Blob.objects.defer(*DEFERRED).get(pk=leased.pk)
+    obj.lease_id, obj.lease_expires_at = uuid.uuid4(), clock.now() + timedelta(seconds=20, microseconds=7)
+    obj.lease_duration, obj.lease_generation, obj.lease_holder = 20, 9, "user:together"
+    events = statements.RowInsert(LeaseEvent)
+    with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
+        values = events.start(conn(), occurred_at=clock.now(), action="change", outcome="success",
+                              resource_type="blob", account=ACCOUNT, container=REF.container, blob=REF.blob,
+                              status_code=200, lease_id=obj.lease_id, request_id="together")
+        events.insert(values, conn=conn(), cursor=cursor, saving=(obj, LEASE_COLUMNS))
+    compiled = statements._statements[conn()]
+    together = compiled.get(("update+insert", Blob, LEASE_COLUMNS, LeaseEvent))
+    if conn().vendor == "postgresql":
+        assert together == f"WITH saved AS ({compiled[('update', Blob, LEASE_COLUMNS)][0]}) " \
+            f"{compiled[('insert', LeaseEvent)][0]}"
+    else:
+        assert together is None  # two statements: no round trips to save
+    saved = Blob.objects.get(pk=obj.pk)
+    for name in LEASE_COLUMNS:
+        assert getattr(saved, name) == getattr(obj, name), f"{name} was not saved"
+    event = LeaseEvent.objects.get(request_id="together")
+    assert (event.action, event.lease_id, event.blob) == ("change", obj.lease_id, REF.blob)
+
+
 @pytest.mark.django_db
 def test_the_value_shortcuts_give_what_get_db_prep_save_gives():
     """statements._shortcut: the UUID and UTC-datetime shortcuts of the lease

@@ -119,9 +119,14 @@ test-fast: $(BIN)/.installed
 
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs
 # Azurite from npm into bench/node_modules when missing. BENCH_ARGS="--soak"
-# for the 5-minute memory run; "--help" for the rest.
+# for the 5-minute memory run; "--help" for the rest. Then Leasehold on
+# SQLite against PostgreSQL with one and two instances, paired in one run
+# (bench/pg_cycle.py, on a throwaway durable cluster; PG_BENCH_ARGS, e.g.
+# "--rounds 5 --statements").
+PG_BENCH_ARGS ?= --only sqlite,pg-1,pg-1-alone,pg-2
 bench: $(BIN)/.installed azurite
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+	$(BIN)/python bench/pg_cycle.py $(PG_BENCH_ARGS)
 
 # The docs/ site (MkDocs) into var/site; `.venv/bin/mkdocs serve` to browse it while writing.
 docs: $(BIN)/.installed

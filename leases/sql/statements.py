@@ -1,11 +1,11 @@
 """The lease hot path's statements, compiled by the ORM once per connection.
 
-A lease action is one read, one write and one history insert (on
-PostgreSQL the write and the insert are one statement: RowInsert.insert). Building those
-statements through the QuerySet API every time costs far more CPU than
+A lease action is one read, one write and one history insert (on PostgreSQL
+the write and the insert go as one statement: RowInsert.insert). Building
+those statements through the QuerySet API every time costs far more CPU than
 running them (about 1,800 Python calls a transaction), so the ORM compiles
-each of them once per database connection -- the very SQL it would send,
-FOR UPDATE OF included on PostgreSQL -- and each call then only binds values
+each of them once per database connection -- the very SQL it would send, FOR
+UPDATE OF included on PostgreSQL -- and each call then only binds values
 prepared by the fields themselves (get_db_prep_save), runs the statement on
 the driver's cursor of the current transaction, and converts what it reads
 with the ORM's own converters into a model instance (Model.from_db). Same
@@ -285,6 +285,9 @@ class RowInsert:
         on PostgreSQL in the same statement (``WITH saved AS (UPDATE ...)
         INSERT ...``: one round trip and one statement to run, not two)."""
         conn = conn or transaction.get_connection()
+        if cursor is None:
+            with driver_cursor(conn) as own:
+                return self.insert(values, conn=conn, cursor=own, saving=saving)
         sql = compiled(conn, ("insert", self.model), lambda c: _compile_insert(self.model, c))[0]
         if saving is not None:
             obj, columns = saving
@@ -295,11 +298,7 @@ class RowInsert:
                 values = [*params, *values]
             else:
                 save_columns(obj, columns, conn=conn, cursor=cursor)
-        if cursor is not None:
-            cursor.execute(sql, values)
-        else:
-            with driver_cursor(conn) as own:
-                own.execute(sql, values)
+        cursor.execute(sql, values)
 
 
 # ------------------------------------------------------------------ fencing generations

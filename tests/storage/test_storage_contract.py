@@ -211,11 +211,11 @@ def test_a_row_saved_with_its_event_is_saved_and_the_event_inserted(leased):
     obj.lease_id, obj.lease_expires_at = uuid.uuid4(), clock.now() + timedelta(seconds=20, microseconds=7)
     obj.lease_duration, obj.lease_generation, obj.lease_holder = 20, 9, "user:together"
     events = statements.RowInsert(LeaseEvent)
-    with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
+    with transaction.atomic():  # no cursor given: insert opens one (the lease path passes its own)
         values = events.start(conn(), occurred_at=clock.now(), action="change", outcome="success",
                               resource_type="blob", account=ACCOUNT, container=REF.container, blob=REF.blob,
                               status_code=200, lease_id=obj.lease_id, request_id="together")
-        events.insert(values, conn=conn(), cursor=cursor, saving=(obj, LEASE_COLUMNS))
+        events.insert(values, conn=conn(), saving=(obj, LEASE_COLUMNS))
     compiled = statements._statements[conn()]
     together = compiled.get(("update+insert", Blob, LEASE_COLUMNS, LeaseEvent))
     if conn().vendor == "postgresql":

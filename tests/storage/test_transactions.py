@@ -73,6 +73,9 @@ def test_on_postgresql_a_lease_requests_statements_are_prepared(make_blob):
     after the first run prepared statements (docs/decisions/0022)."""
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's prepared statements")
+    from django.conf import settings
+    if not settings.LEASEHOLD.pg_prepare:
+        pytest.skip("LEASEHOLD_PG_PREPARE=off: nothing is prepared")
     from leases import services
     from leases.services import Actor, ResourceRef
 

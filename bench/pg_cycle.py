@@ -95,7 +95,25 @@ def pg_counters(admin_url: str, database: str) -> dict:
             "statements": int(calls), "texts": texts}
 
 
-def run_round(config: Config, clients: int, warmup: float, duration: float, pg, admin_url: str) -> dict:
+def other_instances_releasing(url: str, per_second: int, stop: threading.Event) -> None:
+    """What other instances' releases cost this one: ``per_second`` NOTIFYs
+    on the wake-up channel (leases/wakeups.py), as a fleet's releases and
+    breaks send them, from a session of its own, in batches every 10 ms
+    (each with its own payload: PostgreSQL folds equal ones in a transaction)."""
+    import psycopg
+
+    batch = max(1, per_second // 100)
+    with psycopg.connect(url, autocommit=True) as conn:
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            conn.execute("SELECT pg_notify('leasehold_wake', md5(random()::text || g::text)) "
+                         "FROM generate_series(1, %s) AS g", [batch])
+            next_at += 0.01
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+
+
+def run_round(config: Config, clients: int, warmup: float, duration: float, pg, admin_url: str,
+              fleet_releases: int = 0) -> dict:
     signer = loadgen.Signer(ACCOUNT, KEY)
     recs = [loadgen.Recorder() for _ in range(clients)]
     start = time.perf_counter()
@@ -106,6 +124,10 @@ def run_round(config: Config, clients: int, warmup: float, duration: float, pg, 
         reqs = [loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{cycle_blob(i)}")]
         threads.append(threading.Thread(target=loadgen.cycle_worker,
                                         args=("127.0.0.1", server.port, reqs, stop_at, recs[i]), daemon=True))
+    stop_notifying = threading.Event()
+    if fleet_releases and config.database:
+        threads.append(threading.Thread(target=other_instances_releasing, daemon=True,
+                                        args=(pg.url(config.database), fleet_releases, stop_notifying)))
     for thread in threads:
         thread.start()
     time.sleep(max(0.0, start + warmup - time.perf_counter()))
@@ -115,6 +137,7 @@ def run_round(config: Config, clients: int, warmup: float, duration: float, pg, 
     time.sleep(max(0.0, stop_at - time.perf_counter()))
     c1, p1, m1 = servers.cpu_seconds(pids), servers.cpu_seconds(pg.processes()), time.perf_counter()
     after = pg_counters(admin_url, config.database) if config.database else None
+    stop_notifying.set()
     for thread in threads:
         thread.join(timeout=loadgen.SOCKET_TIMEOUT * 4 + 5)
     lats: dict[int, list[float]] = {a: [] for a in (ACQUIRE, RENEW, RELEASE)}
@@ -145,6 +168,9 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--fleet-releases", type=int, default=0, metavar="N",
+                        help="N NOTIFYs/s on the wake-up channel during PostgreSQL rounds: other instances' "
+                        "releases (what a worker that listens pays for them)")
     parser.add_argument("--statements", action="store_true", help="print each statement's calls per request")
     parser.add_argument("--only", default="sqlite,pg-1,pg-1-plain,pg-2", help="configurations, comma-separated "
                         "(also pg-1-t1, pg-1-alone, pg-1-bare)")
@@ -204,7 +230,8 @@ def main() -> int:
                     server.start()
                 try:
                     setup_server(config.instances[0], blobs)
-                    result = run_round(config, args.clients, args.warmup, args.duration, pg, admin_url)
+                    result = run_round(config, args.clients, args.warmup, args.duration, pg, admin_url,
+                                       args.fleet_releases)
                 finally:
                     for server in config.instances:
                         server.stop()

@@ -3,10 +3,11 @@ lease may have become free: a release or a break publishes the resource's
 key, and every server process on the same database wakes its waiters for it.
 
 * PostgreSQL: ``NOTIFY`` in the lease action's own transaction, so it is
-  delivered to every instance's listener at the commit (never for a
-  rolled-back action), in one statement;
+  delivered at the commit (never for a rolled-back action), in one
+  statement, to every worker of any instance that listens: one that holds
+  waiters (serving/waiting.py);
 * SQLite: after the commit, one datagram to each server process on the same
-  database file. Each process that holds waiters listens on a unix datagram
+  database file. Each process listens on a unix datagram
   socket in the abstract namespace (no path length limit, nothing to clean
   up) and leaves a marker file named by its pid in ``<database>.wake/``;
   a datagram to a process gone removes its marker.

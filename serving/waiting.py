@@ -7,7 +7,8 @@ someone holds the lease, it waits for one of
 
 * a signal that the lease was released or broken, from any process or
   instance (leases/wakeups.py: a unix datagram on SQLite, NOTIFY on
-  PostgreSQL; received here by the loop, no thread);
+  PostgreSQL, listened for only while the worker holds waiters; received
+  here by the loop, no thread);
 * the known end of the blocking state (the lease's expiry, the break's
   end), a timer of the loop;
 * the end of its own wait,
@@ -52,6 +53,8 @@ log = logging.getLogger("leasehold.waiting")
 
 RECENT = 4096  # signals remembered for waiters between attempts
 TIMER_MARGIN = 0.002  # seconds after a deadline before trying (the deadline itself still blocks)
+LISTEN_LINGER = 30.0  # PostgreSQL: seconds a worker keeps listening after its last waiter left
+LISTEN_CHECK = 5.0  # PostgreSQL: how often a listening worker looks whether it still has waiters
 
 
 class _Queue:
@@ -81,6 +84,8 @@ class Waiters:
         self.seq = 0  # signals received
         self.recent: collections.deque = collections.deque(maxlen=RECENT)  # (seq, key)
         self.listening: asyncio.Task | None = None
+        self.on_postgres = False  # listens for releases only while it holds waiters (_listen_postgres)
+        self.last_waiter = 0.0  # monotonic time a waiter last waited or left
         self.sock: socket.socket | None = None
         self.marker: str | None = None
 
@@ -116,7 +121,11 @@ class Waiters:
             queue.wake_first()
 
     def wake_all(self) -> None:
-        """Signals may have been missed (a listener reconnected): every first waiter tries again."""
+        """Signals may have been missed (nobody listened yet, or the listener
+        reconnected): every first waiter tries again, one between attempts too
+        (the recent signals forgotten: _signalled_since then assumes one)."""
+        self.seq += 1
+        self.recent.clear()
         for queue in self.queues.values():
             queue.wake_first()
 
@@ -138,6 +147,9 @@ class Waiters:
         if wait.queued is None:
             queue.waits.append(wait)
             wait.queued = wait.key
+        self.last_waiter = time.monotonic()
+        if self.on_postgres and self.listening is None:
+            self.listening = loop.create_task(self._listen_postgres())
         self._set_timer(loop, queue, wait.ends_at)  # the latest word on when the blocking state ends
         if self._signalled_since(wait.key, wait.seq):
             return "woken"
@@ -164,6 +176,7 @@ class Waiters:
         if wait.principal is not None:
             self.release(wait.principal)
             wait.principal = None
+        self.last_waiter = time.monotonic()
         queue = self.queues.get(wait.queued) if wait.queued is not None else None
         if queue is None:
             return
@@ -185,8 +198,8 @@ class Waiters:
         folder = wakeups.marker_dir()
         if folder is not None:
             self._listen_datagrams(folder)
-        elif connection.vendor == "postgresql":  # no connection opened
-            self.listening = asyncio.get_running_loop().create_task(self._listen_postgres())
+        elif connection.vendor == "postgresql":  # no connection opened: listened for while waiters wait
+            self.on_postgres = True
 
     def close(self) -> None:
         if self.listening is not None:
@@ -226,26 +239,37 @@ class Waiters:
                 return
             self.signal(data.decode("ascii", "replace"))
 
+    def _wants_signals(self) -> bool:
+        return bool(self.queues) or time.monotonic() - self.last_waiter < LISTEN_LINGER
+
     async def _listen_postgres(self) -> None:
+        """LISTEN for releases on any instance while this worker holds waiters
+        (and LISTEN_LINGER after the last left). PostgreSQL sends each NOTIFY
+        to every listening session and each one wakes its worker, so a fleet
+        whose workers all listened would pay for every release once per
+        worker; idle workers do not listen. A release before the LISTEN took
+        effect is covered by wake_all: each waiter tries once more."""
         import psycopg
 
         from engines.postgres.base import side_connection
 
         conninfo, params = side_connection(settings.DATABASES["default"])
-        while True:
+        while self._wants_signals():
             try:
                 # to whichever host answers as primary (NOTIFY is sent there), keepalives bounding a hung one
                 conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **params)
                 async with conn:
                     await conn.execute(f"LISTEN {wakeups.CHANNEL}")
                     self.wake_all()  # whatever was released while nobody listened
-                    async for note in conn.notifies():
-                        self.signal(note.payload)
+                    while self._wants_signals():
+                        async for note in conn.notifies(timeout=LISTEN_CHECK):
+                            self.signal(note.payload)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001  (the database restarting: listen again)
                 log.warning("waiting acquires: listening for releases failed, again in 1 s: %s", exc)
                 await asyncio.sleep(1)
+        self.listening = None  # no await since the last look: a new waiter starts listening again
 
 
 async def serve_waiting(app, scope, receive, send, body, length, environ, names, lane) -> None:

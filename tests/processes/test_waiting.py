@@ -250,6 +250,14 @@ async def _many_waiters(server, path: str, *, count: int, wait: float) -> tuple[
     return await asyncio.gather(*tasks), threads
 
 
+def _listening(database: str) -> int:
+    import psycopg
+
+    with psycopg.connect(database, autocommit=True) as conn:
+        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                            "AND query = 'LISTEN leasehold_wake'").fetchone()[0]
+
+
 @pytest.mark.postgres
 @pytest.mark.also_postgres
 def test_a_waiter_on_one_instance_is_granted_at_a_release_on_another(postgres, tmp_path):
@@ -260,6 +268,8 @@ def test_a_waiter_on_one_instance_is_granted_at_a_release_on_another(postgres, t
         for instance in instances:
             instance.start()
         path = _container(instances[0].url)
+        _container(instances[1].url)
+        assert _listening(database) == 0  # serving, no waiter: no worker listens (serving/waiting.py)
         answers = _released_while_waiting(instances[0].url, instances[1].url, [path])
         print("PostgreSQL, two instances: status, seconds after the release", answers)
         for status, lag in answers:

@@ -2,7 +2,8 @@
 a signal wakes only the first waiter of its resource, a signal that arrives
 between attempts is not lost, the next waiter is woken when the first one
 leaves with anything but "still held", the blocking state's end wakes the
-first waiter by itself (on the clock seam), and the bound per principal."""
+first waiter by itself (on the clock seam), and the bound per principal; on
+PostgreSQL, that a worker listens for releases only while it holds waiters."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ import asyncio
 import time
 from datetime import timedelta
 
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from serving import waiting
 from serving.waiting import Waiters
 from leases import clock
 from leases.waiting import Wait
@@ -75,3 +81,54 @@ def test_waiters_are_bounded_per_principal():
     assert waiters.reserve("a") and waiters.reserve("a") and not waiters.reserve("a") and waiters.reserve("b")
     waiters.release("a")
     assert waiters.reserve("a")
+
+
+@pytest.mark.also_postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_worker_listens_only_while_it_holds_waiters(monkeypatch):
+    """No LISTEN until a waiter waits; then one, and the waiter tries again
+    once it is in place (a release just before it is not lost); a NOTIFY
+    from another session wakes it; the LISTEN ends LISTEN_LINGER after the
+    last waiter left."""
+    if connection.vendor != "postgresql":
+        pytest.skip("NOTIFY is PostgreSQL's")
+    import psycopg
+
+    from engines.postgres.base import side_connection
+    from leases import wakeups
+
+    monkeypatch.setattr(waiting, "LISTEN_LINGER", 0.3)
+    monkeypatch.setattr(waiting, "LISTEN_CHECK", 0.05)
+    conninfo, params = side_connection(settings.DATABASES["default"])
+
+    async def scenario():
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **params) as other:
+            async def listeners() -> int:
+                cursor = await other.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND pid <> pg_backend_pid() AND query = %s", [f"LISTEN {wakeups.CHANNEL}"])
+                return (await cursor.fetchone())[0]
+
+            waiters = Waiters(bound=10)
+            waiters.start()
+            never = asyncio.get_running_loop().create_future()
+            assert waiters.on_postgres and waiters.listening is None and await listeners() == 0
+            w = _waiting(waiters, "k", wait=10)
+            assert await asyncio.wait_for(waiters.wait(w, never), 5) == "woken"  # once listening
+            assert waiters.listening is not None and await listeners() == 1
+            w.seq = waiters.seq  # its next attempt was refused too: it waits again
+            again = asyncio.ensure_future(waiters.wait(w, never))
+            await asyncio.sleep(0.05)
+            assert not again.done()
+            await other.execute("SELECT pg_notify(%s, %s)", [wakeups.CHANNEL, "k"])
+            assert await asyncio.wait_for(again, 5) == "woken"
+            waiters.leave(w, held=False)
+            deadline = time.monotonic() + 5
+            while waiters.listening is not None and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert waiters.listening is None, "still listening with no waiter, past the linger"
+            await asyncio.sleep(0.1)  # the session's end, as PostgreSQL sees it
+            assert await listeners() == 0
+            waiters.close()
+
+    asyncio.run(scenario())

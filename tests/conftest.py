@@ -31,8 +31,10 @@ on PostgreSQL.
 from __future__ import annotations
 
 import faulthandler
+import itertools
 import os
 import queue
+import random
 import shutil
 import socket
 import tempfile
@@ -241,10 +243,28 @@ def service(connection_string):
     return BlobServiceClient.from_connection_string(connection_string, retry_total=0)
 
 
+_PORTS_FROM, _PORTS_EACH = 20_000, 1_000  # below the kernel's ephemeral range (32768-60999 here)
+_next_port = itertools.count(random.randrange(_PORTS_EACH))
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port for a server a test starts, that no other test process of
+    this run hands out: each xdist worker takes ports in turn from a slice of
+    its own, below the ephemeral range that bind(0), outgoing connections and
+    the throwaway PostgreSQL clusters use. With bind(0), two workers could
+    get the same port between one's pick and its server's bind, and a test
+    then talked to the other's server."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")[2:]
+    first = _PORTS_FROM + (int(worker) % 12 if worker.isdigit() else 0) * _PORTS_EACH
+    for _ in range(_PORTS_EACH):
+        port = first + next(_next_port) % _PORTS_EACH
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use (a server still running, a port in TIME_WAIT)
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + _PORTS_EACH - 1}")
 
 
 # ------------------------------------------------------------------ the JSON API

@@ -119,7 +119,7 @@ class LeaseholdASGI:
         # batch there (a round trip to the database is no lock at_once() can refuse).
         batches = ThreadPoolExecutor(1, thread_name_prefix="lease-batch") if self.row_locks \
             else self.lanes["lease"].executors[0]
-        self.batcher = LeaseBatcher(batches, fastpath.LeaseCall,
+        self.batcher = LeaseBatcher(batches, fastpath.checked,
                                     functools.partial(fastpath.write_together, wait_for_rows=False),
                                     fastpath.LeaseCall.answer, answers.batched,
                                     inline=own.lease_inline and not self.row_locks,

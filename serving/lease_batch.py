@@ -68,7 +68,7 @@ MAX_BATCH = 64
 class LeaseBatcher:
     """The lean lease requests of one worker process, answered in batches.
 
-    ``check(environ, names)`` -> a call (the checks);
+    ``check([(environ, names), ...])`` -> the calls (the checks);
     ``write(calls)`` settles each (fastpath.write_together); ``answer(call)``
     -> the response; ``finish(environ, response)`` -> what the front sends.
     ``executor`` is the lease lane's thread, for batches that must wait for
@@ -172,7 +172,7 @@ class LeaseBatcher:
         """The batch's calls, checked and written; or, if that failed by a
         bug, the exception (every waiting request gets it, none hangs)."""
         try:
-            calls = [self.check(environ, names) for environ, names, _ in batch]
+            calls = self.check([(environ, names) for environ, names, _ in batch])
             self.write(calls)
             return calls
         except WouldWait:

@@ -92,10 +92,8 @@ def takes(environ: dict) -> tuple[str, str, str | None] | None:
 
 
 def serve(environ: dict, names: tuple[str, str, str | None], start_response):
-    """The WSGI answer to a lease request ``takes`` accepted."""
-    # As Django's handlers do: request_started closes a connection that is
-    # broken or too old; request_finished is sent by the response's close().
-    signals.request_started.send(sender=LeanRequest, environ=environ)
+    """The WSGI answer to a lease request ``takes`` accepted (request_started
+    is sent by ``checked``; request_finished by the response's close())."""
     response = answer(environ, names)
     start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
     return response
@@ -105,9 +103,11 @@ class LeaseCall:
     """One lean lease request in three steps, so that a batch holds the
     writer lock for the lease's own write only:
 
-    * ``LeaseCall(environ, names)``: the checks that read no database, in
-      the general path's order (header values, x-ms-version, SharedKey, the
-      URL's account) and the lease headers parsed; a refusal here is kept;
+    * ``LeaseCall(environ, names)`` (``checked``): the checks before the
+      write, in the general path's order (header values, x-ms-version,
+      SharedKey, whose account keys are read from the database once in a
+      while, the URL's account) and the lease headers parsed; a refusal here
+      is kept;
     * the service call, with the batch's (``write_together``: a lone request
       is a batch of one) -- its result, or its refusal;
     * ``answer()``: the answer, by the one exception handler if refused,
@@ -173,6 +173,16 @@ def answer(environ: dict, names: tuple[str, str, str | None]):
     return response
 
 
+def checked(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list[LeaseCall]:
+    """The LeaseCalls of lease requests received together. First, once, as
+    Django's handlers do at a request's start (request_started): close a
+    database connection that is broken or too old -- before the checks,
+    which may read the database (an account's keys), so that a connection a
+    database outage broke is replaced, not used by every request after it."""
+    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])
+    return [LeaseCall(environ, names) for environ, names in requests]
+
+
 def write_together(calls: list[LeaseCall], *, wait_for_rows: bool = True) -> None:
     """The writes of lease requests a worker received together
     (serving/lease_batch.py), committed together (services.
@@ -190,9 +200,6 @@ def write_together(calls: list[LeaseCall], *, wait_for_rows: bool = True) -> Non
     caller makes it alone)."""
     writing = [(call, call.arguments) for call in calls if call.arguments is not None]
     if writing:
-        # As Django's handlers do, once, outside the transaction: close a
-        # connection that is broken or too old.
-        signals.request_started.send(sender=LeanRequest, environ=writing[0][0].environ)
         answers = services.lease_actions_together([arguments for _, arguments in writing],
                                                   wait_for_rows=wait_for_rows)
         for (call, _), answer in zip(writing, answers):
@@ -202,6 +209,6 @@ def write_together(calls: list[LeaseCall], *, wait_for_rows: bool = True) -> Non
 def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
     """The answers (HttpResponses) to lease requests received together: the
     checks, ``write_together``, the answers."""
-    calls = [LeaseCall(environ, names) for environ, names in requests]
+    calls = checked(requests)
     write_together(calls)
     return [call.answer() for call in calls]

@@ -293,3 +293,31 @@ def test_malformed_numbers_are_400_and_recorded_on_every_lease_path(fast_state, 
         assert status.startswith("400") and b"<Code>InvalidHeaderValue</Code>" in body, (status, body)
         assert [(e["action"], e["outcome"], e["error_code"]) for e in events] == \
             [(action, "refused", "InvalidHeaderValue")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_an_outage_broke_is_replaced_before_the_checks():
+    """The lean path's checks read the database now and then (an account's
+    keys, once remembered long enough): a connection a database outage broke
+    (on PostgreSQL the clock watcher shuts every connection of the process
+    down) must be replaced before them, as Django's handlers do at a
+    request's start. Used by the checks, it failed every request after it
+    with "the connection is closed": a worker answered 503 for good after a
+    failover."""
+    from django.db import connection
+
+    from leases import sharedkey
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's connections, shut down by engines.postgres.drop_all")
+    from engines import postgres
+
+    services.account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
+    services.container_create(account=DEV_ACCOUNT, name="outage", actor=Actor(name="test", via="cli"))
+    path = "/devstoreaccount1/outage"
+    headers = {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", "x-ms-proposed-lease-id": A}
+    connection.ensure_connection()
+    assert postgres.drop_all("a test's outage") >= 1
+    sharedkey._known_keys.clear()  # the checks read the account's keys from the database
+    response = fastpath.answer(environ(path, headers), fastpath.takes(environ(path, headers)))
+    assert response.status_code == 201, response.content

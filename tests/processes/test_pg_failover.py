@@ -163,7 +163,7 @@ def test_both_instances_serve_again_after_the_standby_is_promoted(tmp_path, how)
         recorded, events = _history(standby.url())
         logs = {instance.url: instance.output() for instance in instances}
 
-    assert not log.failed, log.failed[:5]
+    assert not log.failed, (log.failed[:5], {url: output[-4000:] for url, output in logs.items()})
     assert not log.double, log.double
     statuses = {status for (_, _, _, status, _) in log.answers}
     assert statuses <= {200, 201, 409, 503}, statuses  # no 500, every request answered

@@ -59,7 +59,7 @@ def lane(make_blob, monkeypatch, no_background_checkpoints):
 
 
 def _batcher(executor, in_flight: int) -> LeaseBatcher:
-    return LeaseBatcher(executor, fastpath.LeaseCall, fastpath.write_together, fastpath.LeaseCall.answer,
+    return LeaseBatcher(executor, fastpath.checked, fastpath.write_together, fastpath.LeaseCall.answer,
                         batched, in_flight=lambda: in_flight)
 
 
@@ -155,7 +155,7 @@ def test_one_requests_failing_answer_is_its_own(lane):
         return real(call)
 
     # Both arrive in one turn of the loop: one batch, handed to the thread.
-    batcher = LeaseBatcher(lane, fastpath.LeaseCall, fastpath.write_together, answer, batched,
+    batcher = LeaseBatcher(lane, fastpath.checked, fastpath.write_together, answer, batched,
                            in_flight=lambda: 1)
 
     async def both():

@@ -127,7 +127,8 @@ def test_on_postgresql_a_worker_listens_only_while_it_holds_waiters(monkeypatch)
             while waiters.listening is not None and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             assert waiters.listening is None, "still listening with no waiter, past the linger"
-            await asyncio.sleep(0.1)  # the session's end, as PostgreSQL sees it
+            while await listeners() and time.monotonic() < deadline:  # the session's end, as PostgreSQL sees it
+                await asyncio.sleep(0.05)
             assert await listeners() == 0
             waiters.close()
 

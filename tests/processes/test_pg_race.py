@@ -20,8 +20,7 @@ from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.also_postgres]
 
-# Before the fix they guard (95ccaa6) the lease was lost in most trials and
-# the creates answered 500s: a couple of hundred trials find either at once.
+# The bugs these guard showed in most trials (a lost lease, a 500).
 LEASE_TRIALS = 200
 CREATE_TRIALS = 100
 PARALLEL = 16  # trials in flight at once

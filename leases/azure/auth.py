@@ -1,11 +1,17 @@
-"""The Azure endpoint's own rule on top of SharedKey (leases/sharedkey.py):
-every request is signed, and only for the account in its URL."""
+"""The Azure endpoint's credentials: SharedKey (leases/sharedkey.py), signed
+for the account in the URL, or a shared access signature (leases/sas.py),
+checked against the operation it is used for. Both the general view and the
+lean lease path (fastpath.py) call ``credentials`` and ``permit``."""
 
 from __future__ import annotations
 
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
+from .. import sas
 from ..errors import LeaseholdError
+from ..services import stored_policy
+from ..sharedkey import account_keys, verify_shared_key
 
 
 def require_account(signed_for: str | None, url_account: str | None) -> None:
@@ -15,6 +21,72 @@ def require_account(signed_for: str | None, url_account: str | None) -> None:
     if signed_for != url_account:
         raise LeaseholdError("AuthenticationFailed", detail={
             "AuthenticationErrorDetail": "The account in the URL does not match the signing account."})
+
+
+class SasPrincipal:
+    """request.user for a request authorized by a SAS."""
+
+    is_authenticated = True
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, grant: sas.Grant):
+        self.grant = grant
+        self.name = grant.account
+        self.username = grant.actor
+
+    def __str__(self) -> str:
+        return self.username
+
+
+def _policy(account: str, container: str, identifier: str) -> sas.Policy | None:
+    found = stored_policy(account, container, identifier)
+    return None if found is None else sas.Policy(found.start, found.expiry, found.permission)
+
+
+def verify_sas(environ: dict, decoded_path: str, url_account: str) -> sas.Grant | None:
+    """The grant of the request's SAS, None if it carries none (or carries
+    an Authorization header, which SharedKey checks), or Azure's refusal."""
+    if environ.get("HTTP_AUTHORIZATION") or not sas.is_sas(environ):
+        return None
+    _, container, blob = (decoded_path.split("/", 3) + [None, None])[1:4]
+    return sas.verify(environ, url_account, container or None, blob, keys=account_keys, policy=_policy)
+
+
+def credentials(environ: dict, decoded_path: str, url_account: str) -> sas.Grant | None:
+    """Check the request's credentials: None for SharedKey (signed for
+    ``url_account``), the grant for a SAS; else Azure's refusal."""
+    grant = verify_sas(environ, decoded_path, url_account)
+    if grant is None:
+        require_account(verify_shared_key(environ, decoded_path, account_keys), url_account)
+    return grant
+
+
+def actor_name(grant: sas.Grant | None, url_account: str) -> str:
+    return grant.actor if grant is not None else f"account:{url_account}"
+
+
+def lease_operation(noun: str, lease_action: str | None) -> str:
+    """The SAS operation of a lease request (a break may need less)."""
+    kind = "break" if (lease_action or "").lower() == "break" else "lease"
+    return f"{kind}_{noun}"
+
+
+def permit(grant: sas.Grant | None, operation: str) -> frozenset | None:
+    """None for SharedKey (the account may do anything); for a SAS, the
+    letters that allow ``operation``, or 403."""
+    return None if grant is None else sas.authorize(grant, operation)
+
+
+class SasAuthentication(BaseAuthentication):
+    """The Azure view's SAS (the JSON API does not take SAS)."""
+
+    def authenticate(self, request):
+        grant = verify_sas(request.META, request._request.path, request.parser_context["kwargs"].get("account"))
+        if grant is None:
+            return None
+        return SasPrincipal(grant), grant.account
 
 
 class AccountKeyRequired(BasePermission):

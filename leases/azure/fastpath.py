@@ -8,7 +8,7 @@ machinery as in its own work. Here the same steps run as plain calls on the
 WSGI environ, in the same order, through the same functions:
 
     header values, x-ms-version         inputs.check_header_values, lease_request.check_version
-    SharedKey, the URL's own account   sharedkey.verify_shared_key, auth.require_account
+    SharedKey or SAS, the URL's account  auth.credentials, auth.permit (a SAS's permissions)
     the lease itself                   write_together (services.lease_actions_together)
     any refusal or failure             exceptions.azure_exception_handler (the one place)
     request id, version, date, ...     lease_request.finish
@@ -16,7 +16,7 @@ WSGI environ, in the same order, through the same functions:
 
 Only requests of the usual shape come here (``takes``): a PUT, no body, a
 query of ``comp=lease`` (``restype=container`` for a container, optionally
-``timeout``) in plain characters, a path of a well-formed account and a
+``timeout``, and a SAS's parameters) in plain characters, a path of a well-formed account and a
 container (and blob) name. Everything else -- an odd query, a percent-
 encoded parameter, a snapshot, a body -- goes the general way, whose
 answers this path must equal (tests/azure/test_azure_fastpath.py sends the
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from urllib.parse import unquote_plus
 
 from django.core import signals
 from django.core.handlers.wsgi import get_path_info, get_script_name
@@ -35,9 +36,9 @@ from django.utils.log import log_response
 from .. import services, waiting
 from ..services import ResourceRef
 from ..sql.transactions import RetryAlone
-from ..sharedkey import account_keys, verify_shared_key
+from ..sas import SAS_PARAMETERS
 from . import inputs, lease_request
-from .auth import require_account
+from .auth import actor_name, credentials, lease_operation, permit
 from .exceptions import azure_exception_handler
 
 # ``/account/container[/blob]``: the account as config/urls.py's Azure route
@@ -47,6 +48,9 @@ PATH = re.compile(r"/([a-z0-9]{3,24})/([^/]+)(?:/([\s\S]+))?\Z")
 # they are (XML-safe, timeout in digits): anything else goes the general way.
 PLAIN = re.compile(r"[A-Za-z0-9]{1,32}\Z")
 QUERY_NAMES = frozenset({"comp", "restype", "timeout"})
+# A SAS parameter as the SDKs send it (percent-encoded); its decoded value
+# must be printable ASCII, which check_query accepts as it is.
+SAS_VALUE = re.compile(r"[A-Za-z0-9%:.,+_~/=-]{1,512}\Z")
 
 
 class LeanRequest:
@@ -65,12 +69,21 @@ def _query(query_string: str) -> dict | None:
     params = {}
     for pair in query_string.split("&"):
         name, eq, value = pair.partition("=")
-        if not eq or name not in QUERY_NAMES or name in params or not PLAIN.match(value):
+        if not eq or name in params:
+            return None
+        if name in SAS_PARAMETERS:
+            if not SAS_VALUE.match(value) or not _printable(unquote_plus(value)):
+                return None
+        elif name not in QUERY_NAMES or not PLAIN.match(value):
             return None
         params[name] = value
     if params.get("comp") != "lease" or ("timeout" in params and not inputs.DIGITS.match(params["timeout"])):
         return None
     return params
+
+
+def _printable(text: str) -> bool:
+    return text.isascii() and text.isprintable()
 
 
 def takes(environ: dict) -> tuple[str, str, str | None] | None:
@@ -134,10 +147,11 @@ class LeaseCall:
             path = self.request.path = get_path_info(environ)
             inputs.check_header_values(environ)
             self.legacy = lease_request.check_version(environ)
-            require_account(verify_shared_key(environ, path, account_keys), account)
+            grant = credentials(environ, path, account)
             ref = ResourceRef(account, container, blob.replace("\\", "/") if blob is not None else None)
-            self.arguments = lease_request.lease_arguments(
-                environ, ref, lease_request.actor(environ, account, request_id), legacy=self.legacy)
+            permit(grant, lease_operation(ref.noun, environ.get("HTTP_X_MS_LEASE_ACTION")))
+            who = lease_request.actor(environ, account, request_id, name=actor_name(grant, account))
+            self.arguments = lease_request.lease_arguments(environ, ref, who, legacy=self.legacy)
         except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
             self.error = exc
 

@@ -40,8 +40,9 @@ def conditions(meta: dict) -> Conditions:
     return Conditions.parse(lambda name: header(meta, name))
 
 
-def actor(meta: dict, account: str, request_id: str) -> Actor:
-    return Actor(name=f"account:{account}", via="azure", request_id=request_id,
+def actor(meta: dict, account: str, request_id: str, *, name: str | None = None) -> Actor:
+    """Who asks: ``name`` ("account:<account>" for SharedKey, "sas:..." for a SAS)."""
+    return Actor(name=name or f"account:{account}", via="azure", request_id=request_id,
                  client_request_id=client_headers.client_request_id(meta),
                  remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=meta.get("HTTP_USER_AGENT", "")[:512])
 

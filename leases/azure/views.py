@@ -16,8 +16,8 @@ from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
 from ..sharedkey import SharedKeyAuthentication
-from . import inputs, lease_request, wire
-from .auth import AccountKeyRequired
+from . import acl, inputs, lease_request, wire
+from .auth import AccountKeyRequired, SasAuthentication, lease_operation, permit
 from .exceptions import azure_exception_handler
 
 class PassthroughRenderer(BaseRenderer):
@@ -62,7 +62,12 @@ CONTAINER_ROUTES = {
     ("PUT", "container", "metadata"): "set_container_metadata",
     ("PUT", "container", "lease"): "lease",
     ("GET", "container", "list"): "list_blobs",
+    ("GET", "container", "acl"): "get_container_acl",
+    ("HEAD", "container", "acl"): "get_container_acl",
+    ("PUT", "container", "acl"): "set_container_acl",
 }
+# The SAS operation (leases/sas.py NEEDS) of a handler, where its name is not one.
+SAS_OPERATIONS = {"get_container_acl": "container_acl", "set_container_acl": "container_acl"}
 BLOB_ROUTES = {
     ("PUT", None): "put_blob",
     ("GET", None): "get_blob",
@@ -85,7 +90,7 @@ _int_query = inputs.int_query
 
 
 class AzureBlobView(APIView):
-    authentication_classes = [SharedKeyAuthentication]
+    authentication_classes = [SharedKeyAuthentication, SasAuthentication]
     permission_classes = [AccountKeyRequired]
     renderer_classes = [PassthroughRenderer]
     content_negotiation_class = AzureContentNegotiation
@@ -120,7 +125,14 @@ class AzureBlobView(APIView):
                                     method=request.method)
 
     def actor(self) -> Actor:
-        return lease_request.actor(self.request._request.META, self.kwargs["account"], self.request_id)
+        return lease_request.actor(self.request._request.META, self.kwargs["account"], self.request_id,
+                                   name=self.request.user.username)
+
+    def _permit(self, handler: str, noun: str) -> None:
+        """A SAS's permissions for this operation (SharedKey: everything)."""
+        operation = (lease_operation(noun, _header(self.request, "x-ms-lease-action")) if handler == "lease"
+                     else SAS_OPERATIONS.get(handler, handler))
+        self.sas_allows = permit(getattr(self.request.user, "grant", None), operation)
 
     def get(self, request, **kw):
         return self.route("GET")
@@ -162,7 +174,9 @@ class AzureBlobView(APIView):
             # restype names a container or the service: on a blob's URL it is a mistake, not ignored
             handler = BLOB_ROUTES.get((method, comp)) if restype is None else None
             args = (ResourceRef(self.kwargs["account"], container, blob, query.get("snapshot", "")),)
+        self.sas_allows = None
         if handler is None and blob and restype is not None and (method, comp) == ("PUT", "lease"):
+            self._permit("lease", machine.BLOB)
             # A lease attempt on a blob's URL with a container's restype: refused, and recorded, by the service.
             return self.lease(args[0], refused=LeaseholdError("InvalidQueryParameterValue", field="restype",
                                                                value=restype))
@@ -170,6 +184,7 @@ class AzureBlobView(APIView):
             if comp is not None and not (blob and restype is not None):
                 raise LeaseholdError("InvalidQueryParameterValue", field="comp", value=comp)
             raise LeaseholdError("InvalidQueryParameterValue", field="restype", value=restype or "")
+        self._permit(handler, machine.BLOB if blob else machine.CONTAINER)
         return getattr(self, handler)(*args)
 
     def conditions(self) -> Conditions:
@@ -242,6 +257,12 @@ class AzureBlobView(APIView):
             conditions=conditions)
         return self._properties(HttpResponse(), container)
 
+    def get_container_acl(self, ref: ResourceRef):
+        return acl.get_acl(self, ref)
+
+    def set_container_acl(self, ref: ResourceRef):
+        return acl.set_acl(self, ref)
+
     def list_blobs(self, ref: ResourceRef):
         container = services.container_read(ref=ref, actor=self.actor())
         get = self.request.GET
@@ -276,6 +297,8 @@ class AzureBlobView(APIView):
             raise LeaseholdError("InvalidHeaderValue", field="blob_type", value=blob_type)
         content = inputs.read_body(self.request._request)
         inputs.check_md5(content, self.request._request.META)
+        if self.sas_allows is not None and "w" not in self.sas_allows:
+            self._create_only(ref)
         h = lambda name: _header(self.request, name)  # noqa: E731
         metadata, conditions = _metadata(self.request), self.conditions()
         blob = services.blob_put(
@@ -290,6 +313,16 @@ class AzureBlobView(APIView):
         response["Content-MD5"] = blob.content_md5
         response["x-ms-request-server-encrypted"] = "false"
         return response
+
+    def _create_only(self, ref: ResourceRef) -> None:
+        """A SAS with Create but not Write permission creates blobs, never replaces one."""
+        try:
+            services.blob_read(ref=ref, actor=self.actor(), content=False)
+        except LeaseholdError as err:
+            if err.code in ("BlobNotFound", "ContainerNotFound"):
+                return
+            raise
+        raise LeaseholdError("AuthorizationPermissionMismatch")
 
     def get_blob(self, ref: ResourceRef):
         head = self.request.method == "HEAD"

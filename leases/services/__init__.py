@@ -26,6 +26,7 @@ from .lease_actions import (REFUSAL_DETAIL_CODES, SUCCESS_STATUS, LeaseResult, l
 from .history import history_tamper_refused
 from .containers import (CONTAINER_NAME_CHARS, account_ensure, container_create, container_delete, container_read,
                          container_set_metadata, validate_container_name)
+from .access_policies import SignedIdentifier, container_get_acl, container_set_acl, stored_policy
 from .blobs import blob_delete, blob_put, blob_read, blob_set_metadata, blob_snapshot, validate_blob_name
 
 __all__ = [
@@ -35,4 +36,5 @@ __all__ = [
     "history_tamper_refused", "account_ensure", "CONTAINER_NAME_CHARS", "validate_container_name",
     "container_create", "container_delete", "container_read", "container_set_metadata", "validate_blob_name",
     "blob_put", "blob_read", "blob_set_metadata", "blob_delete", "blob_snapshot",
+    "SignedIdentifier", "container_get_acl", "container_set_acl", "stored_policy",
 ]

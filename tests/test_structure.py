@@ -97,6 +97,7 @@ LAYERS = {
     "leases.clockwatch": SERVICES,  # reads the database's clock each second, reports steps
     "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
     "leases.sas": SERVICES,  # shared access signatures: verified and authorized for the Azure door
+    "leases.access_policy_model": MODELS,  # stored access policies (models.py re-exports the model)
     "leases.wakeups": SERVICES,  # a release or break wakes the acquires waiting for it
     # The doors, each its own: none imports another.
     "leases.azure": DOOR,

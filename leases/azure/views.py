@@ -66,8 +66,7 @@ CONTAINER_ROUTES = {
     ("HEAD", "container", "acl"): "get_container_acl",
     ("PUT", "container", "acl"): "set_container_acl",
 }
-# The SAS operation (leases/sas.py NEEDS) of a handler, where its name is not one.
-SAS_OPERATIONS = {"get_container_acl": "container_acl", "set_container_acl": "container_acl"}
+SAS_OPERATIONS = {"get_container_acl": "container_acl", "set_container_acl": "container_acl"}  # else the handler's
 BLOB_ROUTES = {
     ("PUT", None): "put_blob",
     ("GET", None): "get_blob",

@@ -41,15 +41,16 @@ debian:
 	      apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; }
 chromium promtool: debian
 
-# The client tests and the bench run against Azurite too. npm installs it
-# once per machine and version into the user's cache (about 55,000 files:
+# The client tests and the bench run against Azurite too, and the SAS tests
+# drive the JavaScript SDK (@azure/storage-blob). npm installs bench/package.json
+# once per machine and content into the user's cache (about 55,000 files:
 # most of a clean clone's set-up), and bench/node_modules links to it
 # (docs/decisions/0023); where that cache cannot be written, into bench/ itself.
-AZURITE_VERSION := $(shell sed -n 's/.*"azurite": *"\([^"]*\)".*/\1/p' bench/package.json)
-AZURITE_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/leasehold/azurite-$(AZURITE_VERSION)
+NODE_DEPS := $(shell cksum < bench/package.json | cut -d' ' -f1)
+AZURITE_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/leasehold/node-$(NODE_DEPS)
 NPM_INSTALL := npm install --no-audit --no-fund --no-package-lock --loglevel=error
 azurite:
-	@test -e bench/node_modules/azurite || { \
+	@{ test -e bench/node_modules/azurite && test -e bench/node_modules/@azure/storage-blob; } || { \
 	  { mkdir -p $(dir $(AZURITE_CACHE)) 2>/dev/null && \
 	    { test -e $(AZURITE_CACHE)/node_modules/azurite || { \
 	      tmp=$$(mktemp -d $(AZURITE_CACHE).XXXXXX) && cp bench/package.json $$tmp/ && \

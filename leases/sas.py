@@ -20,7 +20,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qsl
 
@@ -134,7 +134,7 @@ def verify(environ: dict, account: str, container: str | None, blob: str | None,
     if not VERSION.match(version) or not signature:
         raise authentication_failed(NOT_WELL_FORMED)
     if "sr" in params:
-        grant, text, start, expiry = _service(params, account, container, blob, policy)
+        grant, text, start, expiry = _service(params, account, container, blob)
     elif "ss" in params or "srt" in params:
         grant, text, start, expiry = _account(params, account)
     else:
@@ -142,9 +142,12 @@ def verify(environ: dict, account: str, container: str | None, blob: str | None,
     found = keys(account)
     if found is None or not any(hmac.compare_digest(sign(key, text), signature) for key in found[0]):
         raise authentication_failed(f"Signature did not match. String to sign used was {text}")
+    if grant.identifier:  # only once signed: no one learns a policy's name without a key
+        stored = policy(account, container, grant.identifier) if container else None
+        grant, start, expiry = _with_policy(grant, params, start, expiry, stored)
     now = clock.now()
     if expiry is None:
-        raise authentication_failed("Signed expiry time must be specified in the signature or its stored access policy.")
+        raise authentication_failed("Signed expiry time must be given by the signature or its stored access policy.")
     if (start is not None and now < start) or now >= expiry:
         raise authentication_failed(
             f"Signature not valid in the specified time frame: Start [{_http(start)}] - "
@@ -193,7 +196,7 @@ def _account(params: dict, account: str):
     return grant, text, start, expiry
 
 
-def _service(params: dict, account: str, container: str | None, blob: str | None, policy):
+def _service(params: dict, account: str, container: str | None, blob: str | None):
     get = params.get
     version, resource = params["sv"], params["sr"]
     if version < SERVICE_SAS_SINCE or resource not in ("b", "c"):
@@ -216,20 +219,22 @@ def _service(params: dict, account: str, container: str | None, blob: str | None
     if version >= "2013-08-15":
         fields += [get("rscc", ""), get("rscd", ""), get("rsce", ""), get("rscl", ""), get("rsct", "")]
     text = "\n".join(fields)
-    permissions = get("sp", "")
-    if identifier:
-        stored = policy(account, container, identifier) if container is not None else None
-        if stored is None:
-            raise authentication_failed(f"The signed identifier '{identifier[:64]}' names no stored access "
-                                        f"policy of this container (removed, or never set).")
-        # A field comes from the SAS or from the policy, never from both.
-        if (stored.start and get("st")) or (stored.expiry and get("se")) or (stored.permission and permissions):
-            raise authentication_failed(NOT_WELL_FORMED)
-        start, expiry = start or stored.start, expiry or stored.expiry
-        permissions = permissions or stored.permission
-    grant = Grant(account=account, kind="service", version=version, permissions=frozenset(permissions),
+    grant = Grant(account=account, kind="service", version=version, permissions=frozenset(get("sp", "")),
                   resource=resource, identifier=identifier, signature=params["sig"])
     return grant, text, start, expiry
+
+
+def _with_policy(grant: Grant, params: dict, start, expiry, stored: Policy | None):
+    """The grant, start and expiry with the stored access policy's fields."""
+    if stored is None:
+        raise authentication_failed(f"The signed identifier '{grant.identifier[:64]}' names no stored access "
+                                    f"policy of this container (removed, or never set).")
+    # A field comes from the SAS or from the policy, never from both.
+    if (stored.start and params.get("st")) or (stored.expiry and params.get("se")) or \
+            (stored.permission and params.get("sp")):
+        raise authentication_failed(NOT_WELL_FORMED)
+    permissions = grant.permissions or frozenset(stored.permission)
+    return replace(grant, permissions=permissions), start or stored.start, expiry or stored.expiry
 
 
 def _address_range(value: str):

@@ -16,7 +16,9 @@ const OPTIONS = { retryOptions: { maxTries: 1 } };
 function makeSas(c, credential) {
   const expiresOn = new Date(Date.now() + (c.expiresIn ?? 3600) * 1000);
   const startsOn = c.startsIn !== undefined ? new Date(Date.now() + c.startsIn * 1000) : undefined;
-  const common = { expiresOn, startsOn, ipRange: c.ip ? { start: c.ip } : undefined, protocol: c.protocol };
+  const common = {
+    expiresOn, startsOn, ipRange: c.ip ? { start: c.ip } : undefined, protocol: c.protocol, version: c.version,
+  };
   if (c.kind === "account") {
     return blob.generateAccountSASQueryParameters({
       ...common, services: "b", resourceTypes: c.resourceTypes ?? (c.blob ? "o" : "c"),
@@ -25,7 +27,7 @@ function makeSas(c, credential) {
   }
   if (c.kind === "policy") {
     return blob.generateBlobSASQueryParameters({
-      containerName: c.container, blobName: c.blob ?? undefined, identifier: "lease-policy",
+      containerName: c.container, blobName: c.blob ?? undefined, identifier: "lease-policy", version: c.version,
     }, credential).toString();
   }
   if (c.kind === "container" || !c.blob) {

@@ -417,3 +417,23 @@ def test_the_json_api_does_not_take_a_sas(box, azure_server):
                                  AccountSasPermissions(read=True, write=True, list=True), future())
     response = requests.get(f"{azure_server}/api/v1/containers/?{token}", timeout=10)
     assert response.status_code == 401
+
+
+def test_a_policy_name_is_not_disclosed_without_a_valid_signature(box, azure_server):
+    forged = generate_blob_sas(DEV_ACCOUNT, "box", "item.bin", account_key="b3RoZXIga2V5", policy_id="guess")
+    status, code, detail = refused_acquire(azure_server, forged)
+    assert (status, code) == (403, "AuthenticationFailed") and "Signature did not match" in detail
+
+
+@pytest.mark.parametrize("text, expected_time", [
+    ("2026-11-27", datetime(2026, 11, 27, tzinfo=timezone.utc)),
+    ("2026-11-27T10:20Z", datetime(2026, 11, 27, 10, 20, tzinfo=timezone.utc)),
+    ("2026-11-27T10:20:30Z", datetime(2026, 11, 27, 10, 20, 30, tzinfo=timezone.utc)),
+    ("2026-11-27T10:20:30.1234567Z", datetime(2026, 11, 27, 10, 20, 30, 123456, tzinfo=timezone.utc)),
+    ("2026-11-27T10:20:30+01:00", datetime(2026, 11, 27, 9, 20, 30, tzinfo=timezone.utc)),
+    ("2026-11-27T10:20:30", None),  # a time needs its zone
+    ("2026-13-01", None),
+    ("tomorrow", None),
+])
+def test_signed_times(text, expected_time):
+    assert sas.parse_time(text) == expected_time

@@ -81,3 +81,23 @@ def test_refusals(azure_server):
         assert (results[str(n)]["status"], results[str(n)]["code"]) == (403, code), REFUSALS[n]
     assert results["fine"]["ok"], results["fine"]
     assert LeaseEvent.objects.filter(action="acquire", status_code=201).count() == 1
+
+
+# The signed versions whose strings to sign differ (fields added in 2015-04-05, 2018-11-09, 2020-12-06),
+# as the JavaScript SDK signs each when asked for it.
+VERSIONS = ("2015-04-05", "2017-07-29", "2018-11-09", "2019-12-12", "2020-02-10", "2020-12-06")
+
+
+def test_older_signed_versions(azure_server):
+    cases = [{"id": f"{kind}-{version}", "noun": "blob", "kind": kind, "action": "acquire", "letters": "rw",
+              "version": version, "container": f"js-v{n}", "blob": "item.bin"}
+             for n, (kind, version) in enumerate((k, v) for k in ("account", "blob", "container", "policy")
+                                                  for v in VERSIONS)]
+    results = run_node(azure_server, cases)
+    assert all(result["ok"] for result in results.values()), [r for r in results.values() if not r["ok"]]
+    assert {dict(parse_qsl(r["sas"]))["sv"] for r in results.values()} == set(VERSIONS)
+    # Delete breaks a lease from 2017-07-29 on, not before.
+    cases = [{"id": version, "noun": "blob", "kind": "blob", "action": "break", "letters": "d", "version": version,
+              "container": f"js-break-{n}", "blob": "item.bin"} for n, version in enumerate(("2015-04-05", "2017-07-29"))]
+    results = run_node(azure_server, cases)
+    assert (results["2015-04-05"]["code"], results["2017-07-29"]["ok"]) == ("AuthorizationPermissionMismatch", True)

@@ -327,6 +327,7 @@ def test_container_and_account_operations_honour_sas_permissions(box, azure_serv
         assert error_code(refused.value) == (403, "AuthorizationPermissionMismatch")
 
 
+@pytest.mark.also_postgres  # stored access policies: written and read in the database
 def test_stored_access_policy_grants_and_its_removal_revokes(box, azure_server):
     container = box
     container.set_container_access_policy({"leaser": AccessPolicy(permission="rw", expiry=future()),
@@ -366,6 +367,7 @@ def test_stored_access_policy_grants_and_its_removal_revokes(box, azure_server):
     assert error_code(refused.value) == (403, "AuthenticationFailed")
 
 
+@pytest.mark.also_postgres  # stored access policies: written and read in the database
 def test_container_acl_round_trip_and_limits(box, azure_server, service):
     container = box
     start, expiry = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc), datetime(2030, 1, 1, tzinfo=timezone.utc)

@@ -16,6 +16,7 @@ The string-to-sign of each signed version is the one the SDKs build
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import ipaddress
@@ -92,13 +93,33 @@ def is_sas(environ: dict) -> bool:
 
 
 def _params(query_string: str) -> dict[str, str]:
+    """The query's parameters (the first of each name; never changed by a
+    caller). A lease holder sends the same query with every renewal: parsed
+    once (a longer query than a SAS needs is parsed, not kept)."""
+    if len(query_string) > CACHED_QUERY_CHARS:
+        return _params_of(query_string)
+    return _params_cached(query_string)
+
+
+CACHED_QUERY_CHARS = 1024
+
+
+@functools.lru_cache(maxsize=1024)
+def _params_cached(query_string: str) -> dict[str, str]:
+    return _params_of(query_string)
+
+
+def _params_of(query_string: str) -> dict[str, str]:
     params: dict[str, str] = {}
     for name, value in parse_qsl(query_string, keep_blank_values=True):
         params.setdefault(name, value)
     return params
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_time(value: str) -> datetime | None:
+    if len(value) > 40:
+        return None
     match = TIME.match(value)
     if not match:
         return None

@@ -8,7 +8,7 @@ machinery as in its own work. Here the same steps run as plain calls on the
 WSGI environ, in the same order, through the same functions:
 
     header values, x-ms-version         inputs.check_header_values, lease_request.check_version
-    SharedKey or SAS, the URL's account  auth.credentials, auth.permit (a SAS's permissions)
+    SharedKey or a SAS, its rights     auth.credentials, auth.permit
     the lease itself                   write_together (services.lease_actions_together)
     any refusal or failure             exceptions.azure_exception_handler (the one place)
     request id, version, date, ...     lease_request.finish
@@ -16,9 +16,10 @@ WSGI environ, in the same order, through the same functions:
 
 Only requests of the usual shape come here (``takes``): a PUT, no body, a
 query of ``comp=lease`` (``restype=container`` for a container, optionally
-``timeout``, and a SAS's parameters) in plain characters, a path of a well-formed account and a
-container (and blob) name. Everything else -- an odd query, a percent-
-encoded parameter, a snapshot, a body -- goes the general way, whose
+``timeout``) in plain characters and a SAS's parameters as the SDKs encode
+them, a path of a well-formed account and a container (and blob) name.
+Everything else -- an odd query, another percent-encoded parameter, a
+snapshot, a body -- goes the general way, whose
 answers this path must equal (tests/azure/test_azure_fastpath.py sends the
 same requests both ways and compares status, headers, body and history).
 """

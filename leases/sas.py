@@ -333,9 +333,12 @@ def need(operation: str, *, version: str) -> Need:
 
 
 def authorize(grant: Grant, operation: str) -> frozenset:
-    """Refuse (403) an operation ``grant`` does not allow; answer the
-    permission letters that allowed it (a Put Blob allowed by Create alone
-    may only create)."""
+    """Refuse (403) an operation ``grant`` does not allow: one its kind of
+    SAS can never perform (Get/Set Container ACL; a container's own
+    operations under a service SAS) AuthorizationFailure, else one its
+    permissions do not cover AuthorizationPermissionMismatch. Answer the
+    letters that allowed it (a Put Blob allowed by Create alone may only
+    create)."""
     wanted = need(operation, version=grant.version)
     if grant.kind == "account":
         if "b" not in grant.services:
@@ -345,6 +348,8 @@ def authorize(grant: Grant, operation: str) -> frozenset:
         letters = wanted.account
     else:
         letters = wanted.blob if wanted.resource_type == "o" else wanted.container if grant.resource == "c" else ""
+    if not letters:  # an operation this kind of SAS can never perform (Azure's "SAS Error Codes")
+        raise LeaseholdError("AuthorizationFailure")
     allowed = grant.permissions & frozenset(letters)
     if not allowed:
         raise LeaseholdError("AuthorizationPermissionMismatch")

@@ -40,6 +40,12 @@ def expected(noun: str, kind: str, action: str, letters: str) -> bool:
     return "w" in letters or (action == "break" and "d" in letters)
 
 
+def refusal(noun: str, kind: str) -> str:
+    """A service SAS can never lease a container: an unsupported SAS
+    operation (Azure's "SAS Error Codes"); else the permissions fall short."""
+    return "AuthorizationFailure" if noun == "container" and kind != "account" else "AuthorizationPermissionMismatch"
+
+
 def future(seconds: int = 3600) -> datetime:
     return datetime.now(timezone.utc) + timedelta(seconds=seconds)
 
@@ -125,7 +131,7 @@ def test_each_lease_action_under_each_sas_and_permission_set(service, azure_serv
         else:
             with pytest.raises(HttpResponseError) as refused:
                 act(lease, action)
-            assert error_code(refused.value) == (403, "AuthorizationPermissionMismatch"), (kind, letters)
+            assert error_code(refused.value) == (403, refusal(noun, kind)), (kind, letters)
             assert lease_row(noun, container, blob) == before, letters
 
 
@@ -324,7 +330,7 @@ def test_container_and_account_operations_honour_sas_permissions(box, azure_serv
     elif operation != "list_containers":  # a container SAS signs for its container only
         with pytest.raises(HttpResponseError) as refused:
             run(target, container_sas)
-        assert error_code(refused.value) == (403, "AuthorizationPermissionMismatch")
+        assert error_code(refused.value) == (403, "AuthorizationFailure")  # not an operation a service SAS has
 
 
 @pytest.mark.also_postgres  # stored access policies: written and read in the database
@@ -388,7 +394,7 @@ def test_container_acl_round_trip_and_limits(box, azure_server, service):
         DEV_ACCOUNT, DEV_KEY, ResourceTypes(container=True), AccountSasPermissions(write=True), future()),
         data=b"<SignedIdentifiers/>", timeout=10)
     # Only the account owner reads or sets stored access policies.
-    assert (raw.status_code, raw.headers["x-ms-error-code"]) == (403, "AuthorizationPermissionMismatch")
+    assert (raw.status_code, raw.headers["x-ms-error-code"]) == (403, "AuthorizationFailure")
     container.set_container_access_policy({})
     acl = container.get_container_access_policy()
     assert acl["signed_identifiers"] == [] and acl["public_access"] is None

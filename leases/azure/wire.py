@@ -58,12 +58,17 @@ def error_time(dt: datetime) -> str:
     return dt.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond:06d}0Z"
 
 
+# What an error body cannot carry: names.NOT_XML but the line feed, which
+# an AuthenticationErrorDetail's string to sign holds, as on Azure.
+NOT_XML_TEXT = re.compile("[\x00-\x09\x0b-\x1f\x7f\ud800-\udfff\ufffe\uffff]")
+
+
 def xml_text(text: str) -> str:
     """``text`` escaped for XML, with what XML 1.0 cannot carry (a request's
     own bytes echoed in an error: NUL, lone surrogates...) replaced by
     U+FFFD, so that every error body parses."""
     if not names.xml_safe(text):
-        text = names.NOT_XML.sub("\ufffd", text)
+        text = NOT_XML_TEXT.sub("\ufffd", text)
     return escape(text)
 
 

@@ -197,6 +197,8 @@ def test_tampered_sas_is_refused(box, azure_server, tamper):
     status, code, detail = refused_acquire(azure_server, token)
     assert (status, code) == (403, "AuthenticationFailed")
     assert "Signature did not match. String to sign used was " in detail
+    # the string the server signed for the blob asked for, its lines as Azure shows them
+    assert f"\n/blob/{DEV_ACCOUNT}/box/item.bin\n" in detail
     assert Blob.objects.get(name="item.bin").lease_state == "available"
 
 

@@ -45,6 +45,9 @@ TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})"
                   r"(?:T([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,7}))?)?(Z|[+-][0-9]{2}:[0-9]{2}))?\Z")
 
 NOT_WELL_FORMED = "Signature fields not well formed."
+# The response headers a service SAS sets on the blob reads it allows.
+RESPONSE_HEADERS = {"rscc": "Cache-Control", "rscd": "Content-Disposition", "rsce": "Content-Encoding",
+                    "rscl": "Content-Language", "rsct": "Content-Type"}
 
 
 def authentication_failed(detail: str) -> LeaseholdError:
@@ -66,6 +69,8 @@ class Grant:
     resource: str = ""
     identifier: str = ""
     signature: str = ""
+    # A service SAS's response headers for Get Blob (rscc, rscd, rsce, rscl, rsct).
+    headers: tuple = ()
 
     @property
     def actor(self) -> str:
@@ -240,8 +245,9 @@ def _service(params: dict, account: str, container: str | None, blob: str | None
     if version >= "2013-08-15":
         fields += [get("rscc", ""), get("rscd", ""), get("rsce", ""), get("rscl", ""), get("rsct", "")]
     text = "\n".join(fields)
+    headers = tuple((header, get(name)) for name, header in RESPONSE_HEADERS.items() if get(name))
     grant = Grant(account=account, kind="service", version=version, permissions=frozenset(get("sp", "")),
-                  resource=resource, identifier=identifier, signature=params["sig"])
+                  resource=resource, identifier=identifier, signature=params["sig"], headers=headers)
     return grant, text, start, expiry
 
 

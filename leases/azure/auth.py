@@ -10,7 +10,7 @@ from rest_framework.permissions import BasePermission
 
 from .. import sas
 from ..errors import LeaseholdError
-from ..services import stored_policy
+from ..services import blob_read, stored_policy
 from ..sharedkey import account_keys, verify_shared_key
 
 
@@ -77,6 +77,23 @@ def permit(grant: sas.Grant | None, operation: str) -> frozenset | None:
     """None for SharedKey (the account may do anything); for a SAS, the
     letters that allow ``operation``, or 403."""
     return None if grant is None else sas.authorize(grant, operation)
+
+
+def create_only(ref, actor) -> None:
+    """A SAS with Create but not Write permission creates blobs, never replaces one."""
+    try:
+        blob_read(ref=ref, actor=actor, content=False)
+    except LeaseholdError as err:
+        if err.code in ("BlobNotFound", "ContainerNotFound"):
+            return
+        raise
+    raise LeaseholdError("AuthorizationPermissionMismatch")
+
+
+def response_headers(response, grant: sas.Grant | None) -> None:
+    """A service SAS's rscc/rscd/rsce/rscl/rsct on a blob read's answer."""
+    for header, value in grant.headers if grant is not None else ():
+        response[header] = value
 
 
 class SasAuthentication(BaseAuthentication):

@@ -17,7 +17,7 @@ from ..errors import LeaseholdError
 from ..services import Actor, ResourceRef
 from ..sharedkey import SharedKeyAuthentication
 from . import acl, inputs, lease_request, wire
-from .auth import AccountKeyRequired, SasAuthentication, lease_operation, permit
+from .auth import AccountKeyRequired, SasAuthentication, create_only, lease_operation, permit, response_headers
 from .exceptions import azure_exception_handler
 
 class PassthroughRenderer(BaseRenderer):
@@ -297,7 +297,7 @@ class AzureBlobView(APIView):
         content = inputs.read_body(self.request._request)
         inputs.check_md5(content, self.request._request.META)
         if self.sas_allows is not None and "w" not in self.sas_allows:
-            self._create_only(ref)
+            create_only(ref, self.actor())
         h = lambda name: _header(self.request, name)  # noqa: E731
         metadata, conditions = _metadata(self.request), self.conditions()
         blob = services.blob_put(
@@ -312,16 +312,6 @@ class AzureBlobView(APIView):
         response["Content-MD5"] = blob.content_md5
         response["x-ms-request-server-encrypted"] = "false"
         return response
-
-    def _create_only(self, ref: ResourceRef) -> None:
-        """A SAS with Create but not Write permission creates blobs, never replaces one."""
-        try:
-            services.blob_read(ref=ref, actor=self.actor(), content=False)
-        except LeaseholdError as err:
-            if err.code in ("BlobNotFound", "ContainerNotFound"):
-                return
-            raise
-        raise LeaseholdError("AuthorizationPermissionMismatch")
 
     def get_blob(self, ref: ResourceRef):
         head = self.request.method == "HEAD"
@@ -371,6 +361,7 @@ class AzureBlobView(APIView):
         if head:
             response["x-ms-access-tier"] = "Hot"
             response["x-ms-access-tier-inferred"] = "true"
+        response_headers(response, getattr(self.request.user, "grant", None))
         return response
 
     def set_blob_metadata(self, ref: ResourceRef):

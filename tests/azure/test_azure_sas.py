@@ -447,3 +447,18 @@ def test_a_policy_name_is_not_disclosed_without_a_valid_signature(box, azure_ser
 ])
 def test_signed_times(text, expected_time):
     assert sas.parse_time(text) == expected_time
+
+
+def test_a_service_sas_sets_the_blob_reads_response_headers(box, azure_server):
+    token = generate_blob_sas(DEV_ACCOUNT, "box", "item.bin", account_key=DEV_KEY, permission=BlobSasPermissions(read=True),
+                              expiry=future(), cache_control="no-cache", content_disposition="attachment; x.bin",
+                              content_encoding="identity", content_language="fr", content_type="text/plain")
+    reader = blob_with(azure_server, token)
+    for settings in (reader.get_blob_properties().content_settings,
+                     reader.download_blob().properties.content_settings):
+        assert (settings.cache_control, settings.content_disposition, settings.content_encoding,
+                settings.content_language, settings.content_type) == \
+            ("no-cache", "attachment; x.bin", "identity", "fr", "text/plain")
+    assert reader.download_blob().readall() == b"content"
+    stored = box.get_blob_client("item.bin").get_blob_properties().content_settings
+    assert stored.content_type == "application/octet-stream" and stored.cache_control is None

@@ -462,3 +462,12 @@ def test_a_service_sas_sets_the_blob_reads_response_headers(box, azure_server):
     assert reader.download_blob().readall() == b"content"
     stored = box.get_blob_client("item.bin").get_blob_properties().content_settings
     assert stored.content_type == "application/octet-stream" and stored.cache_control is None
+
+
+@pytest.mark.parametrize("name", ["d\u00e9j\u00e0 vu/\u6587\u4ef6 \U0001f600.txt", "a+b=c&d%20e?.bin"])
+def test_a_blob_sas_for_a_name_the_url_encodes(box, azure_server, name):
+    box.upload_blob(name, b"x")
+    token = generate_blob_sas(DEV_ACCOUNT, "box", name, account_key=DEV_KEY, permission=BlobSasPermissions(write=True),
+                              expiry=future())
+    BlobLeaseClient(blob_with(azure_server, token, name), lease_id=HELD).acquire(lease_duration=15)
+    assert Blob.objects.get(name=name).lease_id == uuid.UUID(HELD)

@@ -17,7 +17,7 @@ from django.urls import path, reverse
 
 from leases import fingerprints
 from leases.errors import LeaseholdError
-from leases.services import lease_break, lease_release
+from leases.services import lease_action, lease_break, lease_release
 from engines.busy import is_writer_busy
 
 from . import display
@@ -157,13 +157,16 @@ class LeaseActionsMixin(_ModelAdmin):
         form = ReleaseForm(request.POST if request.method == "POST" else None,
                            initial={"fingerprint": fingerprints.of(obj.lease_id)})
         if form.is_valid():
+            ref, reason = resource_ref(obj), form.cleaned_data["reason"]
             try:
                 # A server-side action: the page carries the lease's fingerprint, never its id; the
-                # id is the row's, read now, and only if it is still the lease the page showed.
-                if fingerprints.of(obj.lease_id) != form.cleaned_data["fingerprint"]:
-                    raise LeaseholdError("LeaseIdMismatchWithLeaseOperation", noun=resource_ref(obj).noun)
-                lease_release(ref=resource_ref(obj), actor=admin_actor(request),
-                              lease_id=obj.lease_id, reason=form.cleaned_data["reason"])
+                # id is the row's, read now, and only if it is still the lease the page showed (else
+                # the refusal is recorded as a release with another id would be).
+                if fingerprints.of(obj.lease_id) == form.cleaned_data["fingerprint"]:
+                    lease_release(ref=ref, actor=admin_actor(request), lease_id=obj.lease_id, reason=reason)
+                else:
+                    lease_action("release", ref=ref, actor=admin_actor(request), reason=reason, unparsed=LeaseholdError(
+                        "LeaseIdMismatchWithLeaseOperation", noun=ref.noun))
             except LeaseholdError as err:
                 self.message_user(request, f"{obj}: the release was refused ({err.code}); the lease "
                                   "changed after you looked.", messages.ERROR)

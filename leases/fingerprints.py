@@ -34,9 +34,13 @@ def from_term(term: str) -> str | None:
     lease id in any GUID spelling (hyphens, braces, either case); None if
     it is neither."""
     text = term.strip().lower()
-    if FINGERPRINT.match(text):
-        return text
-    digits = text.strip("{}()").replace("-", "")
+    return text if FINGERPRINT.match(text) else of_id_text(text)
+
+
+def of_id_text(text: str) -> str | None:
+    """The fingerprint of the lease id spelled ``text`` (any GUID spelling),
+    None if it is no lease id."""
+    digits = text.strip().lower().strip("{}()").replace("-", "")
     if len(digits) == 32 and all(c in "0123456789abcdef" for c in digits):
         return of(uuid.UUID(digits))
     return None

@@ -13,6 +13,7 @@ events. Unkeyed, so it never changes with the server's secret key
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import uuid
@@ -25,8 +26,12 @@ def of(lease_id: uuid.UUID | str | None) -> str:
     """The fingerprint of ``lease_id`` ("" for None)."""
     if lease_id is None:
         return ""
-    canonical = str(lease_id if isinstance(lease_id, uuid.UUID) else uuid.UUID(lease_id))
-    return hashlib.sha256(canonical.encode("ascii")).hexdigest()[:LENGTH]
+    return _of(lease_id if isinstance(lease_id, uuid.UUID) else uuid.UUID(lease_id))
+
+
+@functools.lru_cache(maxsize=4096)  # every history event: a renewal names the id its lease had before
+def _of(lease_id: uuid.UUID) -> str:
+    return hashlib.sha256(str(lease_id).encode("ascii")).hexdigest()[:LENGTH]
 
 
 def from_term(term: str) -> str | None:

@@ -153,7 +153,9 @@ def test_no_reader_sees_a_full_lease_id(leased):
     pages = ["/admin/", "/admin/leases/leaseevent/dashboard/", "/admin/leases/blob/", "/admin/leases/container/",
              "/admin/leases/blob/holders/", "/admin/leases/container/holders/", "/admin/leases/leaseevent/",
              "/admin/leases/leaseevent/export.csv",
-             f"/admin/leases/leaseevent/?account={DEV_ACCOUNT}&container={CONTAINER}&blob={BLOB}"]
+             f"/admin/leases/leaseevent/?account={DEV_ACCOUNT}&container={CONTAINER}&blob={BLOB}",
+             f"/admin/leases/leaseevent/holder/?account={DEV_ACCOUNT}&container={CONTAINER}&blob={BLOB}"
+             f"&held_at={held_at}"]
     for kind, pks in (("blob", blob_pks), ("container", container_pks)):
         for pk in pks:
             pages += [f"/admin/leases/{kind}/{pk}/change/", f"/admin/leases/{kind}/{pk}/release/",
@@ -166,6 +168,7 @@ def test_no_reader_sees_a_full_lease_id(leased):
     # The pages do show the fingerprints, where they showed ids.
     assert fingerprints.of(ids[1]) in seen[f"admin /admin/leases/blob/{blob_pks[0]}/change/"]
     assert any(fingerprints.of(ids[1]) in seen[f"admin {page}"] for page in pages if "held_at" in page)
+    assert fingerprints.of(ids[1]) in seen[f"admin {pages[9]}"]  # the history's own "who held it"
     assert fingerprints.of(ids[0]) in seen["admin /admin/leases/leaseevent/export.csv"]
 
     for where, text in seen.items():

@@ -69,12 +69,13 @@ def _certificates(directory) -> tuple[str, str, str]:
 
 @pytest.fixture(scope="module")
 def tls_server(tmp_path_factory):
-    """One worker on https, with 127.0.0.1 (and no other address) a trusted proxy."""
+    """Two workers (each loads the certificate) on https, with 127.0.0.1 (and no other address) a
+    trusted proxy."""
     tmp = tmp_path_factory.mktemp("tls")
     ca, cert, key = _certificates(tmp)
     database = tmp / "leasehold.sqlite3"
     prepare(str(database), tmp)
-    server = Instance(str(database), tmp, "server", workers=1)
+    server = Instance(str(database), tmp, "server", workers=2)
     server.env.update(LEASEHOLD_TLS_CERT=cert, LEASEHOLD_TLS_KEY=key, LEASEHOLD_TRUSTED_PROXIES="127.0.0.1")
     server.url = server.url.replace("http://", "https://")
     server.start()

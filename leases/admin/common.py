@@ -88,11 +88,9 @@ def lease_id_q(term: str) -> Q | None:
     spelling), by the lease id index; None if ``term`` is no full id. Only a
     full id: the pages show fingerprints, and a prefix would let a reader
     find an id by digits."""
-    fingerprint = fingerprints.from_term(term)
-    digits = term.strip().strip("{}()").replace("-", "").lower()
-    if fingerprint is None or len(digits) != 32:
+    if fingerprints.of_id_text(term) is None:
         return None
-    return Q(lease_id=uuid.UUID(digits))
+    return Q(lease_id=uuid.UUID(term.strip().strip("{}()")))
 
 
 def lease_fingerprint_q(term: str) -> Q | None:

@@ -78,7 +78,7 @@ for t in threads:
 print("requests", count[0], "anomalies", anomalies[:5])
 if anomalies:
     db = sqlite3.connect(server.db)
-    rows = db.execute("SELECT id, occurred_at, action, outcome, lease_id, proposed_lease_id, state_before, state_after, error_code, request_id FROM leases_leaseevent WHERE blob='one' ORDER BY id DESC LIMIT 30").fetchall()
+    rows = db.execute("SELECT id, occurred_at, action, outcome, lease_fingerprint, proposed_lease_fingerprint, state_before, state_after, error_code, request_id FROM leases_leaseevent WHERE blob='one' ORDER BY id DESC LIMIT 30").fetchall()
     for row in reversed(rows):
         print(row)
     print(server.output()[-3000:])

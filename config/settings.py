@@ -103,6 +103,12 @@ MIDDLEWARE = [
 # break signed requests.
 APPEND_SLASH = False
 
+# Behind https (LEASEHOLD_TLS_CERT, or a proxy named in LEASEHOLD_TRUSTED_PROXIES
+# that ends TLS: docs/guide/tls.md) the admin's cookies never cross plain http,
+# and browsers are told to use https only (HSTS, on responses to https requests).
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = LEASEHOLD.tls or bool(LEASEHOLD.trusted_proxies)
+SECURE_HSTS_SECONDS = LEASEHOLD.hsts_seconds
+
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 

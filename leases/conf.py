@@ -13,6 +13,7 @@ launcher reads this before Django is set up.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +44,11 @@ class Settings:
     read_threads: int
     other_threads: int | None  # None: half the lease threads
     upload_threads: int
+    # TLS and the proxies in front
+    tls_cert: str | None  # PEM files: both given, the server speaks https on its port
+    tls_key: str | None
+    hsts_seconds: int
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
     # what a client may send, and how fast
     header_timeout: float
     max_header_bytes: int
@@ -94,6 +100,10 @@ class Settings:
     timing_log: str | None
 
     @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @property
     def on_postgres(self) -> bool:
         return self.database.startswith(("postgres://", "postgresql://"))
 
@@ -113,6 +123,26 @@ def _watched(environ: Mapping[str, str]) -> tuple[str, ...]:
         raise SettingError("LEASEHOLD_WATCHED_LEASES must be at most 100 comma-separated account/container or "
                            "account/container/blob names, e.g. devstoreaccount1/jobs/nightly")
     return names
+
+
+def _tls_file(name: str, environ: Mapping[str, str]) -> str | None:
+    """A PEM file's path; LEASEHOLD_TLS_CERT and LEASEHOLD_TLS_KEY come together."""
+    path = env_str(name, environ=environ)
+    other = "LEASEHOLD_TLS_KEY" if name == "LEASEHOLD_TLS_CERT" else "LEASEHOLD_TLS_CERT"
+    if bool(path) != bool(env_str(other, environ=environ)):
+        raise SettingError(f"{name} and {other} go together: set both (PEM files) for https, or neither")
+    if path and not os.access(path, os.R_OK):
+        raise SettingError(f"{name}={path!r}: no readable file there")
+    return path
+
+
+def _trusted_proxies(environ: Mapping[str, str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    text = env_str("LEASEHOLD_TRUSTED_PROXIES", "", allow_empty=True, environ=environ)
+    try:
+        return tuple(ipaddress.ip_network(part.strip(), strict=False) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise SettingError("LEASEHOLD_TRUSTED_PROXIES must be comma-separated addresses or networks, e.g. "
+                           f"127.0.0.1,10.0.0.0/8, not {text!r}") from None
 
 
 def _optional_int(name: str, environ: Mapping[str, str]) -> int | None:
@@ -138,6 +168,10 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         read_threads=env_int("LEASEHOLD_READ_THREADS", 1, at_least=1, environ=env),
         other_threads=_optional_int("LEASEHOLD_OTHER_THREADS", env),
         upload_threads=env_int("LEASEHOLD_UPLOAD_THREADS", 1, at_least=1, environ=env),
+        tls_cert=_tls_file("LEASEHOLD_TLS_CERT", env),
+        tls_key=_tls_file("LEASEHOLD_TLS_KEY", env),
+        hsts_seconds=env_int("LEASEHOLD_HSTS_SECONDS", 31536000, at_least=0, environ=env),
+        trusted_proxies=_trusted_proxies(env),
         header_timeout=env_float("LEASEHOLD_HEADER_TIMEOUT", 10, above=0, environ=env),
         max_header_bytes=env_int("LEASEHOLD_MAX_HEADER_BYTES", 65536, at_least=1024, environ=env),
         max_headers=env_int("LEASEHOLD_MAX_HEADERS", 1000, at_least=16, environ=env),

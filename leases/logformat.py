@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import datetime, timezone
+from urllib.parse import unquote
 
-from . import conf
+from . import conf, fingerprints
 
 
 def cause_of(exc: BaseException | None) -> str:
@@ -98,3 +100,28 @@ def mark_fault_logged(request) -> None:
 class SkipLoggedFaults(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not getattr(getattr(record, "request", None), FAULT_LOGGED, False)
+
+
+# The JSON API takes a lease id in the query string (?lease_id=): an access
+# log line shows its fingerprint instead, as every other reader sees it.
+_LEASE_ID_QUERY = re.compile(r"(?<=[?&])(lease_id=)([^&#\s\"]*)")
+
+
+def without_lease_ids(text: str) -> str:
+    """``text`` (a request line, a URL) with each ``lease_id=`` value that
+    is a lease id replaced by ``fingerprint:<its fingerprint>``."""
+    def replace(match: re.Match) -> str:
+        found = fingerprints.of_id_text(unquote(match.group(2)))
+        return match.group(1) + (f"fingerprint:{found}" if found else match.group(2))
+
+    return _LEASE_ID_QUERY.sub(replace, text) if "lease_id=" in text else text
+
+
+class LeaseIdsOut(logging.Filter):
+    """On uvicorn's access logger (serving/front.py): its record's arguments
+    are (client, method, path with query, HTTP version, status)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple):
+            record.args = tuple(without_lease_ids(a) if isinstance(a, str) else a for a in record.args)
+        return True

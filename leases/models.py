@@ -240,8 +240,9 @@ class LeaseEvent(models.Model):
     account = models.CharField(max_length=24)
     container = models.CharField(max_length=63)
     blob = models.CharField(max_length=1024, blank=True)
-    lease_id = models.UUIDField(null=True, blank=True)
-    proposed_lease_id = models.UUIDField(null=True, blank=True)
+    # Lease id fingerprints (leases/fingerprints.py), never the ids: an id is a capability.
+    lease_fingerprint = models.CharField(max_length=12, null=True, blank=True)
+    proposed_lease_fingerprint = models.CharField(max_length=12, null=True, blank=True)
     duration = models.IntegerField(null=True, blank=True)
     break_period = models.IntegerField(null=True, blank=True)
     lease_time = models.IntegerField(null=True, blank=True)
@@ -268,17 +269,17 @@ class LeaseEvent(models.Model):
         indexes = [
             models.Index(fields=["account", "container", "blob", "occurred_at"], name="event_resource_idx"),
             models.Index(fields=["account", "occurred_at"], name="event_account_idx"),
-            models.Index(fields=["lease_id"], name="event_lease_id_idx"),
+            models.Index(fields=["lease_fingerprint"], name="event_lease_fp_idx"),
+            models.Index(fields=["proposed_lease_fingerprint"], name="event_proposed_fp_idx",  # acquire, change
+                         condition=Q(proposed_lease_fingerprint__isnull=False)),
             models.Index(fields=["request_id"], name="event_request_id_idx"),
             models.Index(fields=["client_request_id"], name="event_client_request_id_idx"),
             models.Index(fields=["container", "occurred_at"], name="event_container_idx"),
             models.Index(fields=["blob"], name="event_blob_idx"),
             models.Index(fields=["action", "occurred_at"], name="event_action_idx"),
-            # Refusals only: "success" is nearly every row, and walking the
-            # occurred_at index finds those at once; indexing every event cost
-            # space and a page write per event (bench/event_cost.py; figures in
-            # bench/README.md). The outcome column stays in it so that counts
-            # are index-only.
+            # Refusals only: "success" is nearly every row, and walking the occurred_at index finds
+            # those at once; indexing every event cost space and a page write per event
+            # (bench/event_cost.py; bench/README.md). The outcome column keeps counts index-only.
             models.Index(fields=["outcome", "occurred_at"], condition=Q(outcome="refused"),
                          name="event_refused_idx"),
             models.Index(fields=["actor", "occurred_at"], name="event_actor_idx"),

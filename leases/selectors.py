@@ -78,7 +78,8 @@ def holder_at(*, account: str, container: str, blob: str = "", when):
     the last successful lease event at or before ``when``, if it left the
     lease locked and its deadline had not passed. Returns None or a dict with
     the lease id, the holder (actor of the acquire that started this lease),
-    since, until (None: infinite), state and generation."""
+    since, until (None: infinite), state and generation. The lease id is
+    its fingerprint (the history keeps no more)."""
     from .models import LeaseEvent
 
     events = LeaseEvent.objects.filter(account=account, container=container, blob=blob,
@@ -91,7 +92,7 @@ def holder_at(*, account: str, container: str, blob: str = "", when):
     start = events.filter(action="acquire", generation=last.generation,
                           occurred_at__lte=last.occurred_at).order_by("-occurred_at", "-id").first() or last
     return {
-        "lease_id": last.proposed_lease_id if last.action == "change" else last.lease_id,
+        "lease_fingerprint": last.proposed_lease_fingerprint if last.action == "change" else last.lease_fingerprint,
         "holder": start.actor,
         "client_request_id": start.client_request_id,
         "remote_addr": start.remote_addr,

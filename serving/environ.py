@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import sys
 
+from leases import conf
+from serving import forwarded
 from serving.front import RAW_HEADERS
 
 
@@ -57,4 +59,8 @@ def wsgi_environ(scope, body, length: int) -> dict:
         key = "HTTP_" + key
         value = value.decode("latin-1")
         environ[key] = environ[key] + "," + value if key in environ else value
+    proxies = conf.current().trusted_proxies
+    if proxies:  # the client's address and scheme, as a trusted proxy forwards them
+        environ["REMOTE_ADDR"], scheme = forwarded.client(environ["REMOTE_ADDR"], environ, proxies)
+        environ["wsgi.url_scheme"] = scheme or environ["wsgi.url_scheme"]
     return environ

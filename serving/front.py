@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import uuid
 from datetime import datetime, timezone
 
@@ -45,8 +46,12 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from leases import conf
+from leases.logformat import LeaseIdsOut
 
 RAW_HEADERS = "leasehold.raw_headers"
+# Every process that serves imports this module (uvicorn's config names the
+# protocol class): its access log shows lease id fingerprints, never ids.
+logging.getLogger("uvicorn.access").addFilter(LeaseIdsOut())
 # Idle keep-alive connections cost a few KiB each and no thread; clients
 # (the SDK's connection pool) reuse them for minutes.
 KEEP_ALIVE_SECONDS = 120

@@ -40,6 +40,8 @@ def main() -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="leasehold-metrics-")
     settings = conf.or_exit()  # every variable read and checked: a bad one stops the start here
     (host, port), level, workers = settings.bind, settings.log_level, settings.workers
+    if settings.tls:
+        _check_tls(settings)
     # Refuse an unmigrated, older-schema or read-only database, saying what to run.
     from leases.startup import refuse_unready_database
 
@@ -87,10 +89,14 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         # bounded (LEASEHOLD_WRITE_WAIT), so only a real hang lasts this long.
         timeout_worker_healthcheck=settings.worker_healthcheck,
         server_header=False,
-        # No X-Forwarded-* rewriting of the client's address (granian did none).
+        # uvicorn's X-Forwarded-* rewriting is off: serving/forwarded.py reads them, from the
+        # proxies LEASEHOLD_TRUSTED_PROXIES names only.
         proxy_headers=False,
         log_level=level,
         access_log=settings.access_log,
+        # https on the port itself (each worker loads the files as it starts)
+        ssl_certfile=settings.tls_cert,
+        ssl_keyfile=settings.tls_key,
     )
     config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
     if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
@@ -114,7 +120,8 @@ def _ready_line(host: str, port: int, level: str):
     """The one line `make run` shows at the default log level once every
     worker serves; quiet when the operator asked for errors only."""
     shown = f"[{host}]" if ":" in host else host
-    line = f"Leasehold ready on http://{shown}:{port} (admin: /admin/)"
+    scheme = "https" if conf.current().tls else "http"
+    line = f"Leasehold ready on {scheme}://{shown}:{port} (admin: /admin/)"
 
     def say() -> None:
         if level in ("debug", "info", "warning"):
@@ -266,6 +273,21 @@ def _reuseport_socket(host: str, port: int, kind=socket.socket) -> socket.socket
 def _worker_listener(host: str, port: int) -> socket.socket:
     """In a worker: its own socket on the supervisor's address (uvicorn listens on it)."""
     return _reuseport_socket(host, port)
+
+
+def _check_tls(settings: conf.Settings) -> None:
+    """The certificate and key load, and belong together: else one line at
+    start, not a failure in every worker."""
+    import ssl
+
+    assert settings.tls_cert is not None and settings.tls_key is not None  # settings.tls
+    if settings.front != "uvicorn":
+        raise SystemExit("Leasehold will not start: LEASEHOLD_TLS_CERT needs the uvicorn front (LEASEHOLD_FRONT)")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (ssl.SSLError, OSError) as exc:
+        raise SystemExit(f"Leasehold will not start: LEASEHOLD_TLS_CERT={settings.tls_cert} with "
+                         f"LEASEHOLD_TLS_KEY={settings.tls_key}: {exc}") from None
 
 
 def _serve_granian(host: str, port: int, workers: int, level: str) -> None:

@@ -67,6 +67,7 @@ LAYERS = {
     "leases.conditions": PURE,
     "leases.names": PURE,
     "leases.guids": PURE,
+    "leases.fingerprints": PURE,  # lease id fingerprints, what readers see in place of an id
     "leases.metadata": PURE,
     "leases.faults": PURE,
     "leases.logformat": PURE,

@@ -6,16 +6,14 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from django.contrib import admin
 from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from leases import clock, machine
+from leases import clock, fingerprints, machine
 from leases.models import Blob, Container
 from leases.services import Actor, ResourceRef
 
-from . import display
 
 # A break changes something only while a lease exists: leased, breaking, or
 # expired (breaking an expired lease stops its holder from renewing it).
@@ -85,21 +83,29 @@ def history_url(account: str, container: str, blob: str, *, current_app: str) ->
 
 # ------------------------------------------------------------------ search
 
-def lease_id_q(field: str, term: str) -> Q | None:
-    """A full lease id, or the first 4+ hex digits the lists show, as an
-    indexed range over ``field``; None if ``term`` cannot be one."""
-    digits = term.strip("{}()").replace("-", "").lower()
-    if not 4 <= len(digits) <= 32 or any(c not in "0123456789abcdef" for c in digits):
+def lease_id_q(term: str) -> Q | None:
+    """Containers or blobs whose lease has the id ``term`` (any GUID
+    spelling), by the lease id index; None if ``term`` is no full id. Only a
+    full id: the pages show fingerprints, and a prefix would let a reader
+    find an id by digits."""
+    if fingerprints.of_id_text(term) is None:
         return None
-    low = uuid.UUID(digits.ljust(32, "0"))
-    high = uuid.UUID(digits.ljust(32, "f"))
-    return Q(**{field: low}) if low == high else Q(**{f"{field}__range": (low, high)})
+    return Q(lease_id=uuid.UUID(term.strip().strip("{}()")))
+
+
+def lease_fingerprint_q(term: str) -> Q | None:
+    """Events of the lease ``term`` names, by its fingerprint or its full id
+    (found by its fingerprint: the history keeps no more), a change to or
+    from it included; None if ``term`` is neither."""
+    fingerprint = fingerprints.from_term(term)
+    if fingerprint is None:
+        return None
+    return Q(lease_fingerprint=fingerprint) | Q(proposed_lease_fingerprint=fingerprint)
 
 
 class ReadOnlyColumnsMixin:
     """Nobody adds, changes or deletes these rows here, superusers included:
-    leases change only through the services, and history never changes. Also
-    the lease id columns both kinds of page show."""
+    leases change only through the services, and history never changes."""
 
     def has_add_permission(self, request):
         return False
@@ -109,11 +115,3 @@ class ReadOnlyColumnsMixin:
 
     def has_delete_permission(self, request, obj=None):
         return False
-
-    @admin.display(description="lease id")
-    def short_lease_id(self, obj):
-        return display.short_id(obj.lease_id)
-
-    @admin.display(description="lease id")
-    def full_lease_id(self, obj):
-        return display.full_id(obj.lease_id)

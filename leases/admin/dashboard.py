@@ -79,7 +79,7 @@ def _ending_soon(models, now, admin_site) -> list[dict]:
             state = obj.effective_lease_state(now)
             rows.append({"obj": obj, "kind": model._meta.verbose_name, "deadline": deadline,
                          "badge": display.badge(state), "left": display.countdown(deadline, now, then),
-                         "holder": obj.lease_holder, "lease_id": display.short_id(obj.lease_id),
+                         "holder": obj.lease_holder, "lease_id": display.lease_fingerprint(obj),
                          "url": reverse(f"admin:leases_{model._meta.model_name}_change", args=[obj.pk],
                                         current_app=admin_site.name)})
     return sorted(rows, key=lambda row: row["deadline"])[:ROWS]

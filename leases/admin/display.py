@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
-from leases import machine
+from leases import fingerprints, machine
 
 EMPTY = "–"
 
@@ -71,14 +71,16 @@ def duration_type(obj) -> str:
     return f"fixed, {obj.lease_duration} s"
 
 
-def short_id(lease_id) -> str:
-    if lease_id is None:
+def fingerprint(value: str | None) -> str:
+    """A lease id's fingerprint (leases/fingerprints.py): pages show no id."""
+    if not value:
         return EMPTY
-    return format_html('<code class="lease-id" title="{}">{}</code>', lease_id, str(lease_id)[:8])
+    return format_html('<code class="lease-id" title="fingerprint of the lease id">{}</code>', value)
 
 
-def full_id(lease_id) -> str:
-    return EMPTY if lease_id is None else format_html('<code class="lease-id">{}</code>', lease_id)
+def lease_fingerprint(obj) -> str:
+    """The fingerprint of a container's or blob's current lease id."""
+    return fingerprint(fingerprints.of(obj.lease_id))
 
 
 def holder(actor: str, address: str, client_request_id: str) -> str:

@@ -8,7 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from leases import machine
+from leases import fingerprints, machine
 
 
 class SeenGenerationsField(forms.Field):
@@ -69,10 +69,10 @@ class BreakForm(forms.Form):
 
 
 class ReleaseForm(forms.Form):
-    """Release needs the lease id: the one the page showed, so a lease taken
-    again since cannot be released by accident."""
+    """The fingerprint of the lease the page showed (never its id), so that a
+    lease taken again since cannot be released by accident."""
 
-    lease_id = forms.UUIDField(widget=forms.HiddenInput)
+    fingerprint = forms.RegexField(regex=fingerprints.FINGERPRINT, widget=forms.HiddenInput)
     reason = forms.CharField(required=False, max_length=500, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
                              help_text="Recorded in the lease history with your user name.")
 

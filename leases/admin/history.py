@@ -24,7 +24,7 @@ from leases.keyset import keyset_rows
 from leases.models import Blob, Container, LeaseEvent
 
 from . import display
-from .common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_id_q
+from .common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_fingerprint_q
 from .dashboard import dashboard
 from .drilldown import date_drilldown
 from .chips import filter_chips
@@ -35,8 +35,8 @@ from .paging import CappedCountPaginator
 
 SUBSTRING_WINDOW = 50_000  # events a substring search reads at most (see get_search_results)
 
-CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "container", "blob", "lease_id",
-               "proposed_lease_id", "duration", "break_period", "lease_time", "expires_at", "state_before",
+CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "container", "blob",
+               "lease_fingerprint", "proposed_lease_fingerprint", "duration", "break_period", "lease_time", "expires_at", "state_before",
                "state_after", "generation", "status_code", "error_code", "actor", "via", "reason", "request_id",
                "client_request_id", "remote_addr", "user_agent")
 
@@ -52,9 +52,9 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     # change list template replaces Django's drill-down links, which would
     # run MIN+MAX and a DISTINCT date per level over the table.
     date_hierarchy = "occurred_at"
-    search_fields = ("lease_id", "request_id", "client_request_id", "blob", "container", "actor", "reason")
+    search_fields = ("lease_fingerprint", "request_id", "client_request_id", "blob", "container", "actor", "reason")
     search_help_text = (
-        "A lease id (all of it or its first 4+ digits), a request id, a client request id, or "
+        "A lease id's fingerprint or the full id, a request id, a client request id, or "
         "account/container/blob as listed: in all history. Otherwise part of a resource, actor or reason (any "
         f"case, every word): in the newest {SUBSTRING_WINDOW:,} events of the chosen day and filters (choose a "
         "day to search older ones).")
@@ -66,7 +66,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("when", "action", "outcome_badge", "status", "reason")}),
         ("Resource", {"fields": ("resource_type", "account", "container", "blob")}),
-        ("Lease", {"fields": ("full_lease_id", "proposed_lease_id", "transition", "generation", "duration",
+        ("Lease", {"fields": ("lease_fingerprint_shown", "proposed_fingerprint_shown", "transition", "generation", "duration",
                               "break_period", "lease_time", "deadline")}),
         ("Who", {"fields": ("actor", "via", "remote_addr", "user_agent", "request_id", "client_request_id")}),
     )
@@ -84,7 +84,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         if not term:
             return queryset, False
         exact = Q(request_id=term) | Q(client_request_id=term) | Q(blob=term) | Q(container=term)
-        if (by_id := lease_id_q("lease_id", term)) is not None:
+        if (by_id := lease_fingerprint_q(term)) is not None:
             exact |= by_id
         parts = term.split("/", 2)
         if len(parts) > 1:  # "account/container[/blob]", as the resource column shows it
@@ -117,10 +117,19 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="lease")
     def lease_and_generation(self, obj):
-        if obj.lease_id is None:
+        if not obj.lease_fingerprint:
             return display.EMPTY
         generation = "" if obj.generation is None else f"gen. {obj.generation}"
-        return format_html('{}<br><span class="lease-quiet">{}</span>', display.short_id(obj.lease_id), generation)
+        return format_html('{}<br><span class="lease-quiet">{}</span>', display.fingerprint(obj.lease_fingerprint),
+                           generation)
+
+    @admin.display(description="lease id fingerprint")
+    def lease_fingerprint_shown(self, obj):
+        return display.fingerprint(obj.lease_fingerprint)
+
+    @admin.display(description="proposed lease id fingerprint")
+    def proposed_fingerprint_shown(self, obj):
+        return display.fingerprint(obj.proposed_lease_fingerprint)
 
     @admin.display(description="resource")
     def resource(self, obj):

@@ -15,8 +15,9 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from leases import fingerprints
 from leases.errors import LeaseholdError
-from leases.services import lease_break, lease_release
+from leases.services import lease_action, lease_break, lease_release
 from engines.busy import is_writer_busy
 
 from . import display
@@ -154,11 +155,18 @@ class LeaseActionsMixin(_ModelAdmin):
             return self.refuse(request, obj, "Only a superuser may release a lease; you may break it instead "
                                "if you have the permission.")
         form = ReleaseForm(request.POST if request.method == "POST" else None,
-                           initial={"lease_id": obj.lease_id})
+                           initial={"fingerprint": fingerprints.of(obj.lease_id)})
         if form.is_valid():
+            ref, reason = resource_ref(obj), form.cleaned_data["reason"]
             try:
-                lease_release(ref=resource_ref(obj), actor=admin_actor(request),
-                              lease_id=form.cleaned_data["lease_id"], reason=form.cleaned_data["reason"])
+                # A server-side action: the page carries the lease's fingerprint, never its id; the
+                # id is the row's, read now, and only if it is still the lease the page showed (else
+                # the refusal is recorded as a release with another id would be).
+                if fingerprints.of(obj.lease_id) == form.cleaned_data["fingerprint"]:
+                    lease_release(ref=ref, actor=admin_actor(request), lease_id=obj.lease_id, reason=reason)
+                else:
+                    lease_action("release", ref=ref, actor=admin_actor(request), reason=reason, unparsed=LeaseholdError(
+                        "LeaseIdMismatchWithLeaseOperation", noun=ref.noun))
             except LeaseholdError as err:
                 self.message_user(request, f"{obj}: the release was refused ({err.code}); the lease "
                                   "changed after you looked.", messages.ERROR)
@@ -177,7 +185,8 @@ class LeaseActionsMixin(_ModelAdmin):
         generation) each target held when the operator saw it."""
         now = lease_now(request)
         rows = [{"obj": obj, "state": display.row_state(obj),
-                 "time_left": display.time_left(obj, display.row_state(obj), now)} for obj in objects]
+                 "time_left": display.time_left(obj, display.row_state(obj), now),
+                 "fingerprint": display.lease_fingerprint(obj)} for obj in objects]
         breaking = operation == "break"
         targets = [row for row in rows if not breaking or row["state"] in BREAKABLE]
         skipped = [row for row in rows if breaking and row["state"] not in BREAKABLE]

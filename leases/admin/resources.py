@@ -43,10 +43,10 @@ class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMix
     list_per_page = 50
     change_form_template = "admin/leases/lease_resource_change_form.html"
     search_fields = ("name", "lease_id")  # what get_search_results searches, by index
-    search_help_text = ("Part of a name (any case), or a lease id: all of it or its first 4+ digits. "
-                        "Several words: rows matching all of them.")
+    search_help_text = ("Part of a name (any case), or a full lease id. Several words: rows matching all of "
+                        "them. A lease's fingerprint: search the history.")
     lease_fieldset = ("Lease", {"fields": (
-        "lease_state_badge", "lease_status", "lease_duration_type", "time_left_alone", "full_lease_id",
+        "lease_state_badge", "lease_status", "lease_duration_type", "time_left_alone", "lease_fingerprint",
         "generation", "expires_at", "break_at")})
     holder_fieldset = ("Holder (from the last acquire)", {"fields": (
         "holder_actor", "holder_address", "holder_client_request_id", "acquired_at")})
@@ -78,7 +78,7 @@ class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMix
         well inside a page's time: bench/admin_pages.py) or a lease id."""
         for word in search_term.split():
             query = Q(name__icontains=word)
-            if (by_id := lease_id_q("lease_id", word)) is not None:
+            if (by_id := lease_id_q(word)) is not None:
                 query |= by_id
             queryset = queryset.filter(query)
         return queryset, False
@@ -102,8 +102,12 @@ class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMix
     def lease_and_generation(self, obj):
         if obj.lease_id is None:
             return display.EMPTY
-        return format_html('{}<br><span class="lease-quiet">gen. {}</span>', display.short_id(obj.lease_id),
+        return format_html('{}<br><span class="lease-quiet">gen. {}</span>', display.lease_fingerprint(obj),
                            obj.lease_generation)
+
+    @admin.display(description="lease id fingerprint")
+    def lease_fingerprint(self, obj):
+        return display.lease_fingerprint(obj)
 
     @admin.display(description="status")
     def lease_status(self, obj):

@@ -13,12 +13,13 @@ from functools import reduce
 
 import django_filters
 from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db.models import Q
 from django_filters.fields import IsoDateTimeField, RangeField
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.widgets import DateRangeWidget
 
-from .. import clock, machine
+from .. import clock, fingerprints, machine
 from ..errors import LeaseholdError
 from ..models import Blob, Container, LeaseEvent, effective_state_q
 from ..selectors import name_starts_with
@@ -119,6 +120,10 @@ class EventFilter(django_filters.FilterSet):
                                                          (machine.BLOB, machine.BLOB)])
     lease_id = django_filters.UUIDFilter(method="filter_lease_id",
                                          help_text="Events of this lease id, including a change to or from it.")
+    lease_fingerprint = django_filters.CharFilter(
+        method="filter_lease_fingerprint", validators=[RegexValidator(fingerprints.FINGERPRINT, "Not a fingerprint.")],
+        help_text="Events of the lease with this fingerprint (12 hex digits, as the events show), including a "
+                  "change to or from it.")
     action = CharInFilter(help_text="Comma-separated, e.g. acquire,renew (also writes: put-blob, ended-by-write, ended-by-delete...).")
     outcome = django_filters.ChoiceFilter(choices=LeaseEvent.Outcome.choices)
     actor = django_filters.CharFilter(help_text='e.g. "token:deployer", "user:alice", "account:devstoreaccount1".')
@@ -139,4 +144,8 @@ class EventFilter(django_filters.FilterSet):
         return queryset.filter(account=account, container=container, blob=blob)
 
     def filter_lease_id(self, queryset, name, value):
-        return queryset.filter(Q(lease_id=value) | Q(proposed_lease_id=value))
+        return self.filter_lease_fingerprint(queryset, name, fingerprints.of(value))
+
+    def filter_lease_fingerprint(self, queryset, name, value):
+        # The history keeps fingerprints only: a full id is found by its fingerprint.
+        return queryset.filter(Q(lease_fingerprint=value) | Q(proposed_lease_fingerprint=value))

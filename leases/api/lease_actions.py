@@ -68,7 +68,8 @@ class LeaseActionView(ApiView):
         obj = result.resource
         body = LeaseActionResultSerializer({
             "action": self.action_name,
-            "lease_id": None if self.action_name == "release" else result.lease_id,
+            # The id only to the acquire or change that made it (and a renew, which sent it): a capability.
+            "lease_id": result.lease_id if self.action_name in ("acquire", "renew", "change") else None,
             "lease_time": result.lease_time, "generation": result.generation,
             "etag": obj.etag, "last_modified": obj.last_modified, "lease": obj,
         }, context={"now": clock.now()}).data

@@ -18,7 +18,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from .. import machine, waiting
+from .. import fingerprints, machine, waiting
 from .. import metadata as metadata_rules
 from ..errors import LeaseholdError
 from ..models import Blob, Container, LeaseEvent
@@ -161,7 +161,9 @@ class LeaseSerializer(serializers.Serializer):
     duration = serializers.ChoiceField(choices=["fixed", "infinite"], allow_null=True,
                                        help_text="Only while leased, as x-ms-lease-duration.")
     duration_seconds = serializers.IntegerField(allow_null=True, help_text="As acquired; -1 is infinite.")
-    lease_id = serializers.UUIDField(allow_null=True)
+    lease_fingerprint = serializers.CharField(
+        allow_null=True, help_text="The fingerprint of the lease id (12 hex digits, as in the history), never the "
+                                   "id itself: only the acquire or change that made an id answers with it.")
     expires_at = serializers.DateTimeField(allow_null=True)
     remaining_seconds = serializers.IntegerField(
         allow_null=True, help_text="Seconds until the lease stops locking the resource (rounded up): 0 if "
@@ -184,7 +186,8 @@ def lease_facts(obj: Container | Blob, now) -> dict:
     return {
         "state": state, "status": machine.lease_status(state),
         "duration": machine.duration_type(obj.lease_record, state), "duration_seconds": obj.lease_duration,
-        "lease_id": obj.lease_id, "expires_at": obj.lease_expires_at, "remaining_seconds": remaining,
+        "lease_fingerprint": fingerprints.of(obj.lease_id) or None, "expires_at": obj.lease_expires_at,
+        "remaining_seconds": remaining,
         "break_ends_at": obj.lease_break_at, "generation": obj.lease_generation, "last_holder": holder,
     }
 
@@ -217,7 +220,9 @@ class BlobSerializer(serializers.ModelSerializer):
 
 class LeaseActionResultSerializer(serializers.Serializer):
     action = serializers.ChoiceField(choices=machine.ACTIONS)
-    lease_id = serializers.UUIDField(allow_null=True, help_text="The lease id to use from now on (null after release).")
+    lease_id = serializers.UUIDField(allow_null=True, help_text=(
+        "The lease id to use from now on: acquire, change, and renew (the id it was sent); null after release and "
+        "break (only a lease's holder learns its id)."))
     lease_time = serializers.IntegerField(allow_null=True, help_text="break: seconds until the lease is broken.")
     generation = serializers.IntegerField(help_text="Fencing token of the lease.")
     etag = serializers.CharField()
@@ -226,7 +231,7 @@ class LeaseActionResultSerializer(serializers.Serializer):
 
 
 EVENT_FIELDS = ["id", "occurred_at", "action", "outcome", "resource_type", "account", "container", "blob",
-                "lease_id", "proposed_lease_id", "duration", "break_period", "lease_time", "expires_at",
+                "lease_fingerprint", "proposed_lease_fingerprint", "duration", "break_period", "lease_time", "expires_at",
                 "state_before", "state_after", "generation", "status_code", "error_code", "actor", "via",
                 "reason", "request_id", "client_request_id", "remote_addr", "user_agent"]
 
@@ -246,7 +251,7 @@ class HolderQuery(serializers.Serializer):
 
 
 class HolderSerializer(serializers.Serializer):
-    lease_id = serializers.UUIDField(allow_null=True)
+    lease_fingerprint = serializers.CharField(allow_null=True, help_text="The lease id's fingerprint.")
     holder = serializers.CharField(help_text="The actor of the acquire that started this lease.")
     client_request_id = serializers.CharField(allow_blank=True)
     remote_addr = serializers.CharField(allow_blank=True)

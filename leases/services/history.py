@@ -6,6 +6,7 @@ from datetime import datetime
 
 from django.db import transaction
 
+from .. import fingerprints
 from ..errors import LeaseholdError
 from ..models import LeaseEvent
 from ..sql import dbclock
@@ -35,7 +36,8 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
                   saving: tuple | None = None) -> None:
     """Complete a row from ``_event_start`` with the outcome and append it in
     the caller's transaction (on ``cursor`` of ``conn`` if given); ``saving``:
-    (resource, changed columns), saved with it (statements.RowInsert.insert)."""
+    (resource, changed columns), saved with it (statements.RowInsert.insert).
+    The lease ids are kept as their fingerprints only."""
     conn = conn or transaction.get_connection()
     EVENTS.set(values, conn,
                # The choice's plain str for the driver. Django is untyped here: to mypy the members
@@ -43,7 +45,8 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
                outcome=(LeaseEvent.Outcome.REFUSED.value if error  # type: ignore[attr-defined]
                         else LeaseEvent.Outcome.SUCCESS.value),  # type: ignore[attr-defined]
                status_code=error.status if error else status, error_code=error.code if error else "",
-               lease_id=lease_id, proposed_lease_id=proposed_id, duration=duration, break_period=break_period,
+               lease_fingerprint=fingerprints.of(lease_id) or None,
+               proposed_lease_fingerprint=fingerprints.of(proposed_id) or None, duration=duration, break_period=break_period,
                lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after,
                generation=generation)
     EVENTS.insert(values, conn=conn, cursor=cursor, saving=saving)

@@ -110,11 +110,11 @@ draw AS MATERIALIZED (
     SELECT i, abs(random()) %% %s AS shape, abs(random()) %% %s AS actor, %s + abs(random()) %% %s AS blob FROM n)
 INSERT INTO leases_leaseevent (
     occurred_at, action, outcome, state_before, state_after, status_code, error_code, resource_type,
-    account, container, blob, lease_id, generation, actor, via, reason, request_id, client_request_id,
+    account, container, blob, lease_fingerprint, generation, actor, via, reason, request_id, client_request_id,
     remote_addr, user_agent)
 SELECT strftime('%%Y-%%m-%%d %%H:%%M:%%f', %s, '+' || (draw.i * %s) || ' seconds'),
     s.action, s.outcome, s.state_before, s.state_after, s.status_code, s.error_code, 'blob',
-    a.name, c.name, b.name, {SQL_UUID}, draw.i %% 49 + 1, actor.name, 'azure', '', {SQL_GUID},
+    a.name, c.name, b.name, lower(hex(randomblob(6))), draw.i %% 49 + 1, actor.name, 'azure', '', {SQL_GUID},
     CASE draw.i %% 2 WHEN 1 THEN {SQL_GUID} ELSE '' END,
     '10.0.' || (draw.i %% 251) || '.' || (draw.i %% 241 + 1), 'azsdk-python-storage-blob/12.19'
 FROM draw
@@ -251,7 +251,7 @@ def scale_pages() -> list[tuple[str, str]]:
 
     blob = Blob.objects.filter(lease_state=machine.LEASED).order_by("pk").only("pk", "lease_id").first()
     container = Container.objects.order_by("pk").first()
-    event = LeaseEvent.objects.order_by("pk").only("request_id", "blob", "lease_id", "occurred_at").first()
+    event = LeaseEvent.objects.order_by("pk").only("request_id", "blob", "lease_fingerprint", "occurred_at").first()
     by_expiry = BlobAdmin.list_display.index("time_left") + 1  # after the action checkbox column
     day = event.occurred_at
     return [
@@ -271,7 +271,7 @@ def scale_pages() -> list[tuple[str, str]]:
         ("blobs, unknown state", "/admin/leases/blob/?state=bogus"),
         ("holders", "/admin/leases/blob/holders/"),
         ("holder break confirmation", f"/admin/leases/blob/holders/break/?holder={ACTORS[3]}"),
-        ("blobs, search lease id", f"/admin/leases/blob/?q={str(blob.lease_id)[:8]}"),
+        ("blobs, search lease id", f"/admin/leases/blob/?q={blob.lease_id}"),
         ("blob page", f"/admin/leases/blob/{blob.pk}/change/"),
         ("blob break confirmation", f"/admin/leases/blob/{blob.pk}/break/"),
         ("containers", "/admin/leases/container/"),
@@ -287,7 +287,7 @@ def scale_pages() -> list[tuple[str, str]]:
                              f"&occurred_at__month={day.month}&occurred_at__day={day.day}")),
         ("history, search request id", f"/admin/leases/leaseevent/?q={event.request_id}"),
         ("history, search blob", f"/admin/leases/leaseevent/?q={event.blob}"),
-        ("history, search lease id", f"/admin/leases/leaseevent/?q={str(event.lease_id)[:8]}"),
+        ("history, search fingerprint", f"/admin/leases/leaseevent/?q={event.lease_fingerprint}"),
         ("history, substring", "/admin/leases/leaseevent/?q=BUCKET-0042"),
         ("history, substring, no match", "/admin/leases/leaseevent/?q=zz-no-such-thing"),
         ("history, substring + breaks", "/admin/leases/leaseevent/?action=break&q=operator3"),

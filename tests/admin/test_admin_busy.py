@@ -11,7 +11,7 @@ import sys
 import pytest
 from django.db import connection
 
-from leases import machine
+from leases import fingerprints, machine
 from leases.admin import lease_actions
 from leases.models import LeaseEvent
 from engines.sqlite.base import writer_lock_path
@@ -154,6 +154,6 @@ def test_a_release_while_the_writer_is_busy_says_so_and_changes_nothing(client, 
     obj = estate.blobs["leased"]
     before = _state(estate, "leased")
     hold()
-    _busy_page(client.post(f"{BLOBS}{obj.pk}/release/", {"lease_id": str(obj.lease_id), "reason": "done"}))
+    _busy_page(client.post(f"{BLOBS}{obj.pk}/release/", {"fingerprint": fingerprints.of(obj.lease_id), "reason": "done"}))
     assert _state(estate, "leased") == before
     assert not LeaseEvent.objects.filter(via="admin").exists()

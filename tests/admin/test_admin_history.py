@@ -13,9 +13,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from leases import machine
+from leases import fingerprints, machine
 from leases.errors import LeaseholdError
-from leases.models import LeaseEvent
+from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef, lease_acquire, lease_break, lease_renew
 
 from .helpers import ACCOUNT, CONTAINER, app
@@ -135,8 +135,13 @@ def test_search(superuser_client, varied):
     def found(term):
         return {e.pk for e in listed(superuser_client.get(HISTORY, {"q": term}))}
 
-    assert found(str(leased.lease_id)) == {leased.pk}
-    assert found(str(leased.lease_id)[:8].upper()) == {leased.pk}
+    lease_id = Blob.objects.get(name="leased.txt").lease_id
+    assert leased.lease_fingerprint == fingerprints.of(lease_id)
+    assert found(leased.lease_fingerprint) == {leased.pk}  # by the fingerprint the pages show
+    assert found(leased.lease_fingerprint.upper()) == {leased.pk}
+    assert found(str(lease_id)) == {leased.pk}  # or by the full id, in any GUID spelling
+    assert found("{" + str(lease_id).upper() + "}") == {leased.pk}
+    assert found(str(lease_id)[:8]) == set()  # no id prefix: the pages show none
     assert found(leased.request_id) == {leased.pk}
     assert found("client-req-1") == set(LeaseEvent.objects.filter(client_request_id="client-req-1")
                                         .values_list("pk", flat=True))
@@ -158,7 +163,7 @@ def test_substring_search_reads_a_bounded_window_of_the_newest_events(superuser_
         return {e.pk for e in listed(superuser_client.get(HISTORY, {"q": term}))}
 
     assert found("opsstore") == {e.pk for e in newest_two}
-    assert found(oldest.request_id or str(oldest.lease_id)) >= {oldest.pk}  # exact: all history
+    assert found(oldest.request_id or oldest.lease_fingerprint) >= {oldest.pk}  # exact: all history
     help_text = superuser_client.get(HISTORY).content.decode()
     assert "in the newest 50,000 events" in help_text
     assert found("logs") == set(LeaseEvent.objects.filter(container="logs").values_list("pk", flat=True))
@@ -225,7 +230,8 @@ def test_csv_export_of_the_filtered_list(superuser_client, estate):
     assert [(r["blob"], r["actor"]) for r in rows] == [
         ("leased.txt", "user:root"), ("broken.txt", app().name), ("breaking.txt", app().name)]
     assert rows[0]["reason"] == "'=HYPERLINK(\"x\")"  # not a formula in a spreadsheet
-    assert rows[0]["occurred_at"].endswith("+00:00") and rows[0]["lease_id"] == str(estate.blobs["leased"].lease_id)
+    assert rows[0]["occurred_at"].endswith("+00:00") and \
+        rows[0]["lease_fingerprint"] == fingerprints.of(estate.blobs["leased"].lease_id)
 
     page = superuser_client.get(HISTORY, {"action": "break"}).content.decode()
     assert f'href="{HISTORY}export.csv?action=break"' in page
@@ -267,7 +273,8 @@ def test_who_held_it_at_a_given_time(superuser_client, estate):
         return page[page.index('id="lease-holder-at"'):]
 
     during = held(acquired + timedelta(seconds=10))
-    assert "<dd>account:opsstore</dd>" in during and str(obj.lease_id) in during and "client-req-1" in during
+    assert "<dd>account:opsstore</dd>" in during and fingerprints.of(obj.lease_id) in during
+    assert "client-req-1" in during and str(obj.lease_id) not in during
     assert "Nobody held a lease on it" in held(acquired - timedelta(seconds=10))
     assert "Nobody held a lease on it" in held(acquired + timedelta(seconds=61))  # expired by then
     # The browser sends its zone: 10 s after the acquire, in Tokyo's local time.

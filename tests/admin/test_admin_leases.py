@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from leases import machine
+from leases import fingerprints, machine
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef, blob_put, container_create, lease_acquire, lease_release
 
@@ -45,7 +45,8 @@ def test_blob_list_shows_each_lease_as_it_is_now(superuser_client, estate):
     assert 'class="lease-badge lease-leased"' in leased
     assert "locked" in leased and "fixed, 60 s" in leased
     assert 'data-remaining="60.000" data-then="expired">60 s<' in leased
-    assert f'title="{lease.lease_id}">{str(lease.lease_id)[:8]}</code>' in leased
+    assert f'title="fingerprint of the lease id">{fingerprints.of(lease.lease_id)}</code>' in leased
+    assert str(lease.lease_id) not in leased
     assert "<strong>account:opsstore</strong>" in leased and "10.1.2.3" in leased and "client-req-1" in leased
     assert "opsstore/orders</a>" in leased
     assert '<time datetime="' in leased  # last modified, with seconds, localized by the page script
@@ -133,10 +134,10 @@ def test_search_by_name_substring_and_lease_id(superuser_client, estate):
     assert listed(superuser_client.get(BLOBS, {"q": "ased.t"})) == ["leased.txt"]  # any part of the name
     assert sorted(listed(superuser_client.get(BLOBS, {"q": "ke .txt"}))) == ["broken.txt"]  # every word
     assert listed(superuser_client.get(BLOBS, {"q": str(lease_id)})) == ["leased.txt"]
-    assert listed(superuser_client.get(BLOBS, {"q": str(lease_id)[:8]})) == ["leased.txt"]
+    assert listed(superuser_client.get(BLOBS, {"q": str(lease_id)[:8]})) == []  # no prefix: no id is shown
     assert listed(superuser_client.get(BLOBS, {"q": "{" + str(lease_id).upper() + "}"})) == ["leased.txt"]
     assert listed(superuser_client.get(BLOBS, {"q": "ord"})) == []  # the container's name is not the blob's
-    assert listed(superuser_client.get(CONTAINERS, {"q": str(estate.container.lease_id)[:6]})) == [CONTAINER]
+    assert listed(superuser_client.get(CONTAINERS, {"q": str(estate.container.lease_id)})) == [CONTAINER]
 
 
 def test_sort_by_time_left_puts_leases_without_any_last(superuser_client, estate, clock):
@@ -181,10 +182,11 @@ def test_lists_do_not_count_past_the_cap(superuser_client, estate, monkeypatch):
     assert not response.context["cl"].paginator.capped and "6 blobs" in response.content.decode()
 
 
-def test_blob_page_shows_the_full_lease(superuser_client, estate):
+def test_blob_page_shows_the_full_lease_but_not_its_id(superuser_client, estate):
     lease = estate.blobs["leased"]
     page = superuser_client.get(f"{BLOBS}{lease.pk}/change/").content.decode()
-    assert str(lease.lease_id) in page and "lease-leased" in page and "client-req-1" in page
+    assert fingerprints.of(lease.lease_id) in page and "lease-leased" in page and "client-req-1" in page
+    assert str(lease.lease_id) not in page and lease.lease_id.hex not in page
     assert "Break lease" in page and "Release lease" in page
 
 
@@ -368,7 +370,7 @@ def test_staff_without_the_permission_see_leases_but_cannot_break(client, viewer
 def test_release_is_for_superusers(client, breaker, estate):
     client.force_login(breaker)
     obj = estate.blobs["leased"]
-    for method, data in (("get", None), ("post", {"lease_id": str(obj.lease_id)})):
+    for method, data in (("get", None), ("post", {"fingerprint": fingerprints.of(obj.lease_id)})):
         response = getattr(client, method)(f"{BLOBS}{obj.pk}/release/", data)
         assert response.status_code == 302 and response.url == f"{BLOBS}{obj.pk}/change/"
         assert messages_of(client.get(response.url)) == [
@@ -380,8 +382,10 @@ def test_release_is_for_superusers(client, breaker, estate):
 def test_superuser_releases_a_lease_and_it_is_recorded(superuser_client, estate):
     obj = estate.blobs["leased"]
     page = superuser_client.get(f"{BLOBS}{obj.pk}/release/").content.decode()
-    assert "This lease will be released at once" in page and f'value="{obj.lease_id}"' in page
-    response = superuser_client.post(f"{BLOBS}{obj.pk}/release/", {"lease_id": str(obj.lease_id), "reason": "owner gone"})
+    assert "This lease will be released at once" in page and f'value="{fingerprints.of(obj.lease_id)}"' in page
+    assert str(obj.lease_id) not in page
+    response = superuser_client.post(f"{BLOBS}{obj.pk}/release/", {"fingerprint": fingerprints.of(obj.lease_id),
+                                                                   "reason": "owner gone"})
     assert response.status_code == 302
     obj.refresh_from_db()
     assert obj.lease_state == machine.AVAILABLE
@@ -395,7 +399,7 @@ def test_release_of_a_lease_that_changed_is_refused(superuser_client, estate):
     ref = estate.ref("leased")
     lease_release(ref=ref, actor=app(), lease_id=stale)
     lease_acquire(ref=ref, actor=app(), duration=30)
-    superuser_client.post(f"{BLOBS}{obj.pk}/release/", {"lease_id": str(stale)})
+    superuser_client.post(f"{BLOBS}{obj.pk}/release/", {"fingerprint": fingerprints.of(stale)})
     assert messages_of(superuser_client.get(BLOBS)) == [
         ("opsstore/orders/leased.txt: the release was refused (LeaseIdMismatchWithLeaseOperation); "
         "the lease changed after you looked.")]

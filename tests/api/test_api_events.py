@@ -12,7 +12,7 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from leases import services
+from leases import fingerprints, services
 from leases.api.serializers import EVENT_FIELDS
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
@@ -62,6 +62,8 @@ def event_names(history, response) -> list[str]:
     ({"resource_type": "blob"}, ["e4"]),
     ({"lease_id": ID1}, ["e3", "e1"]),
     ({"lease_id": ID2}, ["e6", "e3"]),
+    ({"lease_fingerprint": fingerprints.of(ID1)}, ["e3", "e1"]),
+    ({"lease_fingerprint": fingerprints.of(ID2)}, ["e6", "e3"]),
     ({"action": "change,release"}, ["e6", "e3"]),
     ({"outcome": "refused"}, ["e2"]),
     ({"actor": "token:root"}, ["e6", "e3", "e2", "e1"]),
@@ -215,12 +217,13 @@ def test_who_held_a_resource_at_a_time(api, accounts, clock):
     at = lambda seconds: (t0 + timedelta(seconds=seconds)).isoformat()  # noqa: E731
     assert holder(api, account=DEV_ACCOUNT, container="box", at=at(-1)) is None
     held = holder(api, account=DEV_ACCOUNT, container="box", at=at(5))
-    assert (held["holder"], held["lease_id"], held["client_request_id"], held["state"], held["generation"]) == (
-        "token:root", ID1, "job-7", "leased", 1)
+    assert (held["holder"], held["lease_fingerprint"], held["client_request_id"], held["state"],
+            held["generation"]) == ("token:root", fingerprints.of(ID1), "job-7", "leased", 1)
     assert held["since"].startswith(t0.strftime("%Y-%m-%dT%H:%M:%S"))
-    assert holder(api, account=DEV_ACCOUNT, container="box", at=at(12))["lease_id"] == ID2
+    assert holder(api, account=DEV_ACCOUNT, container="box", at=at(12))["lease_fingerprint"] == fingerprints.of(ID2)
     assert holder(api, account=DEV_ACCOUNT, container="box", at=at(16)) is None  # expired at t0+15
-    assert holder(api, account=DEV_ACCOUNT, container="box", blob="")["lease_id"] == ID2  # default: now
+    assert holder(api, account=DEV_ACCOUNT, container="box", blob="")["lease_fingerprint"] == \
+        fingerprints.of(ID2)  # default: now
 
 
 def test_holder_answer_echoes_the_question(api, accounts, clock):

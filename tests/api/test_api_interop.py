@@ -9,6 +9,7 @@ import requests
 from azure.core.exceptions import HttpResponseError, ResourceExistsError
 from azure.storage.blob import BlobLeaseClient
 
+from leases import fingerprints
 from leases.models import LeaseEvent
 from leases.tokens import ApiToken
 from tests.api.helpers import API, DEV_ACCOUNT, make_user
@@ -57,7 +58,8 @@ def test_an_sdk_lease_is_seen_renewed_changed_and_released_by_json(json_api, ser
     container = service.get_container_client("shared")
     sdk_lease = container.acquire_lease(lease_duration=-1)
     detail = json_api("GET", f"containers/{CONTAINER}").json()["lease"]
-    assert (detail["state"], detail["duration"], detail["lease_id"]) == ("leased", "infinite", sdk_lease.id)
+    assert (detail["state"], detail["duration"], detail["lease_fingerprint"]) == (
+        "leased", "infinite", fingerprints.of(sdk_lease.id))
     assert detail["last_holder"]["actor"] == f"account:{DEV_ACCOUNT}"
     refused = json_api("POST", f"leases/acquire/{CONTAINER}", {"duration": 15})
     assert (refused.status_code, refused.json()["code"], refused.json()["retry_after"]) == (

@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from leases import fingerprints
 from leases.api import lease_actions
 from leases.api.parsers import BoundedJSONParser
 from leases.errors import LeaseholdError
@@ -35,7 +36,7 @@ def test_acquire_answers_201_with_the_lease_and_records_who(api, resource, clock
     assert body["action"] == "acquire" and body["generation"] == 1 and body["lease_time"] is None
     assert body["lease"] == {
         "state": "leased", "status": "locked", "duration": "fixed", "duration_seconds": 15,
-        "lease_id": body["lease_id"], "expires_at": body["lease"]["expires_at"], "remaining_seconds": 15,
+        "lease_fingerprint": fingerprints.of(body["lease_id"]), "expires_at": body["lease"]["expires_at"], "remaining_seconds": 15,
         "break_ends_at": None, "generation": 1,
         "last_holder": {"actor": "token:root", "address": "127.0.0.1", "client_request_id": "job-42",
                         "acquired_at": body["lease"]["last_holder"]["acquired_at"]}}
@@ -46,7 +47,7 @@ def test_acquire_answers_201_with_the_lease_and_records_who(api, resource, clock
         "acquire", "success", 201, "token:root", "api")
     assert (event.request_id, event.client_request_id, event.user_agent) == (
         response["X-Request-Id"], "job-42", "deployer/1.0")
-    assert str(event.lease_id) == body["lease_id"]
+    assert event.lease_fingerprint == fingerprints.of(body["lease_id"])
 
 
 def test_the_azure_client_request_id_header_is_accepted_too(api, resource):

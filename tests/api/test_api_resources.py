@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from leases import services
+from leases import fingerprints, services
 from leases.models import Blob, Container, LeaseEvent
 from leases.services import ResourceRef
 from tests.api.helpers import API, DEV_ACCOUNT, OTHER_ACCOUNT, TEST_ACTOR, lease, make_blob, make_container
@@ -72,8 +72,8 @@ def test_read_a_container_in_every_lease_state(api, accounts, clock):
     lease_id = lease(api, "acquire", f"{DEV_ACCOUNT}/box", {"duration": 20}).json()["lease_id"]
     clock.advance(5)
     view = api.get(url).json()["lease"]
-    assert (view["state"], view["status"], view["duration"], view["remaining_seconds"], view["lease_id"]) == (
-        "leased", "locked", "fixed", 15, lease_id)
+    assert (view["state"], view["status"], view["duration"], view["remaining_seconds"], view["lease_fingerprint"]) \
+        == ("leased", "locked", "fixed", 15, fingerprints.of(lease_id))
     clock.advance(15)  # nothing is written: the state is derived from the deadline
     view = api.get(url).json()["lease"]
     assert (view["state"], view["status"], view["duration"], view["remaining_seconds"], view["duration_seconds"]) == (

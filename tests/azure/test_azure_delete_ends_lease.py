@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from leases import fingerprints
 from leases.models import LeaseEvent
 from leases.selectors import holder_at
 
@@ -28,7 +29,7 @@ def test_delete_blob_with_its_lease_id_records_the_lease_ended(service, clock):
     blob.delete_blob(lease=lease)
     assert _ended() == [("gone", "job", "leased", "account:devstoreaccount1")]
     event = LeaseEvent.objects.get(action="ended-by-delete")
-    assert str(event.lease_id) == lease.id and event.status_code == 202
+    assert event.lease_fingerprint == fingerprints.of(lease.id) and event.status_code == 202
     assert holder_at(account=ACCOUNT, container="gone", blob="job", when=clock.now()) is None
     from leases.admin.lookup import holder_lookup
 

@@ -12,6 +12,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobLeaseClient
 
+from leases import fingerprints
 from leases.models import Blob, Container, LeaseEvent
 
 from tests import azure_raw
@@ -192,7 +193,8 @@ def test_expired_blob_lease_cannot_be_renewed_after_a_write(service, clock):
         lease.renew()
     assert (exc.value.status_code, exc.value.error_code) == (409, "LeaseIdMismatchWithLeaseOperation")
     ended = LeaseEvent.objects.get(action="ended-by-write")
-    assert (ended.state_before, ended.state_after, str(ended.lease_id)) == ("expired", "available", lease.id)
+    assert (ended.state_before, ended.state_after, ended.lease_fingerprint) == (
+        "expired", "available", fingerprints.of(lease.id))
 
 
 def test_expired_container_lease_renews_after_a_container_write(service, clock):

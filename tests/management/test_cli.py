@@ -7,6 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from leases import fingerprints
 from leases.models import LeaseEvent
 
 pytestmark = pytest.mark.also_postgres
@@ -23,8 +24,9 @@ def test_show_break_release(service, clock):
     blob = service.create_container("ops").upload_blob("stuck", b"x")
     lease = blob.acquire_lease(lease_duration=30)
     shown = json.loads(run("show", "devstoreaccount1/ops/stuck"))
-    assert (shown["state"], shown["lease_id"], shown["seconds_left"], shown["holder"]) == (
-        "leased", lease.id, 30, "account:devstoreaccount1")
+    assert (shown["state"], shown["lease_fingerprint"], shown["seconds_left"], shown["holder"]) == (
+        "leased", fingerprints.of(lease.id), 30, "account:devstoreaccount1")
+    assert lease.id not in json.dumps(shown)
     assert run("break", "devstoreaccount1/ops/stuck", "--period", "0", "--reason", "stuck job") == "broken in 0 s\n"
     event = LeaseEvent.objects.order_by("-id").first()
     assert (event.action, event.via, event.reason, event.actor[:4]) == ("break", "cli", "stuck job", "cli:")

@@ -130,7 +130,7 @@ def _play(timeline: Timeline, holder: Instance, other: Instance, name: str) -> l
 
 def _history(pg, blob_prefix: str) -> dict[str, list[tuple]]:
     with psycopg.connect(pg.url()) as conn:
-        rows = conn.execute("SELECT blob, action, outcome, lease_id, proposed_lease_id, state_after, expires_at, "
+        rows = conn.execute("SELECT blob, action, outcome, lease_fingerprint, proposed_lease_fingerprint, state_after, expires_at, "
                             "occurred_at FROM leases_leaseevent WHERE blob LIKE %s AND action <> 'put-blob' "
                             "ORDER BY id", [blob_prefix + "%"]).fetchall()
     found: dict[str, list[tuple]] = {}

@@ -99,7 +99,7 @@ def _client(log: Log, instance: Instance, path: str, stop: threading.Event) -> N
 
 def _history(database: str) -> tuple[set[str], dict[str, list[tuple]]]:
     with psycopg.connect(database) as conn:
-        rows = conn.execute("SELECT blob, action, outcome, lease_id, proposed_lease_id, state_after, expires_at, "
+        rows = conn.execute("SELECT blob, action, outcome, lease_fingerprint, proposed_lease_fingerprint, state_after, expires_at, "
                             "occurred_at, client_request_id FROM leases_leaseevent WHERE container = 'failover' "
                             "AND blob <> '' ORDER BY id").fetchall()
     events: dict[str, list[tuple]] = {}

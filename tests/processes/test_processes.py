@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from leases import fingerprints
 from tests import azure_raw
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from tests.conftest import CONNECTION, free_port
@@ -163,14 +164,15 @@ def test_many_processes_never_grant_one_blob_twice(server_factory):
     assert "database is locked" not in log and "Traceback" not in log, log[-3000:]
 
     db = sqlite3.connect(server.db)
-    rows = db.execute("SELECT action, outcome, lease_id FROM leases_leaseevent WHERE blob='one' ORDER BY id").fetchall()
+    rows = db.execute("SELECT action, outcome, lease_fingerprint FROM leases_leaseevent WHERE blob='one' "
+                      "ORDER BY id").fetchall()
     # the history is in time order: each decision's time is read under the
     # writer lock, so no event is stamped before one committed ahead of it
     times = [t for (t,) in db.execute("SELECT occurred_at FROM leases_leaseevent WHERE blob='one' ORDER BY id")]
     backwards = [(a, b) for a, b in zip(times, times[1:]) if b < a]
     assert not backwards, (len(backwards), backwards[:3])
     acquires = [lid for action, outcome, lid in rows if action == "acquire" and outcome == "success"]
-    assert sorted(uuid.UUID(x) for x in acquires) == sorted(uuid.UUID(x) for x in granted)
+    assert sorted(acquires) == sorted(fingerprints.of(x) for x in granted)
     # replayed from the history, leases alternate: acquire, (renew), release, acquire, ...
     holding = None
     for action, outcome, lid in rows:

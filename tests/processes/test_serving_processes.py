@@ -26,6 +26,7 @@ from email.utils import formatdate
 
 import pytest
 
+from leases import fingerprints
 from tests import azure_raw
 from .test_processes import ROOT, Server
 
@@ -345,5 +346,5 @@ def test_a_waiting_writer_gets_503_and_reads_go_on(server, holder):
             other.close()
     _renew_cycle(s)
     db = sqlite3.connect(s.db)
-    assert db.execute("SELECT count(*) FROM leases_leaseevent WHERE lease_id=?",
-                      (me.replace("-", ""),)).fetchone()[0] == 0  # the refused acquire wrote nothing
+    assert db.execute("SELECT count(*) FROM leases_leaseevent WHERE ? IN (lease_fingerprint, proposed_lease_fingerprint)",
+                      (fingerprints.of(me),)).fetchone()[0] == 0  # the refused acquire wrote nothing

@@ -24,7 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.query import Query
 
-from leases import clock, services
+from leases import clock, fingerprints, services
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef
 from engines.sqlite.base import DatabaseWrapper as LeaseholdSQLite
@@ -183,7 +183,7 @@ def test_the_compiled_update_is_the_sql_save_sends_and_round_trips(leased):
 def test_the_compiled_history_insert_is_the_sql_create_sends_and_round_trips(leased):
     now = clock.now()
     columns = dict(occurred_at=now, action="renew", outcome="success", resource_type="blob", account=ACCOUNT,
-                   container=REF.container, blob=REF.blob, status_code=200, lease_id=uuid.uuid4(),
+                   container=REF.container, blob=REF.blob, status_code=200, lease_fingerprint="0123456789ab",
                    duration=30, expires_at=now + timedelta(seconds=30), generation=3, actor="contract",
                    via="azure", request_id=str(uuid.uuid4()))
     [(orm_sql, _)] = orm_statements(lambda: LeaseEvent.objects.create(**columns))
@@ -214,7 +214,8 @@ def test_a_row_saved_with_its_event_is_saved_and_the_event_inserted(leased):
     with transaction.atomic():  # no cursor given: insert opens one (the lease path passes its own)
         values = events.start(conn(), occurred_at=clock.now(), action="change", outcome="success",
                               resource_type="blob", account=ACCOUNT, container=REF.container, blob=REF.blob,
-                              status_code=200, lease_id=obj.lease_id, request_id="together")
+                              status_code=200, lease_fingerprint=fingerprints.of(obj.lease_id),
+                              request_id="together")
         events.insert(values, conn=conn(), saving=(obj, LEASE_COLUMNS))
     compiled = statements._statements[conn()]
     together = compiled.get(("update+insert", Blob, LEASE_COLUMNS, LeaseEvent))
@@ -227,7 +228,7 @@ def test_a_row_saved_with_its_event_is_saved_and_the_event_inserted(leased):
     for name in LEASE_COLUMNS:
         assert getattr(saved, name) == getattr(obj, name), f"{name} was not saved"
     event = LeaseEvent.objects.get(request_id="together")
-    assert (event.action, event.lease_id, event.blob) == ("change", obj.lease_id, REF.blob)
+    assert (event.action, event.lease_fingerprint, event.blob) == ("change", fingerprints.of(obj.lease_id), REF.blob)
 
 
 @pytest.mark.django_db
@@ -255,8 +256,8 @@ def test_the_value_shortcuts_give_what_get_db_prep_save_gives():
             shortcuts.add(f"{model.__name__}.{field.name}")
             for value in datetimes if field.get_internal_type() == "DateTimeField" else ids:
                 assert shortcut(value, conn()) == field.get_db_prep_save(value, conn()), (model, field.name, value)
-    # the hot path's ids have one everywhere, its times on SQLite
-    expected = {"Blob.lease_id", "LeaseEvent.lease_id", "LeaseEvent.proposed_lease_id"}
+    # the hot path's lease id has one everywhere, its times on SQLite
+    expected = {"Blob.lease_id"}
     if conn().vendor == "sqlite":
         expected |= {"Blob.lease_expires_at", "LeaseEvent.occurred_at", "LeaseEvent.expires_at"}
     assert expected <= shortcuts, expected - shortcuts

@@ -6,7 +6,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from leases import clock, machine, services
+from leases import clock, fingerprints, machine, services
 from leases.errors import LeaseholdError
 from leases.services import Actor, ResourceRef
 
@@ -59,7 +59,7 @@ class Command(BaseCommand):
             "state": state,
             "status": machine.lease_status(state),
             "duration": machine.duration_type(obj.lease_record, state),
-            "lease_id": str(obj.lease_id) if obj.lease_id else None,
+            "lease_fingerprint": fingerprints.of(obj.lease_id) or None,  # never the id: a capability
             # 0 for an infinite lease, as this command always answered; None when unlocked.
             "seconds_left": (machine.seconds_left(machine.deadline(obj.lease_record, now), now)
                              if state in machine.LOCKED_STATES else None),

@@ -15,7 +15,6 @@ from django.db import models
 from django.db.models import Q
 
 from . import machine
-from .access_policy_model import StoredAccessPolicy  # noqa: F401  (a module of its own: this one's size)
 
 
 class Account(models.Model):
@@ -246,8 +245,7 @@ class LeaseEvent(models.Model):
     duration = models.IntegerField(null=True, blank=True)
     break_period = models.IntegerField(null=True, blank=True)
     lease_time = models.IntegerField(null=True, blank=True)
-    # The lease's deadline after this event: expiry while leased (None if
-    # infinite), break time while breaking. "Who held R at T" reads it.
+    # After this event: expiry while leased (None: infinite), break time while breaking.
     expires_at = models.DateTimeField(null=True, blank=True)
     state_before = models.CharField(max_length=10, blank=True)
     state_after = models.CharField(max_length=10, blank=True)
@@ -398,4 +396,5 @@ def new_etag() -> str:
     return '"0x' + uuid.uuid4().hex[:15].upper() + '"'
 
 
+from .access_policy_model import StoredAccessPolicy  # noqa: E402,F401
 from .tokens import ApiToken  # noqa: E402,F401

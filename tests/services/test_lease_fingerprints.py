@@ -73,7 +73,7 @@ def test_the_history_records_fingerprints_of_every_id_an_action_names(blob):
 
 
 # The migration 0011 follows: migrate back to it, then forward.
-PARENT = importlib.import_module("leases.migrations.0011_lease_fingerprints").Migration.dependencies[0][1]
+PARENT = importlib.import_module("leases.migrations.0012_lease_fingerprints").Migration.dependencies[0][1]
 
 
 def test_the_migration_gives_recorded_events_their_fingerprints_and_keeps_the_history_append_only(

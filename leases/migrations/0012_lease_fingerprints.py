@@ -48,7 +48,7 @@ def fill(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leases', '0010_lease_clock'),
+        ('leases', '0011_stored_access_policies'),
     ]
 
     operations = [

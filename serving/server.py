@@ -87,6 +87,10 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         # bounded (LEASEHOLD_WRITE_WAIT), so only a real hang lasts this long.
         timeout_worker_healthcheck=settings.worker_healthcheck,
         server_header=False,
+        # One Date header: uvicorn's is refreshed once a second by its main
+        # loop (up to a second stale) and came next to the doors' own; the
+        # app's front adds one where a door set none (serving/asgi.py).
+        date_header=False,
         # No X-Forwarded-* rewriting of the client's address (granian did none).
         proxy_headers=False,
         log_level=level,

@@ -18,6 +18,7 @@ from ..services import Actor, ResourceRef
 from ..sharedkey import SharedKeyAuthentication
 from . import inputs, lease_request, wire
 from .auth import AccountKeyRequired
+from .blocks import BlockRoutes, copy_headers
 from .exceptions import azure_exception_handler
 
 class PassthroughRenderer(BaseRenderer):
@@ -73,6 +74,10 @@ BLOB_ROUTES = {
     ("PUT", "metadata"): "set_blob_metadata",
     ("PUT", "lease"): "lease",
     ("PUT", "snapshot"): "snapshot_blob",
+    ("PUT", "block"): "put_block",
+    ("PUT", "blocklist"): "put_block_list",
+    ("GET", "blocklist"): "get_block_list",
+    ("PUT", "copy"): "abort_copy",
 }
 
 
@@ -84,7 +89,7 @@ def _metadata(request) -> dict:
 _int_query = inputs.int_query
 
 
-class AzureBlobView(APIView):
+class AzureBlobView(BlockRoutes, APIView):
     authentication_classes = [SharedKeyAuthentication]
     permission_classes = [AccountKeyRequired]
     renderer_classes = [PassthroughRenderer]
@@ -179,6 +184,9 @@ class AzureBlobView(APIView):
         """x-ms-lease-id, parsed: 400 InvalidHeaderValue if it is no GUID."""
         return lease_params.lease_id(_header(self.request, "x-ms-lease-id"), noun=noun)
 
+    def _metadata(self) -> dict:
+        return _metadata(self.request)
+
     def _properties(self, response: HttpResponse, obj) -> HttpResponse:
         response["ETag"] = obj.etag
         response["Last-Modified"] = wire.http_date(obj.last_modified)
@@ -269,6 +277,9 @@ class AzureBlobView(APIView):
     def put_blob(self, ref: ResourceRef):
         if ref.snapshot:
             raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
+        source = _header(self.request, "x-ms-copy-source")
+        if source is not None:  # Copy Blob (blocks.py)
+            return self.copy_blob(ref, source)
         blob_type = _header(self.request, "x-ms-blob-type")
         if blob_type is None:
             raise LeaseholdError("MissingRequiredHeader", field="blob_type")
@@ -332,6 +343,7 @@ class AzureBlobView(APIView):
             if value:
                 response[header] = value
         wire.metadata_headers(response, blob.metadata)
+        copy_headers(response, blob)
         if blob.snapshot:
             response["x-ms-lease-status"], response["x-ms-lease-state"] = "unlocked", "available"
         else:

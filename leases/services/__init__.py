@@ -14,6 +14,8 @@ commands all call these functions with keyword-only arguments.
     lease_actions.py  acquire, renew, change, release, break
     containers.py     containers (and accounts)
     blobs.py          blobs
+    blocks.py         Put Block, Put Block List, Get Block List
+    copies.py         Copy Blob (within the server), Abort Copy
 """
 
 from .. import clock, machine  # noqa: F401  (callers and tests reach them as services.clock, ...)
@@ -27,6 +29,8 @@ from .history import history_tamper_refused
 from .containers import (CONTAINER_NAME_CHARS, account_ensure, container_create, container_delete, container_read,
                          container_set_metadata, validate_container_name)
 from .blobs import blob_delete, blob_put, blob_read, blob_set_metadata, blob_snapshot, validate_blob_name
+from .blocks import MAX_COMMITTED, MAX_UNCOMMITTED, block_list_get, block_list_put, block_put
+from .copies import blob_copy, copy_abort
 
 __all__ = [
     "Conditions", "LeaseholdError", "NO_CONDITIONS", "Actor", "ResourceRef", "LeaseResult", "SUCCESS_STATUS", "REFUSAL_DETAIL_CODES",
@@ -35,4 +39,5 @@ __all__ = [
     "history_tamper_refused", "account_ensure", "CONTAINER_NAME_CHARS", "validate_container_name",
     "container_create", "container_delete", "container_read", "container_set_metadata", "validate_blob_name",
     "blob_put", "blob_read", "blob_set_metadata", "blob_delete", "blob_snapshot",
+    "MAX_COMMITTED", "MAX_UNCOMMITTED", "block_put", "block_list_put", "block_list_get", "blob_copy", "copy_abort",
 ]

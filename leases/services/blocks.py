@@ -129,9 +129,14 @@ def _block_record(*, ref: ResourceRef, actor: Actor, block_id: str, size: int, l
         raise _NeedsStaging
     blob_content.make_live(staged, state=BlobContent.BLOCK)
     if existing is None:
-        BlobBlock.objects.create(container=container, name=ref.blob, block_id=block_id, size=size, version=staged,
-                                 staged_at=now)
-        return
+        try:
+            with transaction.atomic():  # a savepoint: the same id may be staged at once elsewhere (PostgreSQL)
+                BlobBlock.objects.create(container=container, name=ref.blob, block_id=block_id, size=size,
+                                         version=staged, staged_at=now)
+            return
+        except IntegrityError:
+            existing = BlobBlock.objects.select_for_update().get(container=container, name=ref.blob,
+                                                                 block_id=block_id)
     (BlobContent.objects.filter(id=existing.version, state=BlobContent.BLOCK)
      .update(state=BlobContent.RELEASED, released_at=now))
     existing.version, existing.size, existing.staged_at = staged, size, now

@@ -20,7 +20,8 @@ written in the Put Blob's one transaction. Larger content is a *version*
   load the blob row locked, check the lease and conditions, swap, append the
   history event) points the blob at the version and ``make_live`` marks it.
   A version never changes once live, so a read by version never mixes the
-  chunks of two uploads.
+  chunks of two uploads (an append blob's list only grows past the end
+  every reader of it saw: leases/services/appends.py).
 * **released**: the transaction that stops the last blob or snapshot naming
   it (an overwrite, a delete, a container delete) marks it; it is kept for
   ``RELEASED_GRACE`` so that downloads already under way can finish, then

@@ -65,6 +65,9 @@ MESSAGES = {
     "InvalidXmlDocument": "XML specified is not syntactically valid.",
     "NoPendingCopyOperation": "There is currently no pending copy operation.",
     "CannotVerifyCopySource": "The specified blob does not exist.",
+    "InvalidBlobType": "The blob type is invalid for this operation.",
+    "AppendPositionConditionNotMet": "The append position condition specified was not met.",
+    "MaxBlobSizeConditionNotMet": "The max blob size condition specified was not met.",
 }
 
 STATUS = {
@@ -110,6 +113,8 @@ STATUS = {
     "Crc64Mismatch": 400,
     "InvalidXmlDocument": 400,
     "CannotVerifyCopySource": 404,
+    "AppendPositionConditionNotMet": 412,
+    "MaxBlobSizeConditionNotMet": 412,
     "TooManyRequests": 429,
     "ServerBusy": 503,
 }

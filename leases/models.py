@@ -145,6 +145,7 @@ class Blob(LeaseFields):
     etag = models.CharField(max_length=40)
     last_modified = models.DateTimeField()
     created_at = models.DateTimeField()
+    blob_type = models.CharField(max_length=16, default="BlockBlob")  # or AppendBlob
     # The last Copy Blob onto this blob (all complete synchronously), as Get Blob Properties shows it.
     copy_id = models.CharField(max_length=36, blank=True)
     copy_source = models.CharField(max_length=2048, blank=True)

@@ -143,6 +143,52 @@ class BlockRoutes:
         response["x-ms-copy-status"] = "success"
         return response
 
+    def create_append_blob(self, ref: ResourceRef):
+        if inputs.read_body(self.request._request):
+            raise LeaseholdError("InvalidHeaderValue", field="Content-Length", value=str(_length(self)),
+                                 message="An append blob is created empty (Content-Length: 0).")
+        h = lambda name: _meta(self, name)  # noqa: E731
+        metadata, conditions = self._metadata(), self.conditions()
+        blob = services.append_blob_create(
+            ref=ref, actor=self.actor(), content_type=h("x-ms-blob-content-type") or "", metadata=metadata,
+            lease_id=self.lease_id(), conditions=conditions,
+            properties={"content_encoding": h("x-ms-blob-content-encoding"),
+                        "content_language": h("x-ms-blob-content-language"),
+                        "content_disposition": h("x-ms-blob-content-disposition"),
+                        "cache_control": h("x-ms-blob-cache-control")})
+        response = self._properties(HttpResponse(status=201), blob)
+        response["x-ms-request-server-encrypted"] = "false"
+        return response
+
+    def append_block(self, ref: ResourceRef):
+        if ref.snapshot:
+            raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
+        length = _length(self)
+        if length == 0:
+            raise LeaseholdError("InvalidHeaderValue", field="Content-Length", value="0")
+        md5, crc64 = _checksums(self)
+        limits = {}
+        for name in ("x-ms-blob-condition-maxsize", "x-ms-blob-condition-appendpos"):
+            value = _meta(self, name)
+            if value is not None:
+                if not re.fullmatch(r"[0-9]{1,18}", value):
+                    raise LeaseholdError("InvalidHeaderValue", field=name, value=value[:200])
+                limits[name] = int(value)
+        conditions = self.conditions()
+        blob, offset, count = services.block_append(
+            ref=ref, actor=self.actor(), read=self.request._request.read, length=length, md5=md5, crc64=crc64,
+            lease_id=self.lease_id(), conditions=conditions, max_size=limits.get("x-ms-blob-condition-maxsize"),
+            append_position=limits.get("x-ms-blob-condition-appendpos"))
+        response = self._properties(HttpResponse(status=201), blob)
+        response["x-ms-blob-append-offset"] = str(offset)
+        response["x-ms-blob-committed-block-count"] = str(count)
+        if md5 is not None:
+            response["Content-MD5"] = base64.b64encode(md5).decode()
+        if crc64 is not None:
+            response["x-ms-content-crc64"] = base64.b64encode(crc64).decode()
+        response["x-ms-request-server-encrypted"] = "false"
+        return response
+
     def abort_copy(self, ref: ResourceRef):
         action = _meta(self, "x-ms-copy-action")
         if action is None:
@@ -152,6 +198,12 @@ class BlockRoutes:
         services.copy_abort(ref=ref, actor=self.actor(), copy_id=self.request.GET.get("copyid", ""),
                             lease_id=self.lease_id())
         return HttpResponse(status=204)  # never reached: no copy is ever pending
+
+
+def blob_type_headers(response: HttpResponse, blob) -> None:
+    response["x-ms-blob-type"] = blob.blob_type
+    if blob.blob_type == "AppendBlob":
+        response["x-ms-blob-committed-block-count"] = str(services.committed_block_count(blob))
 
 
 def copy_headers(response: HttpResponse, blob) -> None:

@@ -18,7 +18,7 @@ from ..services import Actor, ResourceRef
 from ..sharedkey import SharedKeyAuthentication
 from . import inputs, lease_request, wire
 from .auth import AccountKeyRequired
-from .blocks import BlockRoutes, copy_headers
+from .blocks import BlockRoutes, blob_type_headers, copy_headers
 from .exceptions import azure_exception_handler
 
 class PassthroughRenderer(BaseRenderer):
@@ -78,6 +78,7 @@ BLOB_ROUTES = {
     ("PUT", "blocklist"): "put_block_list",
     ("GET", "blocklist"): "get_block_list",
     ("PUT", "copy"): "abort_copy",
+    ("PUT", "appendblock"): "append_block",
 }
 
 
@@ -283,6 +284,8 @@ class AzureBlobView(BlockRoutes, APIView):
         blob_type = _header(self.request, "x-ms-blob-type")
         if blob_type is None:
             raise LeaseholdError("MissingRequiredHeader", field="blob_type")
+        if blob_type == "AppendBlob":  # blocks.py
+            return self.create_append_blob(ref)
         if blob_type != "BlockBlob":
             raise LeaseholdError("InvalidHeaderValue", field="blob_type", value=blob_type)
         content = inputs.read_body(self.request._request)
@@ -331,7 +334,7 @@ class AzureBlobView(BlockRoutes, APIView):
             response["Content-Range"] = content_range
         response["Content-Length"] = str(blob.size if head else len(content))
         response["Accept-Ranges"] = "bytes"
-        response["x-ms-blob-type"] = "BlockBlob"
+        blob_type_headers(response, blob)
         response["x-ms-creation-time"] = wire.http_date(blob.created_at)
         response["x-ms-server-encrypted"] = "false"
         if blob.content_md5 and (status == 200):

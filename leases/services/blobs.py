@@ -104,7 +104,8 @@ def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, 
               "content_disposition": props.get("content_disposition", ""),
               "cache_control": props.get("cache_control", ""),
               # a write after a Copy Blob clears its copy properties (as on Azure)
-              "copy_id": "", "copy_source": "", "copy_progress": "", "copy_completed_at": None}
+              "copy_id": "", "copy_source": "", "copy_progress": "", "copy_completed_at": None,
+              "blob_type": "BlockBlob"}
     if blob is None:
         if conditions.if_match is not None:  # nothing to match
             raise LeaseholdError("ConditionNotMet")
@@ -232,7 +233,9 @@ def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = Non
                 content_language=blob.content_language, content_disposition=blob.content_disposition,
                 cache_control=blob.cache_control, content_md5=blob.content_md5,
                 metadata=blob.metadata if metadata is None else metadata,
-                etag=blob.etag, last_modified=blob.last_modified, created_at=blob.created_at)
+                etag=blob.etag, last_modified=blob.last_modified, created_at=blob.created_at,
+                blob_type=blob.blob_type, copy_id=blob.copy_id, copy_source=blob.copy_source,
+                copy_progress=blob.copy_progress, copy_completed_at=blob.copy_completed_at)
     snap.save(force_insert=True)
     snap.container = blob.container
     return snap

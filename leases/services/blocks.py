@@ -95,6 +95,7 @@ def _refused_now(ref: ResourceRef, block_id: str, lease_id) -> bool:
         blob = Blob.objects.defer("content").filter(container=container, name=ref.blob, snapshot="").first()
         if blob is not None:
             machine.check_access(blob.lease_record, clock.now(), lease_id=lease_id, write=True, noun=machine.BLOB)
+            _block_blob_only(blob)
         elif lease_id is not None:
             return True
         _block_checks(container, ref, block_id)
@@ -116,6 +117,11 @@ def _block_checks(container: Container, ref: ResourceRef, block_id: str) -> Blob
     return existing
 
 
+def _block_blob_only(blob: Blob | None) -> None:
+    if blob is not None and blob.blob_type != "BlockBlob":
+        raise LeaseholdError("InvalidBlobType")
+
+
 @_committing_refusals
 def _block_record(*, ref: ResourceRef, actor: Actor, block_id: str, size: int, lease_id, staged) -> None:
     """Put Block's one transaction: the lease checked, the staged version
@@ -124,6 +130,7 @@ def _block_record(*, ref: ResourceRef, actor: Actor, block_id: str, size: int, l
     blob = _blob_for_write(container, ref)
     now = dbclock.transaction_now()
     _lease_for_write(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, operation="put-block")
+    _block_blob_only(blob)
     existing = _block_checks(container, ref, block_id)
     if staged is None:
         raise _NeedsStaging
@@ -185,6 +192,7 @@ def _commit(*, ref: ResourceRef, actor: Actor, entries, content_type, metadata, 
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     _write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
                   operation="put-block-list")
+    _block_blob_only(blob)
     uncommitted = {b: (size, v) for b, size, v in BlobBlock.objects.filter(container=container, name=ref.blob)
                    .values_list("block_id", "size", "version")}
     committed = {} if blob is None else committed_blocks(blob.content_version, as_dict=True)
@@ -213,7 +221,7 @@ def _commit(*, ref: ResourceRef, actor: Actor, entries, content_type, metadata, 
               "content_encoding": props.get("content_encoding", ""),
               "content_language": props.get("content_language", ""),
               "content_disposition": props.get("content_disposition", ""),
-              "cache_control": props.get("cache_control", ""), **COPY_CLEARED}
+              "cache_control": props.get("cache_control", ""), "blob_type": "BlockBlob", **COPY_CLEARED}
     return write_blob(container, blob, ref=ref, actor=actor, now=now, fields=fields, lease_id=lease_id,
                       conditions=conditions, operation="put-block-list")
 

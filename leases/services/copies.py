@@ -12,6 +12,7 @@ from ..errors import LeaseholdError
 from ..models import Blob
 from ..sql import dbclock
 from .access import _check_access, _committing_refusals
+from .appends import APPEND_BLOB, clone_list
 from .blobs import _blob_for_write, validate_blob_name
 from .blocks import _lease_for_write, _write_checks, write_blob
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
@@ -46,7 +47,10 @@ def _copy(*, ref: ResourceRef, actor: Actor, source: ResourceRef, source_url: st
                       operation="copy-source")
     _write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
                   operation="copy-blob")
-    fields = {"content": src.content, "content_version": src.content_version, "size": src.size,
+    version = src.content_version
+    if src.blob_type == APPEND_BLOB:  # a list of its own, which appends to either never touch in the other
+        version = clone_list(src.content_version, size=src.size, now=now)
+    fields = {"content": src.content, "content_version": version, "size": src.size, "blob_type": src.blob_type,
               "content_md5": src.content_md5, "content_type": src.content_type,
               "content_encoding": src.content_encoding, "content_language": src.content_language,
               "content_disposition": src.content_disposition, "cache_control": src.cache_control,

@@ -317,9 +317,13 @@ def azure_raw_base(box) -> str:
 
 # ------------------------------------------------------------------ lease cells
 
-def _cell(blob, clock, cell: str):
-    """Put ``blob`` in the lease state ``cell`` names; the lease id to send."""
-    blob.upload_blob(b"base", overwrite=True)
+def _cell(blob, clock, cell: str, create=None):
+    """Put ``blob`` (made by ``create``, else a block blob "base") in the
+    lease state ``cell`` names; the lease id to send."""
+    if create is not None:
+        create()
+    else:
+        blob.upload_blob(b"base", overwrite=True)
     lease = blob.acquire_lease(lease_duration=15)
     wrong = str(uuid.uuid4())
     if cell == "breaking":

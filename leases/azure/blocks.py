@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 from xml.sax.saxutils import escape
 
+from django.conf import settings
 from django.http import HttpResponse
 
 from .. import checksums, machine, services
@@ -43,13 +44,16 @@ def _checksums(view) -> tuple[bytes | None, bytes | None]:
 
 
 def _length(view) -> int:
-    """Content-Length as announced (the front received the body whole): 411 without one."""
+    """Content-Length as announced (the front received the body whole): 411
+    without one, 413 over a blob's largest size (a block is at most that)."""
     meta = view.request._request.META
     announced = meta.get("CONTENT_LENGTH") or ""
     if meta.get("HTTP_TRANSFER_ENCODING") or announced == "":
         raise LeaseholdError("MissingContentLengthHeader", field="Content-Length")
     if not re.fullmatch(r"[0-9]{1,18}", announced):
         raise LeaseholdError("InvalidHeaderValue", field="Content-Length", value=announced[:200])
+    if int(announced) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:  # LEASEHOLD_MAX_BLOB_BYTES, as the front's cap
+        raise LeaseholdError("RequestBodyTooLarge")
     return int(announced)
 
 

@@ -282,6 +282,18 @@ def test_the_block_limits(box, monkeypatch):
     assert blob.download_blob().readall() == b"xy"
 
 
+def test_a_block_over_the_servers_body_limit_is_refused(box, settings):
+    """A block may be as large as a body may be here (LEASEHOLD_MAX_BLOB_BYTES,
+    64 MiB by default; Azure allows 4000 MiB); lowered to 1 MiB for the test."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = MIB
+    blob = box.get_blob_client("big-block")
+    with pytest.raises(HttpResponseError) as exc:
+        blob.stage_block(bid(1), b"x" * (MIB + 1))
+    assert (exc.value.status_code, _code(exc)) == (413, "RequestBodyTooLarge")
+    blob.stage_block(bid(1), b"x" * MIB)
+    assert not BlobContent.objects.filter(state="staged").exists()
+
+
 def test_the_service_limits_are_azures():
     assert (block_service.MAX_COMMITTED, block_service.MAX_UNCOMMITTED) == (50_000, 100_000)
 

@@ -145,11 +145,12 @@ class Blob(LeaseFields):
     etag = models.CharField(max_length=40)
     last_modified = models.DateTimeField()
     created_at = models.DateTimeField()
-    blob_type = models.CharField(max_length=16, default="BlockBlob")  # or AppendBlob
+    # Defaults in the schema too: rows inserted by SQL (bench, tests' bulk loads) get them.
+    blob_type = models.CharField(max_length=16, default="BlockBlob", db_default="BlockBlob")  # or AppendBlob
     # The last Copy Blob onto this blob (all complete synchronously), as Get Blob Properties shows it.
-    copy_id = models.CharField(max_length=36, blank=True)
-    copy_source = models.CharField(max_length=2048, blank=True)
-    copy_progress = models.CharField(max_length=41, blank=True)
+    copy_id = models.CharField(max_length=36, blank=True, default="", db_default="")
+    copy_source = models.CharField(max_length=2048, blank=True, default="", db_default="")
+    copy_progress = models.CharField(max_length=41, blank=True, default="", db_default="")
     copy_completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:

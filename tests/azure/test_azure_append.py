@@ -15,7 +15,8 @@ from leases.models import BlobContent, BlobPart, LeaseEvent
 
 from tests.azure.test_azure_blocks import MIB, WRITE_CELLS, Generated, _cell, _setup, bid, digest_of, downloaded_digest
 
-pytestmark = pytest.mark.also_postgres
+# SQLite only: its database work (chunks staged, one row per append under the
+# blob's row lock) is the block tests' (test_azure_blocks.py, which also run on PostgreSQL).
 
 
 @pytest.fixture

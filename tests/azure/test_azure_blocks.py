@@ -8,8 +8,10 @@ operations with Azure's codes; block ids and limits; what a commit discards."""
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
+import random
 import uuid
 
 import pytest
@@ -31,8 +33,7 @@ MIB = 1 << 20
 
 
 class Generated(io.RawIOBase):
-    """``size`` bytes made on the fly (a SHA-256 chain, different at every
-    offset), readable once; ``seekable`` False and no length: a stream of
+    """``size`` bytes made on the fly (different at every offset), readable once; ``seekable`` False and no length: a stream of
     unknown length to the SDK unless it is told one."""
 
     def __init__(self, size: int, seed: bytes = b"s", seekable: bool = False):
@@ -62,12 +63,20 @@ class Generated(io.RawIOBase):
         return n
 
 
+PIECE = 64 << 10
+
+
+@functools.lru_cache(maxsize=64)
+def _piece(seed: bytes, index: int) -> bytes:
+    return random.Random(seed + index.to_bytes(8, "little")).randbytes(PIECE)
+
+
 def generated(start: int, length: int, seed: bytes = b"s") -> bytes:
-    """Bytes start..start+length of the content Generated makes: 32-byte
-    blocks, each the SHA-256 of the seed and its index."""
-    first, last = start // 32, (start + length + 31) // 32
-    data = b"".join(hashlib.sha256(seed + i.to_bytes(8, "little")).digest() for i in range(first, last))
-    return data[start - first * 32:start - first * 32 + length]
+    """Bytes start..start+length of the content Generated makes: 64 KiB
+    pieces of pseudo-random bytes, each seeded by the seed and its index."""
+    first, last = start // PIECE, (start + length + PIECE - 1) // PIECE
+    data = b"".join(_piece(seed, i) for i in range(first, last))
+    return data[start - first * PIECE:start - first * PIECE + length]
 
 
 def digest_of(size: int, seed: bytes = b"s") -> str:

@@ -111,8 +111,8 @@ def _upload_keeps_memory_flat(server, size: int) -> tuple[int, int]:
 
 
 def test_a_block_upload_does_not_grow_the_worker(server):
-    before, peak = _upload_keeps_memory_flat(server, 160 * MIB)
-    assert peak - before < 48 * MIB, f"RSS grew by {(peak - before) / MIB:.1f} MiB during a 160 MiB upload"
+    before, peak = _upload_keeps_memory_flat(server, 96 * MIB)
+    assert peak - before < 48 * MIB, f"RSS grew by {(peak - before) / MIB:.1f} MiB during a 96 MiB upload"
 
 
 @pytest.mark.slow

@@ -10,21 +10,18 @@ later never shows through; a copy of an append blob gets a list of its own."""
 
 from __future__ import annotations
 
-import hashlib
 import uuid
 
 from .. import blob_content, clock, machine
 from .. import metadata as metadata_rules
-from ..checksums import Crc64
 from ..conditions import Conditions
 from ..errors import LeaseholdError
 from ..models import Blob, BlobContent, BlobPart
 from ..sql import dbclock
-from .access import _check_access, _committing_refusals
+from .access import _after_blob_write, _check_access, _committing_refusals
 from .blobs import _blob_for_write, validate_blob_name
-from .blocks import COPY_CLEARED, MAX_COMMITTED, _write_checks, write_blob
+from .blocks import COPY_CLEARED, MAX_COMMITTED, _write_checks, stage_checked, write_blob
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
-from .access import _after_blob_write
 
 APPEND_BLOB = "AppendBlob"
 
@@ -80,16 +77,7 @@ def block_append(*, ref: ResourceRef, actor: Actor, read, length: int, md5: byte
                 _append(**args, staged=None)  # refuses again, and records it
             except _Allowed:  # allowed after all: the state changed since the look
                 pass
-        hashes = {name: h for name, h in (("md5", hashlib.md5() if md5 else None),
-                                          ("crc64", Crc64() if crc64 else None)) if h is not None}
-        try:
-            staged = blob_content.stage_stream(read, length, hashes=hashes.values())
-        except OSError:
-            raise LeaseholdError("IncompleteBody") from None
-        if md5 and hashes["md5"].digest() != md5:
-            raise LeaseholdError("Md5Mismatch")
-        if crc64 and hashes["crc64"].digest() != crc64:
-            raise LeaseholdError("Crc64Mismatch")
+        staged = stage_checked(read, length, md5=md5, crc64=crc64)
         result = _append(**args, staged=staged)
     except BaseException:
         if staged is not None:

@@ -65,22 +65,29 @@ def block_put(*, ref: ResourceRef, actor: Actor, block_id: str, read, length: in
                 _block_record(**args, staged=None)  # refuses again, and records it
             except _NeedsStaging:  # allowed after all: the state changed since the look
                 pass
-        hashes = {name: h for name, h in (("md5", hashlib.md5() if md5 else None),
-                                          ("crc64", Crc64() if crc64 else None)) if h is not None}
-        try:
-            staged = blob_content.stage_stream(read, length, hashes=hashes.values())
-        except OSError:
-            raise LeaseholdError("IncompleteBody") from None
-        if md5 and hashes["md5"].digest() != md5:
-            raise LeaseholdError("Md5Mismatch")
-        if crc64 and hashes["crc64"].digest() != crc64:
-            raise LeaseholdError("Crc64Mismatch")
+        staged = stage_checked(read, length, md5=md5, crc64=crc64)
         _block_record(**args, staged=staged)
     except BaseException:
         if staged is not None:
             blob_content.discard(staged)
         raise
     blob_content.collect_after_request(written=length)
+
+
+def stage_checked(read, length: int, *, md5: bytes | None, crc64: bytes | None) -> uuid.UUID:
+    """A body staged as a version (blob_content.stage_stream), checked
+    against the checksums sent with it (400 Md5Mismatch / Crc64Mismatch,
+    nothing left staged); a body that ends short is 400 IncompleteBody."""
+    hashes = {name: h for name, h in (("md5", hashlib.md5() if md5 else None),
+                                      ("crc64", Crc64() if crc64 else None)) if h is not None}
+    try:
+        staged = blob_content.stage_stream(read, length, hashes=hashes.values())
+    except OSError:
+        raise LeaseholdError("IncompleteBody") from None
+    if (md5 and hashes["md5"].digest() != md5) or (crc64 and hashes["crc64"].digest() != crc64):
+        blob_content.discard(staged)
+        raise LeaseholdError("Md5Mismatch" if md5 and hashes["md5"].digest() != md5 else "Crc64Mismatch")
+    return staged
 
 
 class _NeedsStaging(Exception):

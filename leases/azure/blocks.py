@@ -74,11 +74,11 @@ class BlockRoutes:
         block_id = self.request.GET.get("blockid", "")
         length = _length(self)
         md5, crc64 = _checksums(self)
-        services.block_put(ref=ref, actor=self.actor(), block_id=block_id, read=self.request._request.read,
-                           length=length, md5=md5, crc64=crc64, lease_id=self.lease_id())
+        digest = services.block_put(ref=ref, actor=self.actor(), block_id=block_id,
+                                    read=self.request._request.read, length=length, md5=md5, crc64=crc64,
+                                    lease_id=self.lease_id())
         response = HttpResponse(status=201)
-        if md5 is not None:
-            response["Content-MD5"] = base64.b64encode(md5).decode()
+        response["Content-MD5"] = base64.b64encode(digest).decode()  # computed, whether sent or not
         if crc64 is not None:
             response["x-ms-content-crc64"] = base64.b64encode(crc64).decode()
         response["x-ms-request-server-encrypted"] = "false"
@@ -109,6 +109,7 @@ class BlockRoutes:
                         "content_disposition": h("x-ms-blob-content-disposition"),
                         "cache_control": h("x-ms-blob-cache-control")})
         response = self._properties(HttpResponse(status=201), blob)
+        response["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()  # the list's, as Azure's
         response["x-ms-request-server-encrypted"] = "false"
         return response
 

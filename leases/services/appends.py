@@ -77,7 +77,7 @@ def block_append(*, ref: ResourceRef, actor: Actor, read, length: int, md5: byte
                 _append(**args, staged=None)  # refuses again, and records it
             except _Allowed:  # allowed after all: the state changed since the look
                 pass
-        staged = stage_checked(read, length, md5=md5, crc64=crc64)
+        staged, _ = stage_checked(read, length, md5=md5, crc64=crc64)
         result = _append(**args, staged=staged)
     except BaseException:
         if staged is not None:

@@ -48,10 +48,11 @@ def valid_block_id(block_id: str) -> bool:
 # ------------------------------------------------------------------ Put Block
 
 def block_put(*, ref: ResourceRef, actor: Actor, block_id: str, read, length: int, md5: bytes | None = None,
-              crc64: bytes | None = None, lease_id: uuid.UUID | None = None) -> None:
+              crc64: bytes | None = None, lease_id: uuid.UUID | None = None) -> bytes:
     """Stage ``length`` bytes read by ``read(n)`` as the uncommitted block
-    ``block_id`` of the blob (which need not exist yet). ``md5``/``crc64``:
-    the transactional checksums the client sent, checked on the bytes."""
+    ``block_id`` of the blob (which need not exist yet); their MD5.
+    ``md5``/``crc64``: the transactional checksums the client sent, checked
+    on the bytes."""
     assert ref.blob is not None
     validate_blob_name(ref.blob)
     if not valid_block_id(block_id):
@@ -65,29 +66,32 @@ def block_put(*, ref: ResourceRef, actor: Actor, block_id: str, read, length: in
                 _block_record(**args, staged=None)  # refuses again, and records it
             except _NeedsStaging:  # allowed after all: the state changed since the look
                 pass
-        staged = stage_checked(read, length, md5=md5, crc64=crc64)
+        staged, digest = stage_checked(read, length, md5=md5, crc64=crc64)
         _block_record(**args, staged=staged)
     except BaseException:
         if staged is not None:
             blob_content.discard(staged)
         raise
     blob_content.collect_after_request(written=length)
+    return digest
 
 
-def stage_checked(read, length: int, *, md5: bytes | None, crc64: bytes | None) -> uuid.UUID:
-    """A body staged as a version (blob_content.stage_stream), checked
-    against the checksums sent with it (400 Md5Mismatch / Crc64Mismatch,
-    nothing left staged); a body that ends short is 400 IncompleteBody."""
-    hashes = {name: h for name, h in (("md5", hashlib.md5() if md5 else None),
-                                      ("crc64", Crc64() if crc64 else None)) if h is not None}
+def stage_checked(read, length: int, *, md5: bytes | None, crc64: bytes | None) -> tuple[uuid.UUID, bytes]:
+    """A body staged as a version (blob_content.stage_stream) and its MD5,
+    checked against the checksums sent with it (400 Md5Mismatch /
+    Crc64Mismatch, nothing left staged); a body that ends short is 400
+    IncompleteBody."""
+    digest, crc = hashlib.md5(), Crc64() if crc64 else None
     try:
-        staged = blob_content.stage_stream(read, length, hashes=hashes.values())
+        staged = blob_content.stage_stream(read, length, hashes=[h for h in (digest, crc) if h is not None])
     except OSError:
         raise LeaseholdError("IncompleteBody") from None
-    if (md5 and hashes["md5"].digest() != md5) or (crc64 and hashes["crc64"].digest() != crc64):
+    wrong = ("Md5Mismatch" if md5 and digest.digest() != md5
+             else "Crc64Mismatch" if crc is not None and crc.digest() != crc64 else None)
+    if wrong:
         blob_content.discard(staged)
-        raise LeaseholdError("Md5Mismatch" if md5 and hashes["md5"].digest() != md5 else "Crc64Mismatch")
-    return staged
+        raise LeaseholdError(wrong)
+    return staged, digest.digest()
 
 
 class _NeedsStaging(Exception):

@@ -269,6 +269,7 @@ def test_checksums_that_do_not_match_are_refused(box):
     response = azure_raw.signed("PUT", azure_raw_base(box), path, body=b"123456789",
                                 headers={"x-ms-content-crc64": good})
     assert response.status_code == 201 and response.headers["x-ms-content-crc64"] == good
+    assert response.headers["Content-MD5"] == base64.b64encode(hashlib.md5(b"123456789").digest()).decode()
     assert not BlobContent.objects.filter(state="staged").exists() and BlockRow.objects.count() == 1
 
 

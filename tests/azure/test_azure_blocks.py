@@ -164,6 +164,15 @@ def test_stage_commit_and_list_blocks_by_hand(box):
     assert [(b.id, b.size) for b in blob.get_block_list()[0]] == [(bid(2), 5), (bid(3), 1), (bid(1), 6)]
 
 
+def test_a_block_changes_neither_etag_nor_last_modified_of_the_blob(box):
+    blob = box.upload_blob("same", b"committed")
+    before = blob.get_blob_properties()
+    blob.stage_block(bid(1), b"pending")
+    after = blob.get_blob_properties()
+    assert (after.etag, after.last_modified, after.size) == (before.etag, before.last_modified, before.size)
+    assert blob.download_blob().readall() == b"committed"
+
+
 def test_a_commit_discards_the_uncommitted_blocks_it_does_not_name(box):
     blob = box.get_blob_client("discard")
     blob.stage_block(bid(1), b"a" * (2 * MIB))
@@ -414,7 +423,7 @@ def test_lease_cells_of_the_writes(box, clock, cell, operation):
     assert refusal.action == operation
 
 
-@pytest.mark.parametrize("cell,expected", [("no-id", None), ("right-id", None),
+@pytest.mark.parametrize("cell,expected", [("no-id", None), ("right-id", None), ("breaking", None),
                                            ("wrong-id", "LeaseIdMismatchWithBlobOperation"),
                                            ("broken", "LeaseLost"), ("expired", "LeaseLost")])
 def test_lease_cells_of_get_block_list(box, clock, cell, expected):

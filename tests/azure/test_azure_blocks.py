@@ -512,3 +512,21 @@ def test_abort_copy_answers_that_no_copy_is_pending(box):
     with pytest.raises(HttpResponseError) as exc:
         dest.abort_copy(copy_id)
     assert (exc.value.status_code, _code(exc)) == (409, "NoPendingCopyOperation")
+
+
+def test_put_block_list_checks_its_own_checksum_and_stores_the_blobs(box):
+    blob = box.get_blob_client("sums")
+    blob.stage_block(bid(1), b"content")
+    sdk_id = base64.b64encode(bid(1).encode()).decode()  # the SDK encodes the ids it is given
+    body = f'<?xml version="1.0" encoding="utf-8"?><BlockList><Latest>{sdk_id}</Latest></BlockList>'.encode()
+    path = f"/{azure_raw.DEV_ACCOUNT}/{box.container_name}/sums?comp=blocklist"
+    wrong = base64.b64encode(hashlib.md5(b"other").digest()).decode()
+    response = azure_raw.signed("PUT", azure_raw_base(box), path, body=body, headers={"Content-MD5": wrong})
+    assert response.status_code == 400 and azure_raw.error_code(response) == "Md5Mismatch"
+    blob_md5 = base64.b64encode(hashlib.md5(b"content").digest()).decode()
+    right = base64.b64encode(hashlib.md5(body).digest()).decode()
+    response = azure_raw.signed("PUT", azure_raw_base(box), path, body=body,
+                                headers={"Content-MD5": right, "x-ms-blob-content-md5": blob_md5})
+    assert response.status_code == 201 and response.headers["Content-MD5"] == right
+    assert blob.download_blob().readall() == b"content"
+    assert base64.b64encode(blob.get_blob_properties().content_settings.content_md5).decode() == blob_md5

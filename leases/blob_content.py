@@ -20,7 +20,8 @@ written in the Put Blob's one transaction. Larger content is a *version*
   load the blob row locked, check the lease and conditions, swap, append the
   history event) points the blob at the version and ``make_live`` marks it.
   A version never changes once live, so a read by version never mixes the
-  chunks of two uploads.
+  chunks of two uploads (an append blob's list only grows past the end
+  every reader of it saw: leases/services/appends.py).
 * **released**: the transaction that stops the last blob or snapshot naming
   it (an overwrite, a delete, a container delete) marks it; it is kept for
   ``RELEASED_GRACE`` so that downloads already under way can finish, then
@@ -51,7 +52,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from . import clock
 from . import conf
-from .models import Blob, BlobChunk, BlobContent
+from .models import Blob, BlobBlock, BlobChunk, BlobContent, BlobPart
 from engines.busy import is_writer_busy, received_at
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,9 @@ RELEASED_GRACE = timedelta(minutes=10)
 # its pieces waits at most LEASEHOLD_WRITE_WAIT (5 s), so 64 pieces take
 # minutes at the very worst, never an hour.
 STAGED_TTL = timedelta(hours=1)
+# A name's uncommitted blocks are discarded when none was staged for this long (as on Azure).
+BLOCK_TTL = timedelta(days=7)
+PART_BATCH = 1000  # parts of a committed block list deleted per transaction
 
 
 class ContentGone(Exception):
@@ -101,17 +105,46 @@ def stage(content, *, now: datetime | None = None) -> uuid.UUID:
     fails (the writer busy past the wait, a full disk), what was staged is
     discarded and the error raised."""
     view = memoryview(content).cast("B")
+    pieces = (bytes(view[at:at + CHUNK_BYTES]) for at in range(0, len(view), CHUNK_BYTES))
+    return _stage(pieces, len(view), now=now)
+
+
+def stage_stream(read, length: int, *, hashes=(), now: datetime | None = None) -> uuid.UUID:
+    """As ``stage``, for ``length`` bytes read by ``read(n)`` (a request's
+    body, spooled by the front): memory is one chunk, whatever the length.
+    Each of ``hashes`` (objects with ``update``) sees every byte. IOError if
+    the body ends short (nothing stays staged)."""
+    def pieces():
+        left = length
+        while left:
+            data = read(min(CHUNK_BYTES, left))
+            if not data:
+                raise IOError(f"the body ended {left} bytes short")
+            while len(data) < min(CHUNK_BYTES, left):  # a short read of a socket: the rest of the chunk
+                more = read(min(CHUNK_BYTES, left) - len(data))
+                if not more:
+                    raise IOError(f"the body ended {left - len(data)} bytes short")
+                data += more
+            for h in hashes:
+                h.update(data)
+            left -= len(data)
+            yield data
+    return _stage(pieces(), length, now=now)
+
+
+def _stage(pieces, size: int, *, now: datetime | None) -> uuid.UUID:
     version = uuid.uuid4()
     now = now or clock.now()
-    count = (len(view) + CHUNK_BYTES - 1) // CHUNK_BYTES
-    try:
-        for seq in range(count):
-            data = bytes(view[seq * CHUNK_BYTES:(seq + 1) * CHUNK_BYTES])
 
+    def header():
+        BlobContent.objects.create(id=version, state=BlobContent.STAGED, size=size, chunk_bytes=CHUNK_BYTES,
+                                   staged_at=now)
+    try:
+        seq = -1
+        for seq, data in enumerate(pieces):
             def write(seq=seq, data=data):
                 if seq == 0:
-                    BlobContent.objects.create(id=version, state=BlobContent.STAGED, size=len(view),
-                                               chunk_bytes=CHUNK_BYTES, staged_at=now)
+                    header()
                 BlobChunk.objects.create(version=version, seq=seq, data=data)
 
             started = time.monotonic()
@@ -119,16 +152,19 @@ def stage(content, *, now: datetime | None = None) -> uuid.UUID:
             # The WAL checkpointer (and everyone else) gets the writer
             # for a while before the next piece.
             time.sleep((time.monotonic() - started) * STAGE_PAUSE)
+        if seq < 0:  # no bytes: the version alone
+            _piece(header)
     except BaseException:
         discard(version)
         raise
     return version
 
 
-def make_live(version: uuid.UUID) -> None:
-    """In the caller's transaction (the one that points a blob at
-    ``version``): the staged version becomes live, or StagedContentLost."""
-    if not BlobContent.objects.filter(id=version, state=BlobContent.STAGED).update(state=BlobContent.LIVE):
+def make_live(version: uuid.UUID, *, state: str = BlobContent.LIVE) -> None:
+    """In the caller's transaction (the one that points a blob, or an
+    uncommitted block: ``state`` block, at ``version``): the staged version
+    becomes live, or StagedContentLost."""
+    if not BlobContent.objects.filter(id=version, state=BlobContent.STAGED).update(state=state):
         raise StagedContentLost(f"staged content {version} is gone (collected after {STAGED_TTL})")
 
 
@@ -138,8 +174,7 @@ def release_unreferenced(versions, *, now: datetime) -> int:
     versions = {v for v in versions if v is not None}
     if not versions:
         return 0
-    return (BlobContent.objects.filter(id__in=versions, state=BlobContent.LIVE)
-            .exclude(Exists(Blob.objects.filter(content_version=OuterRef("id"))))
+    return (_unnamed(BlobContent.objects.filter(id__in=versions, state=BlobContent.LIVE))
             .update(state=BlobContent.RELEASED, released_at=now))
 
 
@@ -159,7 +194,11 @@ def stream(version: uuid.UUID, start: int, end: int, *, chunk_bytes: int = CHUNK
     download (replaced or deleted more than RELEASED_GRACE ago), ContentGone
     is raised: the response ends short of its Content-Length and the
     client sees an incomplete body (the SDKs then retry the range with
-    If-Match on the ETag, which a replaced blob answers 412)."""
+    If-Match on the ETag, which a replaced blob answers 412). A committed
+    block list (chunk_bytes 0) is read block by block."""
+    if BlobContent.objects.filter(id=version, chunk_bytes=0).exists():
+        yield from _stream_parts(version, start, end)
+        return
     position = start
     while position <= end:
         seq = position // chunk_bytes
@@ -176,6 +215,19 @@ def stream(version: uuid.UUID, start: int, end: int, *, chunk_bytes: int = CHUNK
             yield bytes(piece)
             offset += len(piece)
             position += len(piece)
+
+
+def _stream_parts(version: uuid.UUID, start: int, end: int):
+    position = start
+    while position <= end:
+        part = (BlobPart.objects.filter(version=version, start__lte=position, size__gt=0)
+                .order_by("-start").values_list("start", "size", "source").first())
+        if part is None or part[0] + part[1] <= position:
+            raise ContentGone(f"content {version} has no block at byte {position}")
+        first, size, source = part
+        last = min(end, first + size - 1)
+        yield from stream(source, position - first, last - first)
+        position = last + 1
 
 
 def read_all(blob: Blob) -> bytes:
@@ -200,11 +252,33 @@ def _delete_some(version: uuid.UUID) -> int:
         ids = ids[:DELETE_BATCH]
         if ids:
             BlobChunk.objects.filter(pk__in=ids).delete()
+        if last and (parts := _delete_parts(version)):  # a committed block list's blocks
+            return min(parts, DELETE_BATCH)
         if last:  # the version's last chunks: its row goes with them
             BlobContent.objects.filter(id=version).delete()
         return len(ids)
 
     return _piece(batch)
+
+
+def _delete_parts(version: uuid.UUID) -> int:
+    """Up to PART_BATCH parts of a committed block list, in the caller's
+    transaction; the blocks no other list or blob names are released as of
+    the list's own release (its readers' grace is theirs). Parts deleted."""
+    parts = list(BlobPart.objects.filter(version=version).values_list("pk", "source")[:PART_BATCH])
+    if not parts:
+        return 0
+    released = BlobContent.objects.filter(id=version).values_list("released_at", flat=True).first()
+    BlobPart.objects.filter(pk__in=[pk for pk, _ in parts]).delete()
+    (_unnamed(BlobContent.objects.filter(id__in={source for _, source in parts}, state=BlobContent.LIVE))
+     .update(state=BlobContent.RELEASED, released_at=released or clock.now()))
+    return len(parts)
+
+
+def _unnamed(versions):
+    """``versions`` that no blob, snapshot or committed block list names."""
+    return (versions.exclude(Exists(Blob.objects.filter(content_version=OuterRef("id"))))
+            .exclude(Exists(BlobPart.objects.filter(source=OuterRef("id")))))
 
 
 def discard(version: uuid.UUID) -> bool:
@@ -232,6 +306,11 @@ def collect(*, now: datetime | None = None, max_batches: int | None = COLLECT_BA
     ``max_batches`` transactions (None: until none is due); chunks deleted."""
     now = now or clock.now()
     deleted = batches = 0
+    if max_batches is None:
+        while discard_idle_blocks(now=now):
+            pass
+    else:
+        discard_idle_blocks(now=now)
     while max_batches is None or batches < max_batches:
         version = _due(now).order_by("staged_at").values_list("id", flat=True).first()
         if version is None:
@@ -257,10 +336,40 @@ def collect_after_request(written: int = 0) -> None:
 def sweep_orphans(*, now: datetime | None = None) -> int:
     """Mark released the live versions that no blob names (a race between
     two instances that each still saw the other's reference; ``release``
-    misses nothing else). One statement; versions marked."""
-    return (BlobContent.objects.filter(state=BlobContent.LIVE)
-            .exclude(Exists(Blob.objects.filter(content_version=OuterRef("id"))))
-            .update(state=BlobContent.RELEASED, released_at=now or clock.now()))
+    misses nothing else), and the uncommitted blocks' versions no block
+    names (their container was deleted). Versions marked."""
+    now = now or clock.now()
+    blocks = (BlobContent.objects.filter(state=BlobContent.BLOCK)
+              .exclude(Exists(BlobBlock.objects.filter(version=OuterRef("id"))))
+              .update(state=BlobContent.RELEASED, released_at=now))
+    return blocks + _unnamed(BlobContent.objects.filter(state=BlobContent.LIVE)).update(
+        state=BlobContent.RELEASED, released_at=now)
+
+
+def discard_idle_blocks(*, now: datetime) -> int:
+    """The uncommitted blocks of one name none of whose blocks was staged in
+    BLOCK_TTL, discarded in one transaction (their versions released);
+    how many (0: no such name)."""
+    cutoff = now - BLOCK_TTL
+    idle = (BlobBlock.objects.filter(staged_at__lt=cutoff)
+            .exclude(Exists(BlobBlock.objects.filter(container_id=OuterRef("container_id"), name=OuterRef("name"),
+                                                     staged_at__gte=cutoff)))
+            .values_list("container_id", "name").first())
+    if idle is None:
+        return 0
+    return _piece(lambda: discard_blocks(container_id=idle[0], name=idle[1], now=now))
+
+
+def discard_blocks(*, container_id: int, name: str | None, now: datetime) -> int:
+    """In the caller's transaction: a name's (None: every name's) uncommitted
+    blocks deleted, the versions still in state block released (a commit
+    made its own live first)."""
+    rows = BlobBlock.objects.filter(container_id=container_id)
+    if name is not None:
+        rows = rows.filter(name=name)
+    (BlobContent.objects.filter(id__in=rows.values("version"), state=BlobContent.BLOCK)
+     .update(state=BlobContent.RELEASED, released_at=now))
+    return rows.delete()[0]
 
 
 def prune(*, now: datetime | None = None) -> dict:

@@ -63,6 +63,16 @@ MESSAGES = {
     "InvalidUri": "The requested URI does not represent any resource on the server.",
     "CorsPreflightFailure": "CORS not enabled or no matching rule found for this request.",
     "InternalError": "The server encountered an internal error. Please retry the request.",
+    "InvalidBlobOrBlock": "The specified blob or block content is invalid.",
+    "InvalidBlockList": "The specified block list is invalid.",
+    "BlockCountExceedsLimit": "The uncommitted block count cannot exceed the maximum limit of 100,000 blocks.",
+    "BlockListTooLong": "The block list may not contain more than 50,000 blocks.",
+    "Crc64Mismatch": "The CRC64 value specified in the request did not match with the CRC64 value calculated by the server.",
+    "NoPendingCopyOperation": "There is currently no pending copy operation.",
+    "CannotVerifyCopySource": "The specified blob does not exist.",
+    "InvalidBlobType": "The blob type is invalid for this operation.",
+    "AppendPositionConditionNotMet": "The append position condition specified was not met.",
+    "MaxBlobSizeConditionNotMet": "The max blob size condition specified was not met.",
 }
 
 STATUS = {
@@ -108,6 +118,13 @@ STATUS = {
     "InvalidXmlDocument": 400,
     "RequestBodyTooLarge": 413,
     "InternalError": 500,
+    "InvalidBlobOrBlock": 400,
+    "InvalidBlockList": 400,
+    "BlockListTooLong": 400,
+    "Crc64Mismatch": 400,
+    "CannotVerifyCopySource": 404,
+    "AppendPositionConditionNotMet": 412,
+    "MaxBlobSizeConditionNotMet": 412,
     "TooManyRequests": 429,
     "ServerBusy": 503,
 }

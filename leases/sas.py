@@ -327,6 +327,11 @@ NEEDS = {
     "snapshot_blob": Need("o", "cw", blob="cw"),
     "lease_blob": Need("o", "w", blob="w"),
     "break_blob": Need("o", "w", blob="w"),
+    "put_block": Need("o", "w", blob="w"),
+    "put_block_list": Need("o", "w", blob="w"),
+    "get_block_list": Need("o", "r", blob="r"),
+    "append_block": Need("o", "aw", blob="aw"),
+    "abort_copy": Need("o", "w", blob="w"),
 }
 
 

@@ -4,10 +4,38 @@ streamed one piece by piece; the front's own plain-text refusals."""
 
 from __future__ import annotations
 
+import time
+from email.utils import formatdate
+
 from serving.front import CaseKept, refusal
 from leases.metrics import count_unavailable
 
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
+
+
+def dated(send):
+    """``send``, adding a Date header (now, to the second) to a response
+    start that carries none: the one Date of every answer (uvicorn adds
+    none: serving/server.py), the Azure door's own kept where it set one."""
+    async def send_dated(message):
+        if message["type"] == "http.response.start":
+            headers = message.get("headers") or []
+            if not any(name.lower() == b"date" for name, _ in headers):
+                message = {**message, "headers": [*headers, (b"Date", http_date_now())]}
+        await send(message)
+    return send_dated
+
+
+_last_date: tuple[int, bytes] = (0, b"")
+
+
+def http_date_now() -> bytes:
+    """The current time as an HTTP date, formatted once a second."""
+    global _last_date
+    second = int(time.time())
+    if _last_date[0] != second:
+        _last_date = (second, formatdate(second, usegmt=True).encode())
+    return _last_date[1]
 
 
 def batched(environ, response) -> tuple[int, list, bytes]:

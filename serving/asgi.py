@@ -134,7 +134,7 @@ class LeaseholdASGI:
         if scope["type"] == "http":
             self.in_flight += 1
             try:
-                await self.http(scope, receive, send)
+                await self.http(scope, receive, answers.dated(send))
             finally:
                 self.in_flight -= 1
         elif scope["type"] == "lifespan":

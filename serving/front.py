@@ -41,6 +41,7 @@ import json
 import logging
 import uuid
 from datetime import datetime, timezone
+from email.utils import formatdate
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -101,6 +102,7 @@ def refusal(url: bytes, status: int, code: str, message: str) -> bytes:
         kind = b"application/xml"
     return b"".join([b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status]), b"content-type: ", kind,
                      b"\r\nx-ms-error-code: ", code.encode(), b"\r\nx-ms-request-id: ", request_id.encode(),
+                     b"\r\ndate: ", formatdate(usegmt=True).encode(),
                      b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body), body])
 
 

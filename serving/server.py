@@ -89,6 +89,10 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         # bounded (LEASEHOLD_WRITE_WAIT), so only a real hang lasts this long.
         timeout_worker_healthcheck=settings.worker_healthcheck,
         server_header=False,
+        # One Date header: uvicorn's is refreshed once a second by its main
+        # loop (up to a second stale) and came next to the doors' own; the
+        # app's front adds one where a door set none (serving/asgi.py).
+        date_header=False,
         # uvicorn's X-Forwarded-* rewriting is off: serving/forwarded.py reads them, from the
         # proxies LEASEHOLD_TRUSTED_PROXIES names only.
         proxy_headers=False,

@@ -77,8 +77,10 @@ LAYERS = {
     "leases.lease_params": PURE,  # lease ids and numbers as the doors receive them
     "leases.client_headers": PURE,  # request ids and metadata header names, for both doors
     "leases.waiting": PURE,  # an acquire that waits: the doors' part
+    "leases.checksums": PURE,  # Content-MD5 and x-ms-content-crc64 of a body
     # The database: models, their schema and the storage underneath.
     "leases.models": MODELS,
+    "leases.content_models": MODELS,  # chunks, blocks and block lists of large content
     "leases.tokens": MODELS,
     "leases.history_triggers": MODELS,
     "leases.migrations": MODELS,

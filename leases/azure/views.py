@@ -18,6 +18,7 @@ from ..services import Actor, ResourceRef
 from ..sharedkey import SharedKeyAuthentication
 from . import acl, inputs, lease_request, wire
 from .auth import AccountKeyRequired, SasAuthentication, create_only, lease_operation, permit, response_headers
+from .blocks import BlockRoutes, blob_type_headers, copy_headers
 from .exceptions import azure_exception_handler
 
 class PassthroughRenderer(BaseRenderer):
@@ -77,6 +78,11 @@ BLOB_ROUTES = {
     ("PUT", "metadata"): "set_blob_metadata",
     ("PUT", "lease"): "lease",
     ("PUT", "snapshot"): "snapshot_blob",
+    ("PUT", "block"): "put_block",
+    ("PUT", "blocklist"): "put_block_list",
+    ("GET", "blocklist"): "get_block_list",
+    ("PUT", "copy"): "abort_copy",
+    ("PUT", "appendblock"): "append_block",
 }
 
 
@@ -88,7 +94,7 @@ def _metadata(request) -> dict:
 _int_query = inputs.int_query
 
 
-class AzureBlobView(APIView):
+class AzureBlobView(BlockRoutes, APIView):
     authentication_classes = [SharedKeyAuthentication, SasAuthentication]
     permission_classes = [AccountKeyRequired]
     renderer_classes = [PassthroughRenderer]
@@ -193,6 +199,9 @@ class AzureBlobView(APIView):
         """x-ms-lease-id, parsed: 400 InvalidHeaderValue if it is no GUID."""
         return lease_params.lease_id(_header(self.request, "x-ms-lease-id"), noun=noun)
 
+    def _metadata(self) -> dict:
+        return _metadata(self.request)
+
     def _properties(self, response: HttpResponse, obj) -> HttpResponse:
         response["ETag"] = obj.etag
         response["Last-Modified"] = wire.http_date(obj.last_modified)
@@ -289,15 +298,20 @@ class AzureBlobView(APIView):
     def put_blob(self, ref: ResourceRef):
         if ref.snapshot:
             raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
+        if self.sas_allows is not None and "w" not in self.sas_allows:
+            create_only(ref, self.actor())
+        source = _header(self.request, "x-ms-copy-source")
+        if source is not None:  # Copy Blob (blocks.py)
+            return self.copy_blob(ref, source)
         blob_type = _header(self.request, "x-ms-blob-type")
         if blob_type is None:
             raise LeaseholdError("MissingRequiredHeader", field="blob_type")
+        if blob_type == "AppendBlob":  # blocks.py
+            return self.create_append_blob(ref)
         if blob_type != "BlockBlob":
             raise LeaseholdError("InvalidHeaderValue", field="blob_type", value=blob_type)
         content = inputs.read_body(self.request._request)
         inputs.check_md5(content, self.request._request.META)
-        if self.sas_allows is not None and "w" not in self.sas_allows:
-            create_only(ref, self.actor())
         h = lambda name: _header(self.request, name)  # noqa: E731
         metadata, conditions = _metadata(self.request), self.conditions()
         blob = services.blob_put(
@@ -342,7 +356,7 @@ class AzureBlobView(APIView):
             response["Content-Range"] = content_range
         response["Content-Length"] = str(blob.size if head else len(content))
         response["Accept-Ranges"] = "bytes"
-        response["x-ms-blob-type"] = "BlockBlob"
+        blob_type_headers(response, blob)
         response["x-ms-creation-time"] = wire.http_date(blob.created_at)
         response["x-ms-server-encrypted"] = "false"
         if blob.content_md5 and (status == 200):
@@ -354,6 +368,7 @@ class AzureBlobView(APIView):
             if value:
                 response[header] = value
         wire.metadata_headers(response, blob.metadata)
+        copy_headers(response, blob)
         if blob.snapshot:
             response["x-ms-lease-status"], response["x-ms-lease-state"] = "unlocked", "available"
         else:

@@ -179,7 +179,7 @@ def list_blobs_xml(*, endpoint: str, container: str, blobs, prefixes, prefix, ma
             f"{_opt('Content-Encoding', b.content_encoding)}{_opt('Content-Language', b.content_language)}"
             f"{_opt('Content-MD5', b.content_md5)}{_opt('Cache-Control', b.cache_control)}"
             f"{_opt('Content-Disposition', b.content_disposition)}"
-            "<BlobType>BlockBlob</BlobType><AccessTier>Hot</AccessTier><AccessTierInferred>true</AccessTierInferred>"
+            f"<BlobType>{b.blob_type}</BlobType><AccessTier>Hot</AccessTier><AccessTierInferred>true</AccessTierInferred>"
             f"{lease_xml(b, now) if not b.snapshot else '<LeaseStatus>unlocked</LeaseStatus><LeaseState>available</LeaseState>'}"
             "<ServerEncrypted>false</ServerEncrypted></Properties>")
         if include_metadata:

@@ -14,6 +14,9 @@ commands all call these functions with keyword-only arguments.
     lease_actions.py  acquire, renew, change, release, break
     containers.py     containers (and accounts)
     blobs.py          blobs
+    blocks.py         Put Block, Put Block List, Get Block List
+    copies.py         Copy Blob (within the server), Abort Copy
+    appends.py        append blobs: create, Append Block
 """
 
 from .. import clock, machine  # noqa: F401  (callers and tests reach them as services.clock, ...)
@@ -28,6 +31,9 @@ from .containers import (CONTAINER_NAME_CHARS, account_ensure, container_create,
                          container_set_metadata, validate_container_name)
 from .access_policies import SignedIdentifier, container_get_acl, container_set_acl, stored_policy
 from .blobs import blob_delete, blob_put, blob_read, blob_set_metadata, blob_snapshot, validate_blob_name
+from .blocks import MAX_COMMITTED, MAX_UNCOMMITTED, block_list_get, block_list_put, block_put
+from .copies import blob_copy, copy_abort
+from .appends import append_blob_create, block_append, committed_block_count
 
 __all__ = [
     "Conditions", "LeaseholdError", "NO_CONDITIONS", "Actor", "ResourceRef", "LeaseResult", "SUCCESS_STATUS", "REFUSAL_DETAIL_CODES",
@@ -37,4 +43,6 @@ __all__ = [
     "container_create", "container_delete", "container_read", "container_set_metadata", "validate_blob_name",
     "blob_put", "blob_read", "blob_set_metadata", "blob_delete", "blob_snapshot",
     "SignedIdentifier", "container_get_acl", "container_set_acl", "stored_policy",
+    "MAX_COMMITTED", "MAX_UNCOMMITTED", "block_put", "block_list_put", "block_list_get", "blob_copy", "copy_abort",
+    "append_blob_create", "block_append", "committed_block_count",
 ]

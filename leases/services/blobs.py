@@ -102,7 +102,10 @@ def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, 
               "content_encoding": props.get("content_encoding", ""),
               "content_language": props.get("content_language", ""),
               "content_disposition": props.get("content_disposition", ""),
-              "cache_control": props.get("cache_control", "")}
+              "cache_control": props.get("cache_control", ""),
+              # a write after a Copy Blob clears its copy properties (as on Azure)
+              "copy_id": "", "copy_source": "", "copy_progress": "", "copy_completed_at": None,
+              "blob_type": "BlockBlob"}
     if blob is None:
         if conditions.if_match is not None:  # nothing to match
             raise LeaseholdError("ConditionNotMet")
@@ -210,6 +213,7 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = 
     if delete_snapshots != "only":
         _ended_by_delete(blob, ref=ref, actor=actor, now=now)
         blob.delete()
+        blob_content.discard_blocks(container_id=blob.container_id, name=blob.name, now=now)  # uncommitted ones
     blob_content.release_unreferenced(versions, now=now)
 
 
@@ -229,7 +233,9 @@ def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = Non
                 content_language=blob.content_language, content_disposition=blob.content_disposition,
                 cache_control=blob.cache_control, content_md5=blob.content_md5,
                 metadata=blob.metadata if metadata is None else metadata,
-                etag=blob.etag, last_modified=blob.last_modified, created_at=blob.created_at)
+                etag=blob.etag, last_modified=blob.last_modified, created_at=blob.created_at,
+                blob_type=blob.blob_type, copy_id=blob.copy_id, copy_source=blob.copy_source,
+                copy_progress=blob.copy_progress, copy_completed_at=blob.copy_completed_at)
     snap.save(force_insert=True)
     snap.container = blob.container
     return snap

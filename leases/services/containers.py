@@ -60,6 +60,7 @@ def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | No
         _ended_by_delete(blob, ref=ResourceRef(ref.account, ref.container, blob.name), actor=actor, now=now)
     versions = set(Blob.objects.filter(container=obj, content_version__isnull=False)
                    .values_list("content_version", flat=True))
+    blob_content.discard_blocks(container_id=obj.pk, name=None, now=now)  # its names' uncommitted blocks
     obj.delete()
     blob_content.release_unreferenced(versions, now=now)
 

@@ -263,6 +263,10 @@ BLOB_OPERATIONS = {
     "overwrite": lambda c: c.upload_blob(b"again", overwrite=True),
     "snapshot": lambda c: c.create_snapshot(),
     "delete": lambda c: c.delete_blob(),
+    "stage_block": lambda c: c.stage_block("YmxvY2sx", b"block"),
+    "commit_block_list": lambda c: c.commit_block_list([]),
+    "get_block_list": lambda c: c.get_block_list("all"),
+    "append_block": lambda c: c.append_block(b"line"),  # to "log.txt", an append blob
 }
 
 # (operation, letters that allow it, letters that do not), as Azure's tables give them.
@@ -275,6 +279,11 @@ OBJECT_CASES = [
     ("overwrite", "w", "rcdl"),  # Create alone may not replace a blob
     ("snapshot", "c", "rdl"),
     ("delete", "d", "rwcl"),
+    ("stage_block", "w", "rcdl"),
+    ("commit_block_list", "w", "rcdl"),
+    ("get_block_list", "r", "wcdl"),
+    ("append_block", "a", "rcdl"),
+    ("append_block", "w", "rcdl"),
 ]
 
 
@@ -282,7 +291,9 @@ OBJECT_CASES = [
 @pytest.mark.parametrize("operation, allows, denies", OBJECT_CASES)
 def test_blob_operations_honour_sas_permissions(box, azure_server, kind, operation, allows, denies):
     for letters, allowed in ((allows, True), (denies, False)):
-        name = "new.bin" if operation == "upload_new" else "item.bin"
+        name = {"upload_new": "new.bin", "append_block": "log.txt"}.get(operation, "item.bin")
+        if operation == "append_block":
+            box.get_blob_client(name).create_append_blob()
         token = make_sas(kind, "blob", letters, "box", name)
         target = blob_with(azure_server, token, name)
         run = BLOB_OPERATIONS[operation]
@@ -292,11 +303,25 @@ def test_blob_operations_honour_sas_permissions(box, azure_server, kind, operati
                 box.upload_blob("item.bin", b"content")
             if operation == "upload_new":
                 box.delete_blob("new.bin")
+            if operation == "commit_block_list":
+                box.upload_blob("item.bin", b"content", overwrite=True)
         else:
             with pytest.raises(HttpResponseError) as refused:
                 run(target)
             assert error_code(refused.value) == (403, "AuthorizationPermissionMismatch"), (operation, letters)
     assert Blob.objects.filter(name="item.bin", snapshot="").exists()
+
+
+@pytest.mark.parametrize("kind", ["account", "container", "blob"])
+def test_copy_blob_under_a_sas_is_refused_and_changes_nothing(box, azure_server, kind):
+    """A SAS reaches the blobs it names; a copy would read another one (its
+    source), so Copy Blob under a SAS is refused (403), the target untouched."""
+    box.upload_blob("secret.bin", b"not yours")
+    target = blob_with(azure_server, make_sas(kind, "blob", "racwd", "box", "item.bin"))
+    with pytest.raises(HttpResponseError) as refused:
+        target.start_copy_from_url(f"{azure_server}/{DEV_ACCOUNT}/box/secret.bin", requires_sync=True)
+    assert error_code(refused.value) == (403, "CannotVerifyCopySource")
+    assert box.download_blob("item.bin").readall() == b"content"
 
 
 @pytest.mark.parametrize("operation, resource_types, allows, denies, service_sas", [

@@ -198,3 +198,47 @@ def _read_response(sock: socket.socket) -> bytes:
     return head
 
 
+
+
+def _dates(response: bytes) -> list[str]:
+    head = response.partition(b"\r\n\r\n")[0].decode("latin-1")
+    return [line.split(":", 1)[1].strip() for line in head.split("\r\n")[1:] if line.lower().startswith("date:")]
+
+
+def _plain(server, method: str, target: str, extra: str = "") -> bytes:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=HANG)
+    try:
+        sock.sendall(f"{method} {target} HTTP/1.1\r\nHost: x\r\n{extra}Connection: close\r\n\r\n".encode())
+        data = b""
+        while piece := sock.recv(65536):
+            data += piece
+        return data
+    finally:
+        sock.close()
+
+
+def test_every_door_answers_one_date_header_current_to_the_second(server, box):
+    """RFC 9110 allows one Date; uvicorn's own (refreshed once a second) came
+    next to the Azure door's. Each door, answers and refusals alike, streamed
+    and whole, lease requests batched or not."""
+    import time
+    from email.utils import parsedate_to_datetime
+
+    box.upload_blob("d", b"x" * (3 << 20))  # a chunked blob: its download is streamed
+    account, name = azure_raw.DEV_ACCOUNT, box.container_name
+    answers = {
+        "azure list": _raw_request(server, "GET", f"/{account}?comp=list", {}),
+        "azure streamed download": _raw_request(server, "GET", f"/{account}/{name}/d", {}),
+        "azure lease": _raw_request(server, "PUT", f"/{account}/{name}/d?comp=lease",
+                                    {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15"}),
+        "azure 404": _raw_request(server, "HEAD", f"/{account}/{name}/none", {}),
+        "azure unsigned 403": _plain(server, "GET", f"/{account}?comp=list"),
+        "json api": _plain(server, "GET", "/api/v1/leases/"),
+        "admin": _plain(server, "GET", "/admin/login/"),
+        "health": _plain(server, "GET", "/health/live"),
+        "front refusal 414": _plain(server, "GET", "/" + "a" * 40_000),
+    }
+    for door, response in answers.items():
+        dates = _dates(response)
+        assert len(dates) == 1, (door, response[:300])
+        assert abs(parsedate_to_datetime(dates[0]).timestamp() - time.time()) < 3, (door, dates)

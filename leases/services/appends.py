@@ -1,0 +1,155 @@
+"""Append blobs: created empty by Put Blob (x-ms-blob-type: AppendBlob),
+grown by Append Block under the blob's lease.
+
+An append blob's content is a block list (BlobPart rows, as Put Block
+List's) that only grows: each Append Block stages its bytes as a version of
+their own (chunks in short transactions), then one short transaction checks
+the lease and conditions and adds one part past the blob's end. A reader
+(a download, a snapshot) reads at most the size it saw, so a part added
+later never shows through; a copy of an append blob gets a list of its own."""
+
+from __future__ import annotations
+
+import uuid
+
+from .. import blob_content, clock, machine
+from .. import metadata as metadata_rules
+from ..conditions import Conditions
+from ..errors import LeaseholdError
+from ..models import Blob, BlobContent, BlobPart
+from ..sql import dbclock
+from .access import _after_blob_write, _check_access, _committing_refusals
+from .blobs import _blob_for_write, validate_blob_name
+from .blocks import COPY_CLEARED, MAX_COMMITTED, _write_checks, stage_checked, write_blob
+from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
+
+APPEND_BLOB = "AppendBlob"
+
+
+def append_blob_create(*, ref: ResourceRef, actor: Actor, content_type: str = "", metadata: dict | None = None,
+                       properties: dict | None = None, lease_id: uuid.UUID | None = None,
+                       conditions: Conditions = NO_CONDITIONS) -> Blob:
+    """Put Blob of an append blob: an empty one, created or replacing what
+    the name held (under its lease, as any Put Blob)."""
+    assert ref.blob is not None
+    validate_blob_name(ref.blob)
+    metadata = metadata_rules.validate(metadata)
+    blob = _create(ref=ref, actor=actor, content_type=content_type, metadata=metadata, properties=properties,
+                   lease_id=lease_id, conditions=conditions)
+    blob_content.collect_after_request()
+    return blob
+
+
+@_committing_refusals
+def _create(*, ref: ResourceRef, actor: Actor, content_type, metadata, properties, lease_id, conditions) -> Blob:
+    container = _container_must_exist(ref)
+    blob = _blob_for_write(container, ref)
+    now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
+    _write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions, operation="put-blob")
+    version = uuid.uuid4()
+    BlobContent.objects.create(id=version, state=BlobContent.LIVE, size=0, chunk_bytes=0, staged_at=now)
+    props = {k: v for k, v in (properties or {}).items() if v is not None}
+    fields = {"content": b"", "content_version": version, "size": 0, "content_md5": "", "blob_type": APPEND_BLOB,
+              "content_type": content_type or "application/octet-stream", "metadata": metadata or {},
+              "content_encoding": props.get("content_encoding", ""),
+              "content_language": props.get("content_language", ""),
+              "content_disposition": props.get("content_disposition", ""),
+              "cache_control": props.get("cache_control", ""), **COPY_CLEARED}
+    return write_blob(container, blob, ref=ref, actor=actor, now=now, fields=fields, lease_id=lease_id,
+                      conditions=conditions, operation="put-blob")
+
+
+def block_append(*, ref: ResourceRef, actor: Actor, read, length: int, md5: bytes | None = None,
+                 crc64: bytes | None = None, lease_id: uuid.UUID | None = None,
+                 conditions: Conditions = NO_CONDITIONS, max_size: int | None = None,
+                 append_position: int | None = None) -> tuple[Blob, int, int]:
+    """Append Block: ``length`` bytes read by ``read(n)`` added at the end
+    of the append blob; (the blob, the offset they were added at, its block
+    count). ``max_size``/``append_position``: x-ms-blob-condition-maxsize
+    and -appendpos."""
+    assert ref.blob is not None
+    args = dict(ref=ref, actor=actor, length=length, lease_id=lease_id, conditions=conditions, max_size=max_size,
+                append_position=append_position)
+    staged = None
+    try:
+        if _refused_now(ref, lease_id):
+            try:
+                _append(**args, staged=None)  # refuses again, and records it
+            except _Allowed:  # allowed after all: the state changed since the look
+                pass
+        staged, _ = stage_checked(read, length, md5=md5, crc64=crc64)
+        result = _append(**args, staged=staged)
+    except BaseException:
+        if staged is not None:
+            blob_content.discard(staged)
+        raise
+    blob_content.collect_after_request(written=length)
+    return result
+
+
+def _refused_now(ref: ResourceRef, lease_id) -> bool:
+    """Whether the blob's state refuses the append now, read without a lock
+    (then nothing is staged; the transaction checks again and records)."""
+    blob = (Blob.objects.defer("content").filter(container__account__name=ref.account,
+                                                 container__name=ref.container, name=ref.blob, snapshot="").first())
+    if blob is None or blob.blob_type != APPEND_BLOB:
+        return True
+    try:
+        machine.check_access(blob.lease_record, clock.now(), lease_id=lease_id, write=True, noun=machine.BLOB)
+    except LeaseholdError:
+        return True
+    return False
+
+
+class _Allowed(Exception):
+    """The append's checks pass, but nothing was staged (the look before staging)."""
+
+
+@_committing_refusals
+def _append(*, ref: ResourceRef, actor: Actor, length: int, lease_id, conditions: Conditions, max_size,
+            append_position, staged) -> tuple[Blob, int, int]:
+    container = _container_must_exist(ref)
+    blob = _blob_for_write(container, ref)
+    if blob is None:
+        raise LeaseholdError("BlobNotFound")
+    now = dbclock.transaction_now()
+    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="append-block")
+    if blob.blob_type != APPEND_BLOB or blob.content_version is None:
+        raise LeaseholdError("InvalidBlobType")
+    conditions.check_write(blob.etag, blob.last_modified)
+    if append_position is not None and append_position != blob.size:
+        raise LeaseholdError("AppendPositionConditionNotMet")
+    if max_size is not None and blob.size + length > max_size:
+        raise LeaseholdError("MaxBlobSizeConditionNotMet")
+    count = BlobPart.objects.filter(version=blob.content_version).count()
+    if count >= MAX_COMMITTED:
+        raise LeaseholdError("BlockCountExceedsLimit",
+                             message="The committed block count cannot exceed the maximum limit of 50,000 blocks.")
+    if staged is None:
+        raise _Allowed
+    blob_content.make_live(staged)
+    offset = blob.size
+    BlobPart.objects.create(version=blob.content_version, seq=count, block_id="", start=offset, size=length,
+                            source=staged)
+    BlobContent.objects.filter(id=blob.content_version).update(size=offset + length)
+    blob.size = offset + length
+    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=["size", *_now_etag(blob, now), *changed])
+    return blob, offset, count + 1
+
+
+def clone_list(version: uuid.UUID, *, size: int, now) -> uuid.UUID:
+    """In the caller's transaction: a new append list holding the first
+    ``size`` bytes of ``version``'s (a copy's own: appends to either never
+    show in the other); the blocks' bytes are shared, not copied."""
+    new = uuid.uuid4()
+    BlobContent.objects.create(id=new, state=BlobContent.LIVE, size=size, chunk_bytes=0, staged_at=now)
+    BlobPart.objects.bulk_create(
+        [BlobPart(version=new, seq=seq, block_id=block_id, start=start, size=part_size, source=source)
+         for seq, block_id, start, part_size, source in BlobPart.objects.filter(version=version, start__lt=size)
+         .order_by("seq").values_list("seq", "block_id", "start", "size", "source")], batch_size=500)
+    return new
+
+
+def committed_block_count(blob: Blob) -> int:
+    return BlobPart.objects.filter(version=blob.content_version, start__lt=blob.size).count() if blob.size else 0

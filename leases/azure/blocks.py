@@ -62,6 +62,7 @@ class BlockRoutes:
 
     request: Any
     kwargs: dict
+    sas_allows: frozenset | None
     actor: Any
     lease_id: Any
     conditions: Any

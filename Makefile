@@ -28,13 +28,15 @@ run: $(BIN)/.installed
 
 # Debian's packages the tests need, installed if missing, in one apt run:
 # Chromium (the admin's browser tests), promtool (the alert rules in
-# docs/deploy/, from the prometheus package) and systemd-analyze (the unit
-# file's check, from the systemd package).
+# docs/deploy/, from the prometheus package), systemd-analyze (the unit
+# file's check, from the systemd package) and ss (a Unix socket's queue, read
+# by the worker supervision tests; iproute2).
 debian:
 	@pkgs=""; \
 	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs chromium"; \
 	command -v promtool >/dev/null 2>&1 || pkgs="$$pkgs prometheus"; \
 	command -v systemd-analyze >/dev/null 2>&1 || pkgs="$$pkgs systemd"; \
+	command -v ss >/dev/null 2>&1 || pkgs="$$pkgs iproute2"; \
 	[ -z "$$pkgs" ] || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \

@@ -196,3 +196,30 @@ def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
     assert "gave way to lease requests" in out and "Applying alter_app.0001_alter_blob... OK" in out, out
     with psycopg.connect(database) as conn:
         assert conn.execute("SELECT count(probe) FROM leases_blob").fetchone() == (0,)
+
+
+def test_a_migration_behind_a_reader_that_never_ends_gives_up_after_its_retry_time(two):
+    """`migrate --lock-retry-for SECONDS` (docs/guide/postgresql.md): a reader
+    holds the table for the whole run, so every try gives way; once the
+    retry time is spent the command fails in one message saying why, with nothing applied
+    (not the default 600 s: the bound every wait here has is 60 s)."""
+    database, a, b = two
+    env = {**a.env, "DJANGO_SETTINGS_MODULE": "tests.processes.alter_settings", "LEASEHOLD_WRITE_WAIT": "1"}
+    with psycopg.connect(database, autocommit=True) as conn:  # the schema test may have applied it
+        if conn.execute("SELECT 1 FROM django_migrations WHERE app = 'alter_app'").fetchone():
+            subprocess.run([sys.executable, "manage.py", "migrate", "alter_app", "zero", "--noinput"], cwd=ROOT,
+                           env=env, check=True, capture_output=True)
+    with psycopg.connect(database) as reader:  # a transaction: its lock lasts until the end
+        reader.execute("SELECT count(*) FROM leases_blob").fetchone()
+        run = subprocess.run([sys.executable, "manage.py", "migrate", "alter_app", "--noinput",
+                              "--lock-retry-for", "1.5"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=60)
+        reader.rollback()
+    said = run.stdout + run.stderr
+    assert run.returncode == 1 and "Traceback" not in said, said[-3000:]
+    assert "gave way to lease requests" in said, said
+    assert "gave up after --lock-retry-for 1.5 s" in said and "lock timeout" in said, said
+    with psycopg.connect(database) as conn:
+        assert conn.execute("SELECT count(*) FROM information_schema.columns WHERE table_name = 'leases_blob'"
+                            " AND column_name = 'probe'").fetchone() == (0,)
+        assert conn.execute("SELECT 1 FROM django_migrations WHERE app = 'alter_app'").fetchone() is None

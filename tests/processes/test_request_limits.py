@@ -72,7 +72,7 @@ def test_a_huge_header_is_431_in_azure_xml_before_it_is_all_read(server):
             b"x-ms-date: " + b"A" * (8 << 20) + b"\r\n\r\n")
     before = _rss_kib(server)
     for _ in range(5):
-        raw, took = _exchange(server.port, head)
+        raw, _ = _exchange(server.port, head)
         assert raw.startswith(b"HTTP/1.1 431"), raw[:200]
         assert b"x-ms-error-code: RequestHeaderFieldsTooLarge" in raw
         assert b"<Code>RequestHeaderFieldsTooLarge</Code>" in raw
@@ -112,9 +112,11 @@ def test_a_big_body_to_a_lease_action_is_413_before_it_is_read(server, path, sha
             b"Content-Length: 64000000\r\n\r\n")
     if path.startswith("/api/"):
         head = head.replace(b"PUT ", b"POST ", 1)
-    raw, took = _exchange(server.port, head)  # no body sent at all: the answer comes anyway
+    # No body sent at all: the answer comes anyway. A server that read the body
+    # first would have waited LEASEHOLD_BODY_IDLE_TIMEOUT and answered 408.
+    raw, _ = _exchange(server.port, head)
     assert raw.startswith(b"HTTP/1.1 413"), raw[:200]
-    assert shape in raw and took < 5
+    assert shape in raw
 
 
 def test_front_refusals_are_counted_in_metrics_by_status_and_logged_as_warnings(server):

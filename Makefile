@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-setup checks bench docs clean debian chromium azurite promtool
+.PHONY: run test test-fast test-setup checks bench docs clean debian chromium azurite promtool systemd-analyze
 
 # One install for the server, its test tools, PostgreSQL's driver (the
 # `postgres` extra, for the second pass of `make test`) and the client, by uv
@@ -27,19 +27,21 @@ run: $(BIN)/.installed
 	exec $(BIN)/python -m config.serve
 
 # Debian's packages the tests need, installed if missing, in one apt run:
-# Chromium (the admin's browser tests) and promtool (the alert rules in
-# docs/deploy/, from the prometheus package).
+# Chromium (the admin's browser tests), promtool (the alert rules in
+# docs/deploy/, from the prometheus package), systemd-analyze (the unit
+# file's check, from the systemd package) and ss (a Unix socket's queue, read
+# by the worker supervision tests; iproute2).
 debian:
-	@browser=""; rules=""; \
-	command -v chromium >/dev/null 2>&1 || browser=chromium; \
-	command -v promtool >/dev/null 2>&1 || rules=prometheus; \
-	[ -z "$$browser$$rules" ] || { \
+	@pkgs=""; \
+	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs chromium"; \
+	command -v promtool >/dev/null 2>&1 || pkgs="$$pkgs prometheus"; \
+	command -v systemd-analyze >/dev/null 2>&1 || pkgs="$$pkgs systemd"; \
+	command -v ss >/dev/null 2>&1 || pkgs="$$pkgs iproute2"; \
+	[ -z "$$pkgs" ] || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
-	  { [ -z "$$browser" ] || $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } && \
-	  { [ -z "$$rules" ] || $$SUDO env DEBIAN_FRONTEND=noninteractive \
-	      apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }; }
-chromium promtool: debian
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$pkgs >/dev/null; }
+chromium promtool systemd-analyze: debian
 
 # The client tests and the bench run against Azurite too, and the SAS tests
 # drive the JavaScript SDK (@azure/storage-blob). npm installs bench/package.json
@@ -87,22 +89,27 @@ checks: $(BIN)/.installed debian
 	promtool check rules docs/deploy/prometheus-rules.yml >/dev/null
 	promtool test rules docs/deploy/prometheus-rules.test.yml >/dev/null
 
-# pytest exits 5 when a pass selects no test: a PYTEST_ARGS subset without
-# database-facing tests leaves the PostgreSQL pass empty, which is fine; a run
-# in which neither pass selected anything is not.
+# A full run (no PYTEST_ARGS, the default PG_TESTS) fails if either pass
+# selected no test (pytest exits 5), and, by LEASEHOLD_FULL_RUN
+# (tests/skips.py), if a test is skipped for a reason the docs do not justify.
+# A PYTEST_ARGS subset without database-facing tests leaves the PostgreSQL pass
+# empty, which is fine; a run in which neither pass selected anything is not.
+# -rs prints every skip's reason.
 #
 # Bytecode is written even where the environment asks Python not to: without
 # it every test process compiles our modules and pytest rewrites the
 # asserts of hypothesis's and schemathesis's modules anew (10 s of each
 # worker's start against 4.5 s).
+FULL_RUN = $(if $(strip $(PYTEST_ARGS))$(filter-out -m also_postgres,$(PG_TESTS)),,1)
 test: export PYTHONDONTWRITEBYTECODE =
+test: export LEASEHOLD_FULL_RUN = $(FULL_RUN)
 test:
 	$(MAKE) --no-print-directory -j3 test-setup
-	set +e; \
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist worksteal -m "not postgres" $(PYTEST_ARGS); a=$$?; \
-	[ $$a -eq 0 ] || [ $$a -eq 5 ] || exit $$a; \
-	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -n auto $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
-	[ $$b -eq 0 ] || [ $$b -eq 5 ] || exit $$b; \
+	set +e; empty=$(if $(FULL_RUN),0,5); \
+	$(BIN)/pytest -q -rs -n $(TEST_WORKERS) --dist worksteal -m "not postgres" $(PYTEST_ARGS); a=$$?; \
+	[ $$a -eq 0 ] || [ $$a -eq $$empty ] || { [ $$a -ne 5 ] || echo "make test: the SQLite pass selected no test"; exit $$a; }; \
+	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs -n auto $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
+	[ $$b -eq 0 ] || [ $$b -eq $$empty ] || { [ $$b -ne 5 ] || echo "make test: the PostgreSQL pass selected no test"; exit $$b; }; \
 	[ $$a -eq 0 ] || [ $$b -eq 0 ] || { echo "make test: no test selected"; exit 5; }
 
 # The quick pass while working (tests/README.md): on SQLite, in this process,

@@ -6,7 +6,8 @@ API token) with ``leases.view_leaseevent``, like the history itself.
 Two kinds:
 - Counters and histograms of what this process did (lease requests by
   action, door and outcome, their latency, the SQLite writer lock's wait,
-  the WAL fsync, 503 answers, pruned events). Under granian's worker
+  the WAL fsync, 503 answers, the front's refusals by status, pruned
+  events). Under granian's worker
   processes (serving/server.py sets PROMETHEUS_MULTIPROC_DIR to a fresh
   directory per server start) each process writes its own memory-mapped
   file and a scrape adds them up: prometheus_client's multiprocess mode.
@@ -53,6 +54,11 @@ WRITER_LOCK_WAIT = Histogram("leasehold_sqlite_writer_lock_wait_seconds",
 FSYNC = Histogram("leasehold_sqlite_fsync_seconds", "Time one fsync of the SQLite write-ahead log took.",
                   buckets=(0.0001, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1))
 UNAVAILABLE = Counter("leasehold_http_unavailable_responses", "503 answers, by door.", ["door"])
+FRONT_REFUSALS = Counter("leasehold_http_front_refusals", "Requests the HTTP front refused before any door saw "
+                         "them, by status: 431 and 414 (head too big), 413 (body too big), 408 (headers or body "
+                         "too slow; for headers the connection is closed without an answer), 400 (not HTTP, or "
+                         "a bad Content-Length).", ["status"])
+FRONT_STATUSES = frozenset({400, 408, 413, 414, 431})
 # What happened to leases, counted once the lease transaction committed (services.lease_actions),
 # whichever door asked. No label per lease: LEASEHOLD_WATCHED_LEASES names the ones to watch.
 HOLDER_CHANGES = Counter("leasehold_lease_holder_changes", "Leases acquired by a holder (lease id) other than "
@@ -143,6 +149,12 @@ def count_unavailable(path: str) -> None:
     """One 503 answered on ``path``, by door."""
     UNAVAILABLE.labels("api" if path.startswith("/api/") else "admin" if path.startswith("/admin/")
                        else "azure").inc()
+
+
+def count_front_refusal(status: int) -> None:
+    """One request refused by the HTTP front (serving/front.py), by status."""
+    if status in FRONT_STATUSES:
+        FRONT_REFUSALS.labels(str(status)).inc()
 
 
 def counting_unavailable(app):
@@ -293,7 +305,7 @@ def exposition(readiness_problems=None) -> bytes:
     else:
         from prometheus_client import REGISTRY
 
-        for collector in (LEASE_REQUESTS, LEASE_LATENCY, WRITER_LOCK_WAIT, FSYNC, UNAVAILABLE, PRUNED,
+        for collector in (LEASE_REQUESTS, LEASE_LATENCY, WRITER_LOCK_WAIT, FSYNC, UNAVAILABLE, FRONT_REFUSALS, PRUNED,
                           HOLDER_CHANGES, RAN_OUT, BREAKS, RENEWALS_REFUSED):
             registry.register(collector)
         del REGISTRY  # the process-wide registry also holds the library's process/GC metrics

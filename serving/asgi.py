@@ -58,7 +58,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.conf import settings
 from django.http.response import HttpResponseBase
 
-from serving import answers, bodies, long_reads
+from serving import answers, bodies, front, long_reads
 from serving.environ import wsgi_environ as _environ
 from serving.lease_batch import LeaseBatcher
 from serving.lanes import Lane, OnePerRow, row_of
@@ -186,6 +186,7 @@ class LeaseholdASGI:
         try:
             body, length = await self.read_body(scope, receive)
         except bodies.BodyRefused as refused:
+            front.refused_at_front(refused.status, refused.reason.decode())
             if refused.status == 413:  # in its door's shape: SDKs read the code
                 await answers.refused(send, scope["path"], 413, "RequestBodyTooLarge",
                                       "The request body is too large and exceeds the maximum permissible limit.")

@@ -27,6 +27,10 @@ front and not granian):
   elsewhere) and its connection closed, having cost the server no more than
   the bytes allowed (and one read).
 
+Every refusal here and of a body (serving/bodies.py: 413, 408, 400) is
+counted in /metrics by status and logged at WARNING, at most once a minute
+per status (``refused_at_front``).
+
 The additions are small overrides of documented extension points
 (uvicorn's ``http=`` setting takes a protocol class); tests through the
 real server process (tests/test_serving_header_case.py) keep them honest
@@ -39,6 +43,7 @@ import asyncio
 import functools
 import json
 import logging
+import time
 import uuid
 from datetime import datetime, timezone
 from email.utils import formatdate
@@ -48,6 +53,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from leases import conf
 from leases.logformat import LeaseIdsOut
+from leases.metrics import count_front_refusal
 
 RAW_HEADERS = "leasehold.raw_headers"
 # Every process that serves imports this module (uvicorn's config names the
@@ -106,6 +112,29 @@ def refusal(url: bytes, status: int, code: str, message: str) -> bytes:
                      b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body), body])
 
 
+# ------------------------------------------------------------------ refusals, counted and logged
+
+log = logging.getLogger("leasehold.front")
+LOG_INTERVAL = 60.0  # seconds: at most one WARNING line per status in this long, per process
+_logged: dict[int, tuple[float, int]] = {}  # status -> (when last logged, refusals since, not logged)
+
+
+def refused_at_front(status: int, what: str, *, now: float | None = None) -> None:
+    """Count a request the front refused (/metrics, by status) and log it at
+    WARNING, at most once per LOG_INTERVAL per status: a client (or an
+    attacker) sending thousands of bad requests gets a line a minute, which
+    says how many were not logged."""
+    count_front_refusal(status)
+    now = time.monotonic() if now is None else now
+    last, unlogged = _logged.get(status, (None, 0))
+    if last is not None and now - last < LOG_INTERVAL:
+        _logged[status] = (last, unlogged + 1)
+        return
+    _logged[status] = (now, 0)
+    more = f" ({unlogged} more since the last such line)" if unlogged else ""
+    log.warning("Request refused by the front: %d, %s%s.", status, what, more)
+
+
 @functools.cache
 def _settings() -> tuple[float, tuple[int, int, int]]:
     """The header timeout and the head's limits, read once per process."""
@@ -141,14 +170,14 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
                 self._refuse(exc.__context__)
                 return
             msg = "Invalid HTTP request received."
-            self.logger.warning(msg)
+            refused_at_front(400, "not a valid HTTP request; connection closed")
             self.send_400_response(msg)
             return
         if self.head_bytes is not None and self.head_bytes > self.limits[0] and not self.transport.is_closing():
             self._refuse(_TooBig(*HEADERS_TOO_BIG))  # headers still coming, already past the limit
 
     def _refuse(self, too_big: _TooBig) -> None:
-        self.logger.info("Request refused for its size (%s); connection closed.", too_big.code)
+        refused_at_front(too_big.status, f"{too_big.code}; connection closed")
         self._disarm_header_timer()
         self.head_bytes = None
         if not self.transport.is_closing():
@@ -176,7 +205,7 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
     def _headers_still_missing(self) -> None:
         self.header_timer = None
         if not self.transport.is_closing():
-            self.logger.info("Request headers not received within %ss; connection closed.", self.header_seconds)
+            refused_at_front(408, f"headers not received within {self.header_seconds:g} s; connection closed")
             self.transport.close()
 
     def connection_made(self, transport) -> None:

@@ -361,6 +361,12 @@ def pytest_handlecrashitem(crashitem, report, sched):
                        f"(none: it was killed) --\n" + "\n".join(shown))
 
 
+# ------------------------------------------------------------------ skips in a full run
+# tests/skips.py: with LEASEHOLD_FULL_RUN=1 (make test), a skip for a reason
+# it does not justify fails its test.
+from tests.skips import pytest_runtest_makereport  # noqa: E402,F401
+
+
 @pytest.fixture(scope="session")
 def postgres():
     """``postgres()`` -> URL of a new, empty PostgreSQL database: on the run's

@@ -184,10 +184,15 @@ def test_break_without_period_breaks_fixed_lease_at_its_expiry():
 ])
 @pytest.mark.parametrize("state", STATES)
 def test_bad_input_is_400_in_every_state(action, params, field, code, state):
-    with pytest.raises(LeaseholdError) as exc:
-        m.validate(action, **params) if action in m.ACTIONS else None
-        m.apply(action, record(state), NOW, **params)
-    assert (exc.value.status, exc.value.code, exc.value.field) == (400, code, field)
+    """Both where the doors check first (validate, before the resource is
+    looked up) and in the action itself, each on its own."""
+    calls = [lambda: m.apply(action, record(state), NOW, **params)]
+    if action in m.ACTIONS:
+        calls.append(lambda: m.validate(action, **params))
+    for call in calls:
+        with pytest.raises(LeaseholdError) as exc:
+            call()
+        assert (exc.value.status, exc.value.code, exc.value.field) == (400, code, field)
 
 
 @pytest.mark.parametrize("text", [
@@ -277,6 +282,13 @@ actions = st.one_of(
 @settings(max_examples=2000, deadline=None)
 @given(records, actions, st.floats(0, 200))
 def test_every_outcome_is_consistent(rec, action_params, elapsed):
+    check_outcome(rec, action_params, elapsed)
+
+
+def check_outcome(rec, action_params, elapsed) -> None:
+    """The outcome of one action on any record at any time agrees with
+    itself: states before and after, fencing token, lease times, headers
+    (tests/machine/test_machine_mutants.py plants the bugs it must catch)."""
     action, params = action_params
     now = NOW + timedelta(seconds=elapsed)
     before = m.effective_state(rec, now)
@@ -310,12 +322,19 @@ def test_every_outcome_is_consistent(rec, action_params, elapsed):
     assert (m.duration_type(out.record, after) is not None) == (after == m.LEASED)
 
 
+client_steps = st.lists(st.tuples(st.sampled_from(["p", "q"]), actions, st.integers(0, 40)), max_size=40)
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["p", "q"]), actions, st.integers(0, 40)), max_size=40))
+@given(client_steps)
 def test_two_clients_never_both_hold_the_lease(steps):
     """Two clients act in turn over time; each believes it holds the lease
-    from a granted acquire/renew/change until its deadline, a release, or
-    a break it can see. The machine must never let both believe at once."""
+    as the reference promises (``never_two_holders``). The machine must never
+    let both believe at once."""
+    two_clients(steps)
+
+
+def two_clients(steps) -> None:
     never_two_holders((who, action, {**params, "proposed_id": OWN[who]}
                        if action == "acquire" and "proposed_id" in params else params, False, wait)
                       for who, (action, params), wait in steps)
@@ -326,14 +345,21 @@ OWN = {"p": A, "q": B}
 
 def never_two_holders(steps) -> None:
     """Play ``steps`` -- (client, action, params, legacy, seconds waited
-    before it) -- against one lease record; each client believes it holds the
-    lease from a granted acquire/renew/change until its deadline, a release,
-    or a break. Fails if two believe at once. Lease ids are the clients' own
-    (``OWN``); a change proposes the changer's."""
+    before it) -- against one lease record. Each client believes what the
+    reference promises it, whatever the record now says: from a granted
+    acquire or renew it holds the lease for the duration it asked (60 s for
+    a legacy request; an infinite one until released or broken), a change
+    keeps that deadline, its own release ends it, and a break by anyone
+    ends it when the break period asked for runs out (at once for an
+    infinite lease without one). Fails if two clients' beliefs are live at
+    once, or if a client is granted a renew of a lease it never held. Lease
+    ids are the clients' own (``OWN``); a change proposes the changer's."""
     rec, now = m.LeaseRecord(), NOW
-    holds: dict[str, tuple[uuid.UUID, datetime | None]] = {}
+    holds: dict[str, tuple[uuid.UUID, datetime | None]] = {}  # client -> (lease id, deadline or None)
+    durations: dict[str, int] = {}  # the duration each client last asked for
     for who, action, params, legacy, wait in steps:
         now += timedelta(seconds=wait)
+        holds = {w: (i, d) for w, (i, d) in holds.items() if d is None or now < d}
         params = dict(params)
         if "lease_id" in params:
             params["lease_id"] = holds.get(who, (OWN[who], None))[0]
@@ -344,11 +370,22 @@ def never_two_holders(steps) -> None:
         except LeaseholdError:
             continue
         rec = out.record
-        if action in ("acquire", "renew", "change"):
-            holds[who] = (rec.lease_id, rec.expires_at)
-        for w in list(holds):
-            lease_id, deadline = holds[w]
-            if rec.lease_id != lease_id or action in ("release", "break") or (deadline and now >= deadline):
-                holds.pop(w)
+        if action == "acquire":
+            durations[who] = m.LEGACY_DURATION if legacy else params["duration"]
+        if action in ("acquire", "renew"):
+            assert who in durations, f"{who} was granted a renew of a lease it never acquired"
+            asked = durations[who]
+            holds[who] = (out.lease_id, None if asked == m.INFINITE else now + timedelta(seconds=asked))
+        elif action == "change":
+            holds[who] = (out.lease_id, holds.get(who, (None, now))[1])
+        elif action == "release":
+            holds.pop(who, None)
+        elif action == "break":
+            period = None if legacy else params.get("break_period")
+            for w, (i, d) in list(holds.items()):
+                end = d if period is None else now + timedelta(seconds=period)
+                if d is not None and end is not None:
+                    end = min(d, end)
+                holds[w] = (i, now if end is None else end)
         live = [w for w, (i, d) in holds.items() if d is None or now < d]
-        assert len(live) <= 1
+        assert len(live) <= 1, f"{live} both hold the lease at {now:%H:%M:%S} after {who}'s {action}"

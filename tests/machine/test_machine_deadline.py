@@ -39,3 +39,17 @@ def test_the_deadline_after_each_action_is_what_the_history_records():
     assert m.deadline(m.release(acquired, NOW, lease_id=ID).record, NOW) is None
     # the deadline passes: the state it described has ended
     assert m.deadline(breaking, NOW + timedelta(seconds=10)) is None
+
+
+def test_a_state_ends_at_its_deadline_exactly():
+    """The deadline is the first instant without the lease (seconds_left
+    rounds up so that a client waiting that long never arrives early): at
+    it, another client's acquire is granted."""
+    leased = m.LeaseRecord(m.LEASED, ID, 15, NOW)
+    breaking = m.LeaseRecord(m.BREAKING, ID, None, None, NOW)
+    assert (m.effective_state(leased, NOW), m.effective_state(breaking, NOW)) == (m.EXPIRED, m.BROKEN)
+    assert m.effective_state(leased, NOW - timedelta(microseconds=1)) == m.LEASED
+    assert m.effective_state(breaking, NOW - timedelta(microseconds=1)) == m.BREAKING
+    other = uuid.uuid4()
+    for record in (leased, breaking):
+        assert m.acquire(record, NOW, duration=15, proposed_id=other, new_id=other).lease_id == other

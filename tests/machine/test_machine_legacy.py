@@ -294,6 +294,10 @@ def forget(rec: m.LeaseRecord) -> m.LeaseRecord:
 @settings(max_examples=1000, deadline=None)
 @given(current_records, legacy_actions, st.floats(0, 200))
 def test_legacy_and_current_agree_where_the_references_say_they_agree(rec, action_params, elapsed):
+    check_agreement(rec, action_params, elapsed)
+
+
+def check_agreement(rec, action_params, elapsed) -> None:
     """A legacy request is the current request with a 60 s duration, no
     proposed id and no break period, with exactly the documented
     differences: breaking a breaking or broken lease is 409
@@ -318,6 +322,10 @@ def test_legacy_and_current_agree_where_the_references_say_they_agree(rec, actio
 @settings(max_examples=1000, deadline=None)
 @given(released_records, current_actions, st.floats(0, 200), st.sampled_from(["blob", "container"]))
 def test_current_clients_cannot_tell_a_legacy_release_from_no_lease(rec, action_params, elapsed, noun):
+    check_release_invisible(rec, action_params, elapsed, noun)
+
+
+def check_release_invisible(rec, action_params, elapsed, noun) -> None:
     """Every current-version action, read and write on a released record
     gives what it gives on the same record without the remembered id."""
     action, params = action_params
@@ -340,13 +348,20 @@ def test_current_clients_cannot_tell_a_legacy_release_from_no_lease(rec, action_
     assert m.after_write(rec, now, noun="blob") == forget(rec)
 
 
+old_and_new_steps = st.lists(st.tuples(st.sampled_from(["p", "q"]), st.booleans(), legacy_actions, current_actions,
+                                       st.integers(0, 40)), max_size=40)
+
+
 @settings(max_examples=500, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["p", "q"]), st.booleans(), legacy_actions, current_actions,
-                          st.integers(0, 40)), max_size=40))
+@given(old_and_new_steps)
 def test_old_and_new_clients_never_both_hold_the_lease(steps):
+    old_and_new_clients(steps)
+
+
+def old_and_new_clients(steps) -> None:
     """Two clients, each speaking an old or a current version at each step,
-    act in turn over time. Each believes it holds the lease from a granted
-    acquire/renew/change until its deadline, a release, or a break. A legacy
+    act in turn over time. Each believes it holds the lease as the reference
+    promises (``test_machine.never_two_holders``). A legacy
     renew after release re-grants the lease, so it must never re-grant it
     while someone else holds it."""
     machine_tests.never_two_holders(

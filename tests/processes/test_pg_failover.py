@@ -8,8 +8,9 @@ operation is lost, nothing is answered 500 (503 ServerBusy with
 Retry-After while no primary answers, and every operation retried after
 it succeeds), and no lease has two holders.
 
-Also here: a row another session keeps locked delays no request for
-another row (serving/lanes.py)."""
+Also here: a row another session keeps locked holds up no request for
+another row (serving/lanes.py). How long such requests take is a
+benchmark's figure (bench/pg_cycle.py), printed here, not asserted."""
 
 from __future__ import annotations
 
@@ -33,6 +34,15 @@ CONTAINER = "/devstoreaccount1/failover"
 BLOBS = 4
 CLIENTS = 8  # two per blob, one through each instance
 SERVE_AGAIN_WITHIN = 5.0
+
+
+def _until(done, seconds: float, what: str) -> None:
+    """Poll ``done()`` until it holds, at most ``seconds``: a handshake with
+    what the clients or the server have done, not a sleep."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.02)
 
 
 class Log:
@@ -131,14 +141,24 @@ def test_both_instances_serve_again_after_the_standby_is_promoted(tmp_path, how)
                        for n in range(CLIENTS)]
             for client in clients:
                 client.start()
-            time.sleep(1)  # load on both instances, then the primary goes, a second before the promotion
+            def granted(instance, since: float) -> int:
+                with log.lock:
+                    return sum(1 for t, url, _, status, _ in log.answers
+                               if t > since and url == instance.url and status in (200, 201))
+
+            # load on both instances, then the primary goes, a second before the promotion
+            _until(lambda: all(granted(i, 0) >= 5 for i in instances), 30, "both instances serving")
             primary.signal_all(signal.SIGKILL if how == "killed" else signal.SIGSTOP)
             gone = time.monotonic()
-            time.sleep(0.2)
-            not_ready = requests.get(f"{instances[1].url}/health/ready", timeout=10)
-            assert not_ready.status_code == 503, not_ready.text  # no primary: not ready, and says so in time
-            assert "no primary answers" in not_ready.text, not_ready.text
-            time.sleep(max(0.0, gone + 1 - time.monotonic()))
+            answers = []
+
+            def not_ready() -> bool:
+                answers.append(requests.get(f"{instances[1].url}/health/ready", timeout=10))
+                return answers[-1].status_code == 503
+
+            _until(not_ready, 5, "readiness says no primary")  # within the bound every wait has
+            assert "no primary answers" in answers[-1].text, answers[-1].text
+            time.sleep(max(0.0, gone + 1 - time.monotonic()))  # the scenario's pace: no check waits on it
             standby.promote()
             promoted = time.monotonic()
 
@@ -149,7 +169,9 @@ def test_both_instances_serve_again_after_the_standby_is_promoted(tmp_path, how)
 
             while not served_again() and time.monotonic() < promoted + SERVE_AGAIN_WITHIN + 1:
                 time.sleep(0.1)
-            time.sleep(2)  # serving again, and no 503 after that (checked below)
+            # serving again, and no 503 after that (checked below) for 20 more grants on each
+            again = time.monotonic()
+            _until(lambda: all(granted(i, again) >= 20 for i in instances), 30, "20 grants on each after")
             for instance in instances:
                 ready = requests.get(f"{instance.url}/health/ready", timeout=10)
                 assert ready.status_code == 200, ready.text
@@ -192,7 +214,9 @@ def test_a_locked_row_delays_no_request_for_another_row(postgres, tmp_path):
     the locked blob's renewals are made once it is let go."""
     database = postgres()
     prepare(database, tmp_path)
-    server = Instance(database, tmp_path, "rows", workers=1).start()
+    server = Instance(database, tmp_path, "rows", workers=1)
+    server.env["LEASEHOLD_WRITE_WAIT"] = "20"  # a loaded machine's slow renewals stay far inside it
+    server.start()
     try:
         assert azure_raw.signed("PUT", server.url, f"{CONTAINER}?restype=container").status_code == 201
         paths = [f"{CONTAINER}/row-{n}" for n in range(5)]
@@ -221,16 +245,23 @@ def test_a_locked_row_delays_no_request_for_another_row(postgres, tmp_path):
             waiting = [threading.Thread(target=renew_locked) for _ in range(4)]
             for thread in waiting:
                 thread.start()
-            time.sleep(0.2)  # the renewals of the locked row are waiting for it
-            while_locked = renew_others()
+            # the renewals of the locked row are waiting for it, in the database
+            with psycopg.connect(database, autocommit=True) as watch:
+                _until(lambda: watch.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND wait_event_type = 'Lock'").fetchone()[0] > 0, 10, "a renewal waiting for the row")
+            while_locked = renew_others()  # each asserts 200
+            answered_while_locked = list(statuses)
             holder.rollback()
         for thread in waiting:
             thread.join()
-        # made once the row was let go (a lease batch sends them alone, in the row's turn)
+        # every other row renewed while the row stayed locked, before any of its renewals
+        # was answered (a request held up behind it would have waited, then been answered
+        # 503 after LEASEHOLD_WRITE_WAIT while the lock was still held); those were made once
+        # the row was let go (a lease batch sends them alone, in the row's turn)
+        assert answered_while_locked == [], answered_while_locked
         assert statuses == [200] * 4, statuses
     finally:
         server.stop()
-    delays = sorted(t - statistics.median(unlocked) for t in while_locked)
     print(f"renewals of other rows while one was locked: median {statistics.median(while_locked) * 1000:.1f} ms, "
           f"max {max(while_locked) * 1000:.1f} ms (unlocked median {statistics.median(unlocked) * 1000:.1f} ms)")
-    assert delays[-1] < 0.1, delays

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import signal
 import socket
+import sqlite3
 import uuid
 from email.utils import formatdate
 
@@ -146,6 +147,42 @@ def test_sigterm_stops_the_server_cleanly(tmp_path):
         assert s.proc.wait(timeout=HANG) == 0, s.output()
     finally:
         s.kill()
+
+
+def test_sigterm_answers_the_request_in_flight_then_stops(tmp_path):
+    """docs/guide/install.md: on SIGTERM, requests in flight are answered
+    (10 s at most), then the workers stop. The request is in flight for sure
+    when the signal comes: it asked for 100-continue and got it, which the
+    server sends once the application reads the body. Its body is sent
+    after the signal; it is answered 201 and stored, and the server exits 0."""
+    s = Server(tmp_path, workers=2).migrate().start()  # as served: a supervisor and its workers
+    try:
+        assert azure_raw.signed("PUT", s.url, "/devstoreaccount1/term?restype=container").status_code == 201
+        body = b"in flight" * 100
+        path = "/devstoreaccount1/term/b"
+        headers = azure_raw.signed_headers("PUT", path, {"x-ms-blob-type": "BlockBlob"}, body=body)
+        head = "".join(f"{k}: {v}\r\n" for k, v in {**headers, "Host": "127.0.0.1",
+                                                     "Content-Length": str(len(body)),
+                                                     "Expect": "100-continue"}.items())
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=HANG)
+        try:
+            sock.sendall(f"PUT {path} HTTP/1.1\r\n{head}\r\n".encode())
+            assert sock.recv(64).startswith(b"HTTP/1.1 100 ")  # the request is the application's now
+            s.proc.send_signal(signal.SIGTERM)
+            sock.sendall(body)
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                piece = sock.recv(4096)
+                assert piece, answer
+                answer += piece
+        finally:
+            sock.close()
+        assert answer.startswith(b"HTTP/1.1 201 "), answer[:300]
+        assert s.proc.wait(timeout=HANG) == 0, s.output()
+    finally:
+        s.kill()
+    with sqlite3.connect(f"file:{s.db}?mode=ro", uri=True) as db:
+        assert db.execute("SELECT count(*) FROM leases_blob WHERE name = 'b'").fetchone() == (1,)
 
 
 # ------------------------------------------------------------------ raw HTTP

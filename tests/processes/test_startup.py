@@ -65,28 +65,58 @@ def test_an_unmigrated_database_is_refused(tmp_path):
     assert "manage.py migrate" in out
 
 
-@sqlite_file
-def test_an_older_schema_is_refused(tmp_path):
-    db = tmp_path / "leasehold.sqlite3"
-    _manage(db, tmp_path, "migrate", "leases", "0001_initial", "--noinput", "-v0")
-    out = _start(db, tmp_path)
+def _database(tmp_path, request):
+    """The run's kind of database, new and empty: a PostgreSQL database in the
+    PostgreSQL pass (so that the start-up check's PostgreSQL branch runs),
+    else a SQLite file's path."""
+    if os.environ.get("LEASEHOLD_DATABASE", "").startswith("postgres"):
+        return request.getfixturevalue("postgres")()
+    return tmp_path / "leasehold.sqlite3"
+
+
+def _sql(database, *statements: str) -> list[tuple]:
+    """Run ``statements`` on the database outside any server; the last one's rows."""
+    rows: list[tuple] = []
+    if isinstance(database, str):
+        import psycopg
+
+        with psycopg.connect(database, autocommit=True) as conn:
+            for statement in statements:
+                cursor = conn.execute(statement)
+                rows = cursor.fetchall() if cursor.description else []
+    else:
+        with sqlite3.connect(database) as conn:
+            for statement in statements:
+                rows = conn.execute(statement).fetchall()
+    return rows
+
+
+def test_an_older_schema_is_refused(tmp_path, request):
+    database = _database(tmp_path, request)
+    _manage(database, tmp_path, "migrate", "leases", "0001_initial", "--noinput", "-v0")
+    out = _start(database, tmp_path)
     assert "leases.0002_history_append_only" in out and "leases.0001_initial" not in out, out
 
 
-@sqlite_file
-def test_a_missing_history_trigger_is_refused(tmp_path):
-    db = tmp_path / "leasehold.sqlite3"
-    prepare(db, tmp_path)
-    with sqlite3.connect(db) as conn:
-        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'"
-                                    " AND tbl_name = 'leases_leaseevent'").fetchall():
-            conn.execute(f"DROP TRIGGER {name}")
-    out = _start(db, tmp_path)
+def test_a_missing_history_trigger_is_refused(tmp_path, request):
+    database = _database(tmp_path, request)
+    prepare(database, tmp_path)
+    on_pg = isinstance(database, str)
+    listed = ("SELECT tgname FROM pg_trigger WHERE tgrelid = 'leases_leaseevent'::regclass AND NOT tgisinternal"
+              if on_pg else "SELECT name FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'leases_leaseevent'")
+    names = [name for (name,) in _sql(database, listed)]
+    assert names  # what migrate left: the triggers this test drops
+    _sql(database, *(f"DROP TRIGGER {name}" + (" ON leases_leaseevent" if on_pg else "") for name in names))
+    out = _start(database, tmp_path)
     assert "the lease history has no append-only trigger" in out, out
     # with the trigger back (migration 0002's own SQL), the check passes
-    with sqlite3.connect(db) as conn:
-        conn.executescript(importlib.import_module("leases.migrations.0002_history_append_only").SQLITE_UP)
-    env = {**os.environ, "LEASEHOLD_DATABASE": str(db), "LEASEHOLD_VAR_DIR": str(tmp_path),
+    migration = importlib.import_module("leases.migrations.0002_history_append_only")
+    if on_pg:
+        _sql(database, migration.PG_UP)
+    else:
+        with sqlite3.connect(database) as conn:
+            conn.executescript(migration.SQLITE_UP)
+    env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(tmp_path),
            "DJANGO_SETTINGS_MODULE": "config.settings"}
     done = subprocess.run([sys.executable, "-m", "leases.startup"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -6,15 +6,19 @@ attempts through the API and the admin are refused and recorded."""
 
 from __future__ import annotations
 
+import importlib
 from datetime import timedelta
 
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, ProgrammingError, connection, transaction
 
 from leases import retention, services
 from leases.models import HistoryHorizon, LeaseEvent
 from leases.services import Actor, ResourceRef
 from tests.api.helpers import API, DEV_ACCOUNT, make_container
+
+_triggers = importlib.import_module("leases.migrations.0005_history_append_only")
+REFUSED, REFUSED_DELETE, REFUSED_HORIZON = _triggers.REFUSED, _triggers.REFUSED_DELETE, _triggers.REFUSED_HORIZON
 
 # Its API checks count requests in a throttle file of their own, as every API test does.
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("throttle_file"), pytest.mark.also_postgres]
@@ -33,12 +37,27 @@ def events(accounts, clock):
     return first, second
 
 
+# What a trigger's refusal is: SQLite's RAISE(ABORT) is a constraint failure
+# (IntegrityError); PostgreSQL's RAISE EXCEPTION is SQLSTATE P0001
+# raise_exception (psycopg: ProgrammingError). A syntax error, a missing table or a
+# lock timeout is a DatabaseError too, and must not pass for a refusal.
+REFUSALS = {"sqlite": (IntegrityError, None), "postgresql": (ProgrammingError, "P0001")}
+TRIGGER_MESSAGES = (REFUSED, REFUSED_DELETE, REFUSED_HORIZON)
+
+
 def refused(sql: str, params=()):
-    """Run ``sql``; assert the database refused it."""
+    """Run ``sql``; assert a history trigger refused it (its error class,
+    SQLSTATE and one of its messages); return the message."""
     with pytest.raises(DatabaseError) as info:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(sql, params)
-    return str(info.value)
+    kind, sqlstate = REFUSALS[connection.vendor]
+    assert type(info.value) is kind, repr(info.value)
+    if sqlstate is not None:
+        assert info.value.__cause__.sqlstate == sqlstate, repr(info.value.__cause__)
+    message = str(info.value)
+    assert any(text in message for text in TRIGGER_MESSAGES), message
+    return message
 
 
 def count() -> int:
@@ -75,9 +94,9 @@ def test_insert_or_replace_of_an_event_is_refused(events):
 @pytest.mark.skipif("connection.vendor != 'postgresql'")
 def test_upsert_and_truncate_are_refused_on_postgresql(events):
     first, _ = events
-    refused("INSERT INTO leases_leaseevent SELECT * FROM leases_leaseevent WHERE id = %s "
-            "ON CONFLICT (id) DO UPDATE SET actor = 'forged'", [first.id])
-    refused("TRUNCATE leases_leaseevent")
+    assert REFUSED == refused("INSERT INTO leases_leaseevent SELECT * FROM leases_leaseevent WHERE id = %s "
+                              "ON CONFLICT (id) DO UPDATE SET actor = 'forged'", [first.id]).splitlines()[0]
+    assert REFUSED == refused("TRUNCATE leases_leaseevent").splitlines()[0]
     assert LeaseEvent.objects.get(pk=first.pk).actor == APP.name
 
 

@@ -8,7 +8,6 @@ import asyncio
 import os
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -17,41 +16,39 @@ from serving import long_reads
 
 @pytest.mark.processes
 def test_the_helper_is_started_while_the_event_loop_goes_on(monkeypatch):
-    spawned_in = []
+    """A handshake, not a count of ticks: the spawn does not go on until a
+    coroutine on the event loop has run after it began. A spawn made on the
+    loop's thread would hold the loop, the coroutine could not run, and the
+    spawn would wait out its bound and say so."""
+    spawned_in, loop_ran_meanwhile = [], []
+    spawning, loop_ran = threading.Event(), threading.Event()
 
-    class SlowPopen(subprocess.Popen):  # a spawn that takes its time, as on a loaded machine
+    class HeldPopen(subprocess.Popen):  # a spawn that goes on only once the loop has run
         def __init__(self, *args, **kwargs):
             spawned_in.append(threading.get_ident())
-            time.sleep(0.4)
+            spawning.set()
+            loop_ran_meanwhile.append(loop_ran.wait(10))
             super().__init__(*args, **kwargs)
 
-    monkeypatch.setattr(subprocess, "Popen", SlowPopen)
+    monkeypatch.setattr(subprocess, "Popen", HeldPopen)
 
     async def main():
         helper = long_reads.LongReads()
         helper._starting = asyncio.Lock()
-        ticks = 0
-        stop = asyncio.Event()
-
-        async def ticker():
-            nonlocal ticks
-            while not stop.is_set():
-                await asyncio.sleep(0.01)
-                ticks += 1
-
-        ticking = asyncio.ensure_future(ticker())
         try:
-            path = await helper._helper()
+            starting = asyncio.ensure_future(helper._helper())
+            while not spawning.is_set() and not starting.done():
+                await asyncio.sleep(0.005)  # the loop runs this while the spawn is under way
+            loop_ran.set()
+            path = await starting
             os.kill(helper.proc.pid, 0)  # running (and it said it is ready)
             reader, writer = await asyncio.open_unix_connection(path)  # and serving
             writer.close()
             assert await helper._helper() == path  # started once
         finally:
-            stop.set()
-            await ticking
             helper.close()
-        return ticks, threading.get_ident()
+        return threading.get_ident()
 
-    ticks, loop_thread = asyncio.run(main())
+    loop_thread = asyncio.run(main())
     assert spawned_in and loop_thread not in spawned_in
-    assert ticks >= 20, ticks  # the loop ran through the 0.4-s spawn (40 ticks when nothing else runs)
+    assert loop_ran_meanwhile == [True]

@@ -163,3 +163,29 @@ def test_metrics_add_up_the_worker_processes(tmp_path):
             assert value(samples, "leasehold_leases", resource="container", state="leased") == 1
     finally:
         server.kill()
+
+
+def test_front_refusals_are_counted_by_status_and_logged_once_a_minute_per_status(caplog):
+    """serving/front.py's refused_at_front: every refusal counted by status;
+    a WARNING line for the first of a status, then none for that status for
+    LOG_INTERVAL, the next one saying how many it did not log."""
+    from serving import front
+
+    front._logged.clear()
+    before = {status: metrics.FRONT_REFUSALS.labels(str(status))._value.get() for status in (431, 413)}
+    with caplog.at_level("WARNING", logger="leasehold.front"):
+        front.refused_at_front(431, "RequestHeaderFieldsTooLarge", now=1000.0)
+        front.refused_at_front(431, "RequestHeaderFieldsTooLarge", now=1001.0)
+        front.refused_at_front(413, "Request body too large", now=1002.0)  # another status: its own line
+        front.refused_at_front(431, "RequestHeaderFieldsTooLarge", now=1000.0 + front.LOG_INTERVAL - 0.1)
+        front.refused_at_front(431, "RequestHeaderFieldsTooLarge", now=1000.0 + front.LOG_INTERVAL)
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "leasehold.front"]
+    assert lines == [
+        ("WARNING", "Request refused by the front: 431, RequestHeaderFieldsTooLarge."),
+        ("WARNING", "Request refused by the front: 413, Request body too large."),
+        ("WARNING", "Request refused by the front: 431, RequestHeaderFieldsTooLarge (2 more since the last such "
+                    "line)."),
+    ]
+    assert metrics.FRONT_REFUSALS.labels("431")._value.get() - before[431] == 4
+    assert metrics.FRONT_REFUSALS.labels("413")._value.get() - before[413] == 1
+    front._logged.clear()

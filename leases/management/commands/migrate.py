@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from django.core.management.base import CommandError
 from django.core.management.commands.migrate import Command as DjangoMigrate
 from django.db import OperationalError, connections
 
@@ -52,8 +53,14 @@ class Command(DjangoMigrate):
             try:
                 return super().handle(*args, **options)
             except OperationalError as exc:
-                if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE or time.monotonic() > give_up:
+                if getattr(exc.__cause__, "sqlstate", None) != LOCK_NOT_AVAILABLE:
                     raise
+                if time.monotonic() > give_up:
+                    raise CommandError(f"gave up after --lock-retry-for {options['lock_retry_for']:g} s: a table "
+                                       f"is still in use by another session (a long query or pg_dump?) and each "
+                                       f"try waited {wait:g} s for its lock ({exc}); nothing of the migration "
+                                       f"was applied. Run migrate again once that session ends, or give it "
+                                       f"longer.") from None
                 self.stderr.write(f"A table is in use by another session (a long query or pg_dump?): waited "
                                   f"{wait:g} s for its lock and gave way to lease requests; retrying in {PAUSE:g} s.")
                 time.sleep(PAUSE)

@@ -328,6 +328,8 @@ def pytest_configure(config):
                             "runs the module again on PostgreSQL")
     config.addinivalue_line("markers", "slow: many seconds without a server process (scale data, the big "
                             "fuzz runs); make test-fast leaves it out")
+    config.addinivalue_line("markers", "big: minutes of disk and CPU (a 1 GiB upload); make test-big runs "
+                            "these, make test leaves them out")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         if getattr(config.option, "numprocesses", None):  # the controller of an xdist run

@@ -115,7 +115,7 @@ def test_a_block_upload_does_not_grow_the_worker(server):
     assert peak - before < 48 * MIB, f"RSS grew by {(peak - before) / MIB:.1f} MiB during a 96 MiB upload"
 
 
-@pytest.mark.slow
+@pytest.mark.big  # make test-big
 def test_a_1_gib_block_upload_does_not_grow_the_worker(server):
     before, peak = _upload_keeps_memory_flat(server, 1024 * MIB)
     assert peak - before < 48 * MIB, f"RSS grew by {(peak - before) / MIB:.1f} MiB during a 1 GiB upload"

@@ -20,6 +20,8 @@ from . import acl, inputs, lease_request, wire
 from .auth import AccountKeyRequired, SasAuthentication, create_only, lease_operation, permit, response_headers
 from .blocks import BlockRoutes, blob_type_headers, copy_headers
 from .exceptions import azure_exception_handler
+from .routes import ACCOUNT_ROUTES, BLOB_ROUTES, CONTAINER_ROUTES, SAS_OPERATIONS
+
 
 class PassthroughRenderer(BaseRenderer):
     """Views build their own HttpResponse; this only satisfies negotiation."""
@@ -47,43 +49,6 @@ def _header(request, name: str) -> str | None:
     # __getattr__ fallback each time, and a request reads a dozen headers.
     value = getattr(request, "_request", request).META.get("HTTP_" + name.upper().replace("-", "_"))
     return value if value not in (None, "") else None
-
-
-ACCOUNT_ROUTES = {("GET", None, "list"): "list_containers",
-                  ("GET", "account", "properties"): "account_info",
-                  ("HEAD", "account", "properties"): "account_info",
-                  ("GET", "service", "properties"): "service_properties"}
-CONTAINER_ROUTES = {
-    ("PUT", "container", None): "create_container",
-    ("DELETE", "container", None): "delete_container",
-    ("GET", "container", None): "container_properties",
-    ("HEAD", "container", None): "container_properties",
-    ("GET", "container", "metadata"): "container_properties",
-    ("HEAD", "container", "metadata"): "container_properties",
-    ("PUT", "container", "metadata"): "set_container_metadata",
-    ("PUT", "container", "lease"): "lease",
-    ("GET", "container", "list"): "list_blobs",
-    ("GET", "container", "acl"): "get_container_acl",
-    ("HEAD", "container", "acl"): "get_container_acl",
-    ("PUT", "container", "acl"): "set_container_acl",
-}
-SAS_OPERATIONS = {"get_container_acl": "container_acl", "set_container_acl": "container_acl"}  # else the handler's
-BLOB_ROUTES = {
-    ("PUT", None): "put_blob",
-    ("GET", None): "get_blob",
-    ("HEAD", None): "get_blob",
-    ("DELETE", None): "delete_blob",
-    ("GET", "metadata"): "get_blob",
-    ("HEAD", "metadata"): "get_blob",
-    ("PUT", "metadata"): "set_blob_metadata",
-    ("PUT", "lease"): "lease",
-    ("PUT", "snapshot"): "snapshot_blob",
-    ("PUT", "block"): "put_block",
-    ("PUT", "blocklist"): "put_block_list",
-    ("GET", "blocklist"): "get_block_list",
-    ("PUT", "copy"): "abort_copy",
-    ("PUT", "appendblock"): "append_block",
-}
 
 
 def _metadata(request) -> dict:

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from leases import fingerprints
 from tests import azure_raw
 
 from .test_processes import Server
@@ -66,10 +67,10 @@ def test_a_waiter_whose_client_disconnects_is_dropped_unrecorded_and_never_grant
     finally:
         server.kill()
     with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True) as db:
-        def named(lease_id: str, request_id: str) -> int:  # Django keeps a UUID as 32 hex digits on SQLite
+        def named(lease_id: str, request_id: str) -> int:  # the history keeps lease ids' fingerprints
             return db.execute("SELECT count(*) FROM leases_leaseevent WHERE client_request_id = ?"
-                              " OR lease_id = ? OR proposed_lease_id = ?",
-                              [request_id, *[lease_id.replace("-", "")] * 2]).fetchone()[0]
+                              " OR lease_fingerprint = ? OR proposed_lease_fingerprint = ?",
+                              [request_id, *[fingerprints.of(lease_id)] * 2]).fetchone()[0]
 
         assert named(WAITER, "the-waiter") == 0
         assert named(LATER, "no such request") >= 1  # the query finds an acquire that was made

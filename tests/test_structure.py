@@ -96,6 +96,7 @@ LAYERS = {
     "leases.shared_secret": SERVICES,  # one secret key per PostgreSQL database, settled at start
     "leases.clockwatch": SERVICES,  # reads the database's clock each second, reports steps
     "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
+    "leases.principals": SERVICES,  # who calls, checked before a lease request queues
     "leases.wakeups": SERVICES,  # a release or break wakes the acquires waiting for it
     # The doors, each its own: none imports another.
     "leases.azure": DOOR,

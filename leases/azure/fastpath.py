@@ -212,3 +212,14 @@ def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) ->
     calls = checked(requests)
     write_together(calls)
     return [call.answer() for call in calls]
+
+
+def refused(environ: dict, error: Exception):
+    """The Azure door's answer (an HttpResponse) to a request the server
+    refused before it queued (leases/principals.py: its credentials), by the
+    one exception handler, as the door itself would answer it. Not logged
+    here: the server logs such refusals once in a while per address."""
+    request = LeanRequest(environ.get("REQUEST_METHOD", "PUT"), get_path_info(environ), environ)
+    request.request_id = str(uuid.uuid4())
+    response = azure_exception_handler(error, {"view": request, "request": request})
+    return lease_request.finish(response, environ, request_id=request.request_id, method=request.method)

@@ -1,0 +1,160 @@
+"""A lease request's credentials, checked before it queues (serving/asgi.py).
+
+Every lease request (Azure ``comp=lease``, JSON ``/api/v1/leases/``) is
+identified on the event loop as soon as it is received whole
+(leases/principals.py): one that fails, or carries no credentials, is
+answered here, in its door's shape, and never takes a lease-lane slot, joins
+a lease batch or reaches the writer. One that passes carries its principal,
+by which the lease lane is shared (serving/lanes.py: ``FairGate``, and the
+batches, serving/lease_batch.py).
+
+Refused requests have a bound of their own per client address: a token
+bucket (``LEASEHOLD_UNAUTHENTICATED_RATE``, per worker process). While an
+address has tokens each refusal is the door's own answer (403
+AuthenticationFailed, 401 ...); once it has none, its requests whose
+credentials would need a database read (a token, an account name or a
+session never seen valid) are not looked up and are answered 503 ServerBusy
+(Azure) or 429 TooManyRequests (JSON) with Retry-After. Credentials once
+valid are always checked, so a tenant behind a flooding address still gets
+through. Refusals are logged at most once per ``LOG_INTERVAL`` per address,
+one WARNING line with their count: a flood writes a line a minute, not one
+per request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+
+from django import db
+
+from serving import answers
+from leases import principals
+from leases.azure import fastpath
+from leases.errors import MESSAGES, LeaseholdError
+
+log = logging.getLogger("leasehold.admission")
+
+LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
+MAX_ADDRESSES = 65536  # buckets and log marks kept; past it the full ones are forgotten
+API_LEASES = "/api/v1/leases/"
+
+
+class FailedRequests:
+    """Per client address: a token bucket for refused requests, and when a
+    refusal was last logged."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = rate, burst
+        self.buckets: dict[str, list[float]] = {}  # address -> [tokens, at]
+        self.logged: dict[str, list] = {}  # address -> [logged at, refusals since, last code, last path]
+
+    def _tokens(self, address: str, now: float) -> list[float]:
+        bucket = self.buckets.get(address)
+        if bucket is None:
+            if len(self.buckets) >= MAX_ADDRESSES:
+                self._forget(now)
+            bucket = self.buckets[address] = [self.burst, now]
+        else:
+            bucket[0] = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+            bucket[1] = now
+        return bucket
+
+    def _forget(self, now: float) -> None:
+        self.buckets = {a: b for a, b in self.buckets.items()
+                        if b[0] + (now - b[1]) * self.rate < self.burst}
+        if len(self.buckets) >= MAX_ADDRESSES:  # every one of them flooding: start afresh
+            self.buckets.clear()
+
+    def has(self, address: str) -> bool:
+        return self.rate <= 0 or self._tokens(address, time.monotonic())[0] >= 1
+
+    def take(self, address: str) -> bool:
+        if self.rate <= 0:
+            return True
+        bucket = self._tokens(address, time.monotonic())
+        if bucket[0] < 1:
+            return False
+        bucket[0] -= 1
+        return True
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(1 / self.rate)) if self.rate > 0 else 1
+
+    def note(self, address: str, code: str, path: str) -> None:
+        """Log refusals from ``address`` at most once per LOG_INTERVAL."""
+        now = time.monotonic()
+        mark = self.logged.get(address)
+        if mark is None:
+            if len(self.logged) >= MAX_ADDRESSES:
+                self.logged = {a: m for a, m in self.logged.items() if now - m[0] < LOG_INTERVAL}
+            self.logged[address] = [now, 0, code, path]
+            log.warning("refused a lease request without valid credentials from %s: %s on %s "
+                        "(such refusals from this address are counted, logged at most once a minute)",
+                        address or "?", code, path[:200])
+            return
+        mark[1] += 1
+        mark[2], mark[3] = code, path
+        if now - mark[0] >= LOG_INTERVAL:
+            log.warning("refused %d lease requests without valid credentials from %s in the last %.0f s "
+                        "(the last: %s on %s)", mark[1], address or "?", now - mark[0], code, path[:200])
+            mark[0], mark[1] = now, 0
+
+
+class Admission:
+    """The check in front of the lease lane of one worker process.
+    ``context``: the contextvars context whose database connection the
+    checks read with (the lease batcher's, on the loop)."""
+
+    def __init__(self, context, *, rate: float, burst: float):
+        self.context = context
+        self.failed = FailedRequests(rate, burst)
+
+    def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
+        """The request's principal, or the answer to send instead."""
+        door = "api" if scope["path"].startswith(API_LEASES) else "azure"
+        address = environ.get("REMOTE_ADDR", "")
+        try:
+            return self.context.run(principals.identify, environ, door=door,
+                                    may_look_up=lambda: self.failed.has(address))
+        except principals.Refused as refused:
+            self.failed.note(address, refused.code, scope["path"])
+            if refused.throttled or not self.failed.take(address):
+                return self._busy(environ, door)
+            return self._refusal(environ, door, refused)
+        except Exception as exc:  # noqa: BLE001  the database unreachable: the door will answer
+            log.warning("lease request let through unchecked (%s: %s)", type(exc).__name__, exc)
+            self.context.run(db.close_old_connections)
+            return f"address:{address}"
+
+    def _busy(self, environ, door: str) -> tuple[int, list, bytes]:
+        retry = self.failed.retry_after()
+        if door == "azure":
+            response = fastpath.refused(environ, LeaseholdError(
+                "ServerBusy", message="Too many requests without valid credentials from this address; retry.",
+                detail={"retry_after": retry}))
+            return answers.rendered(environ, response.status_code, list(response.items()), response, close=False)
+        return _json(429, "TooManyRequests", {"Retry-After": str(retry)})
+
+    def _refusal(self, environ, door: str, refused: principals.Refused) -> tuple[int, list, bytes]:
+        if door == "azure":
+            response = fastpath.refused(environ, refused.error or LeaseholdError(refused.code))
+            return answers.rendered(environ, response.status_code, list(response.items()), response, close=False)
+        return _json(refused.status, refused.code, {"WWW-Authenticate": 'Bearer realm="leasehold"'},
+                     reason=refused.reason)
+
+
+def _json(status: int, code: str, headers: dict, *, reason: str = "") -> tuple[int, list, bytes]:
+    """The JSON API's error answer (leases/api/exceptions.py's shape)."""
+    request_id = str(uuid.uuid4())
+    body = {"code": code, "message": MESSAGES.get(code, code), "request_id": request_id}
+    if reason:
+        body["reason"] = reason
+    content = json.dumps(body, separators=(",", ":")).encode()
+    pairs = [(b"Content-Type", b"application/json"), (b"X-Request-Id", request_id.encode()),
+             (b"Content-Length", str(len(content)).encode()),
+             *((k.encode(), v.encode("latin-1")) for k, v in headers.items())]
+    return status, pairs, content

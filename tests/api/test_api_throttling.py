@@ -86,26 +86,32 @@ django.setup()
 from leases.api.throttling import SlidingWindowCounter
 path, go, now = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 counter = SlidingWindowCounter(path)
+counter._connection()  # the file open and in WAL mode before the race
+print("ready", flush=True)
 while not go.exists():
-    time.sleep(0.005)
-print(sum(counter.hit("shared", limit=50, period=3600, now=now) is None for _ in range(40)))
+    time.sleep(0.0005)
+print(sum(counter.hit("shared", limit=LIMIT, period=3600, now=now) is None for _ in range(LIMIT)))
 """
+LIMIT = 200  # each process alone could take the whole limit: only a shared race leaves each fewer
 
 
 @sqlite_counter
 def test_the_limit_is_exact_across_processes(tmp_path):
-    """Four processes hammer one key at once: exactly the limit is admitted
-    (a get-then-set cache counter would let overlapping hits through)."""
+    """Four processes hammer one key at once, each trying as many hits as
+    the limit: exactly the limit is admitted (a get-then-set cache counter
+    would let overlapping hits through), and no process got all of it, so
+    they did race (each waits for the go file only once all are ready)."""
     go = tmp_path / "go"
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "t.sqlite3"), str(go),
-                                  str(WINDOW_START.timestamp())], stdout=subprocess.PIPE, text=True,
+    children = [subprocess.Popen([sys.executable, "-c", CHILD.replace("LIMIT", str(LIMIT)), str(tmp_path / "t.sqlite3"),
+                                  str(go), str(WINDOW_START.timestamp())], stdout=subprocess.PIPE, text=True,
                                  cwd=Path(__file__).resolve().parents[2])
                 for _ in range(4)]
-    time.sleep(0.2)  # let them start; they wait for the go file, then race
+    for child in children:  # Django set up and the counter file open in each
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
     go.touch()
     admitted = [int(child.communicate(timeout=60)[0]) for child in children]
-    assert sum(admitted) == 50 and all(child.returncode == 0 for child in children)
-    assert max(admitted) < 50  # they really did share the work
+    assert sum(admitted) == LIMIT and all(child.returncode == 0 for child in children)
+    assert max(admitted) < LIMIT, admitted  # they really did share the work
 
 
 OPENER = """
@@ -148,16 +154,19 @@ def test_on_postgresql_the_database_counts(db):
 
 
 def test_the_database_counter_is_exact_across_connections(transactional_db):
-    """Four connections (as four instances would have) hit one key at once:
-    exactly the limit is admitted, and the refused hits are not counted."""
+    """Four connections (as four instances would have) hit one key at once,
+    each trying as many hits as the limit: exactly the limit is admitted,
+    the refused hits are not counted, and no connection got all of it (each
+    connects before the barrier, so they race)."""
     go = threading.Barrier(4)
     admitted = []
 
     def hammer():
         try:
+            connection.ensure_connection()
             go.wait()
             admitted.append(sum(DatabaseCounter().hit("shared", limit=50, period=3600,
-                                                      now=WINDOW_START.timestamp()) is None for _ in range(40)))
+                                                      now=WINDOW_START.timestamp()) is None for _ in range(50)))
         finally:
             connection.close()
 

@@ -280,3 +280,33 @@ def test_a_waiter_on_one_instance_is_granted_at_a_release_on_another(postgres, t
     finally:
         for instance in instances:
             instance.stop()
+
+
+def test_a_waiter_on_a_blob_then_deleted_is_answered_404_at_the_delete(sqlite_server):
+    """The delete ends the lease and wakes the waiter, which tries again and
+    learns the blob is gone (it held its connection to the end of its wait)."""
+    base = sqlite_server.url
+    container = _container(base)
+    path = container + "/doomed"
+    assert azure_raw.signed("PUT", base, path, headers={"x-ms-blob-type": "BlockBlob"}, body=b"x").status_code == 201
+    held = azure_raw.signed("PUT", base, path + "?comp=lease", headers={"x-ms-lease-action": "acquire",
+                                                                       "x-ms-lease-duration": "60"})
+    assert held.status_code == 201
+    answer = {}
+
+    def waiter():
+        started = time.monotonic()
+        response = azure_raw.signed("PUT", base, path + "?comp=lease", headers={
+            "x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", WAIT: "20"})
+        answer.update(status=response.status_code, code=azure_raw.error_code(response), started=started,
+                      at=time.monotonic())
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(1.5)  # the waiter is waiting on the server by now (as the tests above)
+    deleted = time.monotonic()
+    gone = azure_raw.signed("DELETE", base, path, headers={"x-ms-lease-id": held.headers["x-ms-lease-id"]})
+    assert gone.status_code == 202
+    thread.join(timeout=30)
+    assert answer["status"] == 404 and answer["code"] == "BlobNotFound", answer
+    assert answer["at"] - deleted < LAG, answer["at"] - deleted  # not at the end of its 20-s wait

@@ -169,16 +169,21 @@ class Checkpointer(threading.Thread):
                 self.checkpoint(con)
             except sqlite3.Error as exc:  # busy, or the file went away: try again later
                 log.debug("checkpoint of %s: %s", self.path, exc)
-                con = _closed(con)
+                _closed(con)
+                con = None
             except OSError as exc:  # out of descriptors (EMFILE), the lock file unreachable: next round
                 if self.failures % FAILURES_LOGGED == 0:
                     log.warning("WAL checkpoint of %s failed, tried again every %s s: %s", self.path,
                                 self.interval, exc)
                 self.failures += 1
-                con = _closed(con)
+                _closed(con)
+                con = None
             except Exception:  # a bug: logged, and the thread goes on (the WAL would only grow without it)
-                log.exception("WAL checkpoint of %s failed", self.path)
-                con = _closed(con)
+                if self.failures % FAILURES_LOGGED == 0:
+                    log.exception("WAL checkpoint of %s failed", self.path)
+                self.failures += 1
+                _closed(con)
+                con = None
         if con is not None:
             con.close()
 

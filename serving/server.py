@@ -90,6 +90,7 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         # No X-Forwarded-* rewriting of the client's address (granian did none).
         proxy_headers=False,
         log_level=level,
+        log_config=_log_config(settings.log_format),
         access_log=settings.access_log,
     )
     config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
@@ -108,6 +109,19 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         _supervisor()(config, sockets=[listener], ready=ready).run()
     except KeyboardInterrupt:
         pass
+
+
+def _log_config(log_format: str) -> dict:
+    """uvicorn's logging, its own records (uvicorn.error) in Leasehold's one
+    line (leases/logformat.py): a traceback only with LEASEHOLD_LOG_TRACEBACKS."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    formatter = "JsonFormatter" if log_format == "json" else "OneLineFormatter"
+    config["formatters"]["default"] = {"()": f"leases.logformat.{formatter}"}
+    return config
 
 
 def _ready_line(host: str, port: int, level: str):

@@ -76,6 +76,7 @@ LAYERS = {
     "leases.lease_params": PURE,  # lease ids and numbers as the doors receive them
     "leases.client_headers": PURE,  # request ids and metadata header names, for both doors
     "leases.waiting": PURE,  # an acquire that waits: the doors' part
+    "leases.spreadsheet": PURE,  # CSV cells a spreadsheet would run, quoted
     # The database: models, their schema and the storage underneath.
     "leases.models": MODELS,
     "leases.tokens": MODELS,

@@ -310,3 +310,19 @@ def test_a_waiter_on_a_blob_then_deleted_is_answered_404_at_the_delete(sqlite_se
     thread.join(timeout=30)
     assert answer["status"] == 404 and answer["code"] == "BlobNotFound", answer
     assert answer["at"] - deleted < LAG, answer["at"] - deleted  # not at the end of its 20-s wait
+
+
+def test_a_wait_key_written_with_escapes_waits(sqlite_server):
+    """``"\\u0077ait"`` is the key "wait" in JSON: the door read it as such,
+    but the server looked for the bytes "wait" and did not hold the request
+    (it was answered 409 at once, as an acquire that may not wait)."""
+    base = sqlite_server.url
+    path = _container(base)
+    assert _acquire(base, path, 60).status_code == 201
+    started = time.monotonic()
+    response = requests.post(f"{base}/api/v1/leases/acquire{path}", data=b'{"duration": 15, "\\u0077ait": 1.5}',
+                             headers={"Authorization": f"Bearer {sqlite_server.token}",
+                                      "Content-Type": "application/json"}, timeout=30)
+    took = time.monotonic() - started
+    assert response.status_code == 409 and response.json()["code"] == "LeaseAlreadyPresent", response.text
+    assert took >= 1.4, took  # it waited out its wait

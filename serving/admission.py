@@ -28,6 +28,8 @@ import logging
 import math
 import time
 import uuid
+from datetime import datetime, timezone
+from email.utils import formatdate
 
 from django import db
 
@@ -38,6 +40,10 @@ from leases.errors import MESSAGES, LeaseholdError
 
 log = logging.getLogger("leasehold.admission")
 
+BUSY_MESSAGE = "Too many requests without valid credentials from this address; retry."
+BUSY_XML_HEAD = ('\ufeff<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
+                 f"<Message>{BUSY_MESSAGE}\n")
+BUSY_VERSION = fastpath.DEFAULT_VERSION.encode()
 LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
 MAX_ADDRESSES = 65536  # buckets and log marks kept; past it the full ones are forgotten
 API_LEASES = "/api/v1/leases/"
@@ -131,13 +137,20 @@ class Admission:
             return f"address:{address}"
 
     def _busy(self, environ, door: str) -> tuple[int, list, bytes]:
-        retry = self.failed.retry_after()
-        if door == "azure":
-            response = fastpath.refused(environ, LeaseholdError(
-                "ServerBusy", message="Too many requests without valid credentials from this address; retry.",
-                detail={"retry_after": retry}))
-            return answers.rendered(environ, response.status_code, list(response.items()), response, close=False)
-        return _json(429, "TooManyRequests", {"Retry-After": str(retry)})
+        """The answer past the address's bound: built here, as cheaply as it
+        can be (a flood is answered with these), in the door's shape."""
+        retry = str(self.failed.retry_after()).encode()
+        request_id = str(uuid.uuid4())
+        if door == "api":
+            return _json(429, "TooManyRequests", {"Retry-After": retry.decode()}, request_id=request_id)
+        now = time.time()
+        stamp = datetime.fromtimestamp(now, timezone.utc)
+        body = (BUSY_XML_HEAD + f"RequestId:{request_id}\nTime:{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}0Z"
+                "</Message></Error>").encode()
+        return 503, [(b"Content-Type", b"application/xml"), (b"x-ms-error-code", b"ServerBusy"),
+                     (b"x-ms-request-id", request_id.encode()), (b"x-ms-version", BUSY_VERSION),
+                     (b"Date", formatdate(now, usegmt=True).encode()), (b"Retry-After", retry),
+                     (b"Content-Length", str(len(body)).encode())], body
 
     def _refusal(self, environ, door: str, refused: principals.Refused) -> tuple[int, list, bytes]:
         if door == "azure":
@@ -147,9 +160,9 @@ class Admission:
                      reason=refused.reason)
 
 
-def _json(status: int, code: str, headers: dict, *, reason: str = "") -> tuple[int, list, bytes]:
+def _json(status: int, code: str, headers: dict, *, reason: str = "", request_id: str = "") -> tuple[int, list, bytes]:
     """The JSON API's error answer (leases/api/exceptions.py's shape)."""
-    request_id = str(uuid.uuid4())
+    request_id = request_id or str(uuid.uuid4())
     body = {"code": code, "message": MESSAGES.get(code, code), "request_id": request_id}
     if reason:
         body["reason"] = reason

@@ -36,7 +36,7 @@ from .. import services, waiting
 from ..services import ResourceRef
 from ..sql.transactions import RetryAlone
 from ..sharedkey import account_keys, verify_shared_key
-from . import inputs, lease_request
+from . import inputs, lease_request, wire
 from .auth import require_account
 from .exceptions import azure_exception_handler
 
@@ -47,6 +47,7 @@ PATH = re.compile(r"/([a-z0-9]{3,24})/([^/]+)(?:/([\s\S]+))?\Z")
 # they are (XML-safe, timeout in digits): anything else goes the general way.
 PLAIN = re.compile(r"[A-Za-z0-9]{1,32}\Z")
 QUERY_NAMES = frozenset({"comp", "restype", "timeout"})
+DEFAULT_VERSION = wire.DEFAULT_VERSION  # the x-ms-version of an answer the server builds itself (serving/admission.py)
 
 
 class LeanRequest:

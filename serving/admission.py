@@ -11,12 +11,12 @@ batches, serving/lease_batch.py).
 Refused requests have a bound of their own per client address: a token
 bucket (``LEASEHOLD_UNAUTHENTICATED_RATE``, per worker process). While an
 address has tokens each refusal is the door's own answer (403
-AuthenticationFailed, 401 ...); once it has none, its requests whose
-credentials would need a database read (a token, an account name or a
-session never seen valid) are not looked up and are answered 503 ServerBusy
-(Azure) or 429 TooManyRequests (JSON) with Retry-After. Credentials once
-valid are always checked, so a tenant behind a flooding address still gets
-through. Refusals are logged at most once per ``LOG_INTERVAL`` per address,
+AuthenticationFailed, 401 ...); once it has none, refusals are answered 503
+ServerBusy (Azure) or 429 TooManyRequests (JSON) with Retry-After, built
+here without Django, and credentials that would need a database read (a
+token, an account name or a session never seen valid) are not looked up.
+Credentials once valid are always checked, so a tenant behind a flooding
+address still gets through. Refusals are logged at most once per ``LOG_INTERVAL`` per address,
 one WARNING line with their count: a flood writes a line a minute, not one
 per request.
 """

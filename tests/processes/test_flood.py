@@ -261,3 +261,49 @@ def test_bad_host_headers_log_one_warning(server):
     lines = [line for line in log.splitlines() if "HTTP_HOST" in line]
     assert 1 <= len(lines) <= 2 and all(" WARNING " in line for line in lines), lines  # one per worker at most
     assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_every_kind_of_valid_credentials_passes_the_check_before_the_lane(server):
+    """The check in front of the lease lane (serving/admission.py) lets each
+    kind of valid credentials through to the door -- a token, SharedKey on
+    the JSON API, an admin session -- and refuses a session that is not one."""
+    import re
+
+    import requests as http
+
+    from tests.api.helpers import shared_key_headers
+    from leases.management.commands.leasehold_setup import DEV_KEY
+
+    container = "kinds" + uuid.uuid4().hex[:8]
+    assert azure_raw.signed("PUT", server.url, f"/{DEV_ACCOUNT}/{container}?restype=container").status_code == 201
+    api = f"/api/v1/leases/acquire/{DEV_ACCOUNT}/{container}"
+    body = json.dumps({"duration": 15}).encode()  # each its own lease id: the second and later are refused 409
+
+    by_token = http.post(server.url + api, data=body, timeout=30, headers={
+        "Authorization": f"Bearer {server.token}", "Content-Type": "application/json"})
+    assert by_token.status_code == 201, by_token.text
+
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+    signed = shared_key_headers("POST", api, account=DEV_ACCOUNT, key=DEV_KEY, headers=headers)
+    by_key = http.post(server.url + api, data=body, headers={**headers, **signed}, timeout=30)
+    assert (by_key.status_code, by_key.json()["code"]) == (409, "LeaseAlreadyPresent"), by_key.text  # through
+
+    with http.Session() as browser:
+        page = browser.get(server.url + "/admin/login/", timeout=30)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        logged = browser.post(server.url + "/admin/login/", timeout=30, allow_redirects=False, data={
+            "csrfmiddlewaretoken": token, "username": "admin", "password": "x" * 12, "next": "/admin/"},
+            headers={"Referer": server.url + "/admin/login/"})
+        assert logged.status_code == 302, logged.text[:500]
+        by_session = browser.post(server.url + api, data=body, timeout=30, headers={
+            "Content-Type": "application/json", "X-CSRFToken": browser.cookies["csrftoken"],
+            "Referer": server.url + "/admin/"})
+        assert (by_session.status_code, by_session.json()["code"]) == (409, "LeaseAlreadyPresent"), by_session.text
+
+    made_up = http.post(server.url + api, data=body, timeout=30, headers={
+        "Content-Type": "application/json", "Cookie": f"sessionid={uuid.uuid4().hex}"})
+    assert (made_up.status_code, made_up.json()["code"]) == (401, "NoAuthenticationInformation"), made_up.text
+    with sqlite3.connect(server.database) as db:
+        actors = {actor for actor, in db.execute("SELECT actor FROM leases_leaseevent WHERE container = ?",
+                                                 (container,))}
+    assert actors == {"token:burst", f"account:{DEV_ACCOUNT}", "user:admin"}, actors

@@ -493,14 +493,17 @@ def robust_report(scenarios: list[Scenario], robust: dict, names: list[str]) -> 
     out = []
     for sc in scenarios:
         out.append(f"\n{sc.title}")
-        keys = next((runs[0].keys() for (n, s), runs in robust.items() if s == sc.name and runs), [])
+        keys: list[str] = []  # every run's keys in their order (a flood's answers differ by server)
+        for (n, s), runs in robust.items():
+            for run in runs if s == sc.name else ():
+                keys += [key for key in run if key not in keys]
         width = max(12, *(len(n) + 2 for n in names))
         out.append(f"  {'':36}" + "".join(f"{n:>{width}}" for n in names))
         for key in keys:
             cells = []
             for n in names:
                 runs = robust.get((n, sc.name), [])
-                values = [r[key] for r in runs if r.get(key) == r.get(key)]
+                values = [r[key] for r in runs if key in r and r[key] == r[key]]
                 cells.append(f"{fmt_num(statistics.median(values)) if values else '-':>{width}}")
             out.append(f"  {key:36}" + "".join(cells))
         for n in names:

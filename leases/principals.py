@@ -57,6 +57,11 @@ class Throttled(Exception):
     """A lookup the server forbade (``may_look_up`` false)."""
 
 
+class Unreadable(Exception):
+    """A lookup needed while the server reads nothing (``may_read`` false:
+    the database failed a moment ago, and a read on the loop might hang)."""
+
+
 class _Memory:
     """Valid credentials remembered: ``fresh`` ones need no lookup for
     REMEMBER_SECONDS; ``known`` ones (once valid) may always be looked up."""
@@ -91,10 +96,18 @@ class Request:
     """What a check reads: the environ, the door, and whether it may look up
     a credential never seen valid."""
 
-    __slots__ = ("environ", "door", "may_look_up", "now")
+    __slots__ = ("environ", "door", "may_look_up", "may_read", "now")
 
-    def __init__(self, environ: dict, door: str, may_look_up: Callable[[], bool]):
+    def __init__(self, environ: dict, door: str, may_look_up: Callable[[], bool], may_read: bool = True):
         self.environ, self.door, self.may_look_up, self.now = environ, door, may_look_up, time.monotonic()
+        self.may_read = may_read
+
+    def reading(self, memory: _Memory, key: str) -> None:
+        """Before a database read for credential ``key``: allowed?"""
+        if not self.may_read:
+            raise Unreadable
+        if not memory.may_look_up(key, self.now, self.may_look_up):
+            raise Throttled
 
 
 def check_shared_key(request: Request) -> str | None:
@@ -104,9 +117,8 @@ def check_shared_key(request: Request) -> str | None:
         return None
 
     def lookup(name: str):
-        if sharedkey.cached_account_keys(name) is None \
-                and not _accounts.may_look_up(name, request.now, request.may_look_up):
-            raise Throttled
+        if sharedkey.cached_account_keys(name) is None:
+            request.reading(_accounts, name)
         return sharedkey.account_keys(name)
 
     try:
@@ -137,8 +149,7 @@ def check_bearer(request: Request) -> str | None:
     key = digest(raw.strip())
     principal = _tokens.get(key, request.now)
     if principal is None:
-        if not _tokens.may_look_up(key, request.now, request.may_look_up):
-            raise Throttled
+        request.reading(_tokens, key)
         token = ApiToken.find_usable(raw.strip())
         if token is None:
             raise Refused(401, "AuthenticationFailed", "The token is unknown, expired or revoked.")
@@ -160,8 +171,7 @@ def check_session(request: Request) -> str | None:
     key = morsel.value
     principal = _sessions.get(key, request.now)
     if principal is None:
-        if not _sessions.may_look_up(key, request.now, request.may_look_up):
-            raise Throttled
+        request.reading(_sessions, key)
         principal = _session_user(key)
         if principal is None:
             return None  # no session: no credentials at all, as DRF sees it
@@ -194,11 +204,11 @@ def register(check: Callable[[Request], str | None], *, first: bool = True) -> N
         CHECKS.insert(0 if first else len(CHECKS), check)
 
 
-def identify(environ: dict, *, door: str, may_look_up: Callable[[], bool]) -> str:
+def identify(environ: dict, *, door: str, may_look_up: Callable[[], bool], may_read: bool = True) -> str:
     """The principal of a lease request (``door``: "azure" or "api"), or
     Refused: failed credentials, none, or (``throttled``) a lookup the
-    server forbade."""
-    request = Request(environ, door, may_look_up)
+    server forbade. Unreadable if it needs a read and ``may_read`` is false."""
+    request = Request(environ, door, may_look_up, may_read)
     try:
         for check in CHECKS:
             principal = check(request)

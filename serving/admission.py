@@ -44,6 +44,7 @@ BUSY_MESSAGE = "Too many requests without valid credentials from this address; r
 BUSY_XML_HEAD = ('\ufeff<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
                  f"<Message>{BUSY_MESSAGE}\n")
 BUSY_VERSION = fastpath.DEFAULT_VERSION.encode()
+UNREAD_SECONDS = 1.0  # after a failed read, the checks read nothing for this long
 LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
 MAX_ADDRESSES = 65536  # buckets and log marks kept; past it the full ones are forgotten
 API_LEASES = "/api/v1/leases/"
@@ -118,6 +119,7 @@ class Admission:
     def __init__(self, context, *, rate: float, burst: float):
         self.context = context
         self.failed = FailedRequests(rate, burst)
+        self.unread_until = 0.0  # monotonic time until which the checks read nothing
 
     def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
         """The request's principal, or the answer to send instead."""
@@ -125,14 +127,23 @@ class Admission:
         address = environ.get("REMOTE_ADDR", "")
         try:
             return self.context.run(principals.identify, environ, door=door,
-                                    may_look_up=lambda: self.failed.has(address))
+                                    may_look_up=lambda: self.failed.has(address),
+                                    may_read=time.monotonic() >= self.unread_until)
+        except principals.Unreadable:  # the database failed a moment ago: the door checks it
+            return f"address:{address}"
         except principals.Refused as refused:
             self.failed.note(address, refused.code, scope["path"])
             if refused.throttled or not self.failed.take(address):
                 return self._busy(environ, door)
             return self._refusal(environ, door, refused)
         except Exception as exc:  # noqa: BLE001  the database unreachable: the door will answer
-            log.warning("lease request let through unchecked (%s: %s)", type(exc).__name__, exc)
+            # No read on the loop for a while (a database that is down could
+            # hold it for a connect timeout per request); credentials known
+            # from memory are still checked.
+            if time.monotonic() >= self.unread_until:
+                log.warning("lease requests let through to their door unchecked for %.0f s: the credentials "
+                            "could not be read (%s: %s)", UNREAD_SECONDS, type(exc).__name__, exc)
+            self.unread_until = time.monotonic() + UNREAD_SECONDS
             self.context.run(db.close_old_connections)
             return f"address:{address}"
 

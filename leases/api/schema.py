@@ -94,7 +94,8 @@ def path_parameters(*, blob: bool) -> list[OpenApiParameter]:
     ]
     if blob:
         parameters.append(OpenApiParameter("blob", OpenApiTypes.STR, OpenApiParameter.PATH,
-                                           description="Blob name; may contain '/'."))
+                                           pattern=r"^[\s\S]{1,1024}$",  # as the server checks it (leases/names.py)
+                                           description="Blob name, 1 to 1,024 characters; may contain '/'."))
     return parameters
 
 

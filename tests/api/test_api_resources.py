@@ -331,3 +331,6 @@ def test_the_schema_states_the_page_size_and_ordering_the_server_takes(api):
     parameters = {p["name"]: p["schema"] for p in schema["paths"][f"{API}/events/"]["get"]["parameters"]}
     assert parameters["page_size"] == {"type": "integer", "minimum": 1, "maximum": 1000}
     assert parameters["ordering"] == {"type": "string", "enum": ["id", "-id"]}
+    blob = next(p for p in schema["paths"][f"{API}/blobs/{{account}}/{{container}}/{{blob}}"]["get"]["parameters"]
+                if p["name"] == "blob")
+    assert blob["schema"]["pattern"] == r"^[\s\S]{1,1024}$"  # a longer name is refused (leases/names.py)

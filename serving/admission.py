@@ -16,7 +16,10 @@ ServerBusy (Azure) or 429 TooManyRequests (JSON) with Retry-After, built
 here without Django, and credentials that would need a database read (a
 token, an account name or a session never seen valid) are not looked up.
 Credentials once valid are always checked, so a tenant behind a flooding
-address still gets through. Refusals are logged at most once per ``LOG_INTERVAL`` per address,
+address still gets through. Such an answer is sent after a pause of a
+second (``Admission.pause``): uvicorn reads a connection's next request only
+once its answer is sent, so a flooding connection costs a worker one request
+a second, not as many as it can send. Refusals are logged at most once per ``LOG_INTERVAL`` per address,
 one WARNING line with their count: a flood writes a line a minute, not one
 per request.
 """
@@ -44,6 +47,7 @@ BUSY_MESSAGE = "Too many requests without valid credentials from this address; r
 BUSY_XML_HEAD = ('\ufeff<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
                  f"<Message>{BUSY_MESSAGE}\n")
 BUSY_VERSION = fastpath.DEFAULT_VERSION.encode()
+PAUSE_SECONDS = 1.0  # most an answer past an address's bound is held back
 UNREAD_SECONDS = 1.0  # after a failed read, the checks read nothing for this long
 LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
 MAX_ADDRESSES = 65536  # buckets and log marks kept; past it the full ones are forgotten
@@ -120,6 +124,11 @@ class Admission:
         self.context = context
         self.failed = FailedRequests(rate, burst)
         self.unread_until = 0.0  # monotonic time until which the checks read nothing
+        # An answer past the bound is sent after this pause: the connection's
+        # next request waits for it (uvicorn reads a connection's next request
+        # only once the answer is sent), so each flooding connection costs the
+        # worker one request a pause, not as many as it can send.
+        self.pause = min(PAUSE_SECONDS, float(self.failed.retry_after()))
 
     def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
         """The request's principal, or the answer to send instead."""

@@ -213,6 +213,8 @@ class LeaseholdASGI:
             admitted = self.admission.admit(scope, environ)  # on the loop, before any queue
             if not isinstance(admitted, str):
                 status, headers, content = admitted
+                if status in (429, 503):  # past the address's bound: answered after a pause (admission.py)
+                    await asyncio.sleep(self.admission.pause)
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": content})
                 return

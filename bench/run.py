@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import flood  # noqa: E402
 import hostile  # noqa: E402
 import loadgen  # noqa: E402
 import servers  # noqa: E402
@@ -43,7 +44,7 @@ CONTAINER = "bench"
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str  # cycle | contention | hostile | stuck
+    kind: str  # cycle | contention | hostile | stuck | flood
     clients: int
     burners: int = 0  # CPU-burning processes running through each measured run
 
@@ -52,6 +53,9 @@ class Scenario:
         if self.kind == "hostile":
             return (f"{self.name}: 16 holders renew 15-s leases every 5 s under slow clients, slow uploads "
                     f"and (Leasehold) full history exports")
+        if self.kind == "flood":
+            return (f"{self.name}: a bystander renews one lease back to back while requests without valid "
+                    f"credentials flood the lease paths (bench/flood.py)")
         if self.kind == "stuck":
             return (f"{self.name}: another process holds SQLite's write lock; 4 readers, 4 writers "
                     f"(Leasehold only: Azurite has no database to lock)")
@@ -72,8 +76,9 @@ SCENARIOS = {s.name: s for s in (
     Scenario("busy-cycle-16", "cycle", 16, burners=2),
     Scenario("hostile", "hostile", 16),
     Scenario("stuck", "stuck", 8),
+    Scenario("flood", "flood", 1),
 )}
-ROBUSTNESS = ("hostile", "stuck")
+ROBUSTNESS = ("hostile", "stuck", "flood")
 EXPECTED = {ACQUIRE: (201,), RENEW: (200,), RELEASE: (200,), BREAK: (202,)}
 CONTENDED_ACQUIRE = (201, 409)
 
@@ -348,6 +353,11 @@ def main() -> int:
     ap.add_argument("--hostile-events", type=int, default=1_000_000, help="history events to export")
     ap.add_argument("--stuck-seconds", type=float, default=40.0, help="how long the write lock is held")
     ap.add_argument("--write-wait", type=float, default=5.0, help="LEASEHOLD_WRITE_WAIT for the run")
+    ap.add_argument("--flood-requests", type=int, default=6000, help="requests without valid credentials")
+    ap.add_argument("--flood-connections", type=int, default=1000, help="connections they come over, at once")
+    ap.add_argument("--flood-kind", default="token", choices=flood.KINDS,
+                    help="bad bearer tokens (JSON API), bad SharedKey signatures or none (Azure), or mixed")
+    ap.add_argument("--flood-every", type=float, default=0.02, help="seconds between the bystander's renewals")
     args = ap.parse_args()
 
     for p in (args.port_base, args.port_base + 1, args.port_base + 2):
@@ -435,12 +445,22 @@ def main() -> int:
             order = all_servers[rnd % len(all_servers):] + all_servers[:rnd % len(all_servers)]
         for sc in scenarios:
             for s in order:
-                needs = {"hostile": args.hostile_seconds + 10, "stuck": args.stuck_seconds + 10}.get(sc.kind, per_run)
+                needs = {"hostile": args.hostile_seconds + 10, "stuck": args.stuck_seconds + 10,
+                         "flood": 60}.get(sc.kind, per_run)
                 if time.monotonic() + needs > deadline:
                     servers.log("time bound reached; reporting what was measured")
                     break
                 if sc.kind in ROBUSTNESS:
                     if sc.kind == "stuck" and not isinstance(s, servers.Leasehold):
+                        continue
+                    if sc.kind == "flood":
+                        if not isinstance(s, servers.Leasehold) and args.flood_kind in ("token", "mixed"):
+                            continue  # Azurite has no JSON API
+                        out = flood.flood(s, total=args.flood_requests, connections=args.flood_connections,
+                                          kind=args.flood_kind, every=args.flood_every)
+                        robust.setdefault((s.name, sc.name), []).append(out)
+                        servers.log(f"round {rnd + 1} {sc.name:14} {s.name:9} "
+                                    + "  ".join(f"{k} {fmt_num(v)}" for k, v in out.items()))
                         continue
                     out = (hostile.hostile(s, args.hostile_seconds, slow=args.hostile_slow,
                                            uploads=args.hostile_uploads, upload_mib=args.hostile_upload_mb,
@@ -473,14 +493,17 @@ def robust_report(scenarios: list[Scenario], robust: dict, names: list[str]) -> 
     out = []
     for sc in scenarios:
         out.append(f"\n{sc.title}")
-        keys = next((runs[0].keys() for (n, s), runs in robust.items() if s == sc.name and runs), [])
+        keys: list[str] = []  # every run's keys in their order (a flood's answers differ by server)
+        for (n, s), runs in robust.items():
+            for run in runs if s == sc.name else ():
+                keys += [key for key in run if key not in keys]
         width = max(12, *(len(n) + 2 for n in names))
         out.append(f"  {'':36}" + "".join(f"{n:>{width}}" for n in names))
         for key in keys:
             cells = []
             for n in names:
                 runs = robust.get((n, sc.name), [])
-                values = [r[key] for r in runs if r.get(key) == r.get(key)]
+                values = [r[key] for r in runs if key in r and r[key] == r[key]]
                 cells.append(f"{fmt_num(statistics.median(values)) if values else '-':>{width}}")
             out.append(f"  {key:36}" + "".join(cells))
         for n in names:

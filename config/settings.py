@@ -273,12 +273,16 @@ LOGGING = {
                    "json": {"()": "leases.logformat.JsonFormatter", "tracebacks": LOG_TRACEBACKS}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     # A storage fault's 503 is logged once with its cause, not again by Django.
-    "filters": {"skip_logged_faults": {"()": "leases.logformat.SkipLoggedFaults"}},
+    "filters": {"skip_logged_faults": {"()": "leases.logformat.SkipLoggedFaults"},
+                "once_per_address": {"()": "leases.logformat.OncePerAddress"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
     # 412 ...) are normal outcomes, recorded in the lease history, and under
     # contention come by the thousand. 5xx are still logged.
-    "loggers": {"django.request": {"level": "ERROR", "filters": ["skip_logged_faults"]}},
+    "loggers": {"django.request": {"level": "ERROR", "filters": ["skip_logged_faults"]},
+                # A bad Host header is the client's mistake (400), not the server's:
+                # a WARNING, once a minute per client address.
+                "django.security.DisallowedHost": {"filters": ["once_per_address"]}},
 }
 
 # ------------------------------------------------------------------ Leasehold

@@ -60,6 +60,7 @@ class Settings:
     max_blob_bytes: int
     waiters_per_principal: int
     api_rate: str  # "" for no limit
+    unauthenticated_rate: tuple[float, float]  # per second, burst; (0, 0): no bound
     clock_skew_seconds: int
     # waits and pieces of work
     write_wait: float
@@ -143,6 +144,17 @@ def _trusted_proxies(environ: Mapping[str, str]) -> tuple[ipaddress.IPv4Network 
     except ValueError:
         raise SettingError("LEASEHOLD_TRUSTED_PROXIES must be comma-separated addresses or networks, e.g. "
                            f"127.0.0.1,10.0.0.0/8, not {text!r}") from None
+PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _rate(name: str, default: str, environ: Mapping[str, str]) -> tuple[float, float]:
+    """``N/period`` as (refill per second, burst N); empty: (0, 0), no bound."""
+    text = env_str(name, default, allow_empty=True, pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
+                   expected="requests/period, e.g. 50/second", environ=environ)
+    if not text:
+        return 0.0, 0.0
+    count, _, period = text.partition("/")
+    return int(count) / PERIODS[period[0]], float(int(count))
 
 
 def _optional_int(name: str, environ: Mapping[str, str]) -> int | None:
@@ -181,8 +193,9 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         max_small_body_bytes=env_int("LEASEHOLD_MAX_SMALL_BODY_BYTES", 65536, at_least=1024, environ=env),
         max_blob_bytes=env_int("LEASEHOLD_MAX_BLOB_BYTES", 64 * 1024 * 1024, at_least=0, environ=env),
         waiters_per_principal=env_int("LEASEHOLD_WAITERS_PER_PRINCIPAL", 1000, at_least=0, environ=env),
-        api_rate=env_str("LEASEHOLD_API_RATE", "1200/minute", allow_empty=True, pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
+        api_rate=env_str("LEASEHOLD_API_RATE", "30000/minute", allow_empty=True, pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
                          expected="requests/period, e.g. 1200/minute or 20/s", environ=env),
+        unauthenticated_rate=_rate("LEASEHOLD_UNAUTHENTICATED_RATE", "50/second", env),
         clock_skew_seconds=env_int("LEASEHOLD_CLOCK_SKEW_SECONDS", 900, at_least=0, environ=env),
         write_wait=env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0, environ=env),
         stage_pause=env_float("LEASEHOLD_STAGE_PAUSE", 0.5, at_least=0, environ=env),

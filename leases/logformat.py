@@ -125,3 +125,36 @@ class LeaseIdsOut(logging.Filter):
         if isinstance(record.args, tuple):
             record.args = tuple(without_lease_ids(a) if isinstance(a, str) else a for a in record.args)
         return True
+
+
+class OncePerAddress(logging.Filter):
+    """What a cheap request makes a logger say (Django's "Invalid HTTP_HOST
+    header", an ERROR per request) as one WARNING per client address per
+    ``interval`` seconds: a flood of them writes a line a minute."""
+
+    MAX_ADDRESSES = 65536
+
+    def __init__(self, interval: float = 60.0):
+        super().__init__()
+        self.interval = interval
+        self.last: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import time
+
+        if getattr(record, "leasehold_once", False):  # passed already (the filter set up twice)
+            return True
+        request = getattr(record, "request", None)
+        address = getattr(request, "META", {}).get("REMOTE_ADDR", "") if request is not None else ""
+        now = time.monotonic()
+        if now - self.last.get(address, -self.interval) < self.interval:
+            return False
+        if len(self.last) >= self.MAX_ADDRESSES:
+            self.last = {a: t for a, t in self.last.items() if now - t < self.interval}
+        self.last[address] = now
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg = f"{record.msg} (from {address or '?'}; more such lines from it in the next " \
+                     f"{self.interval:.0f} s are not logged)"
+        record.exc_info = record.exc_text = None  # the message says it all
+        record.leasehold_once = True
+        return True

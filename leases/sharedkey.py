@@ -31,6 +31,10 @@ STANDARD_HEADERS = ("CONTENT_ENCODING", "CONTENT_LANGUAGE", "CONTENT_LENGTH", "C
 _STANDARD_KEYS = tuple(name if name in ("CONTENT_LENGTH", "CONTENT_TYPE") else "HTTP_" + name
                        for name in STANDARD_HEADERS)
 _LENGTH_SLOT = STANDARD_HEADERS.index("CONTENT_LENGTH")
+# The environ key of a SharedKey the server verified before the request
+# queued (leases/principals.py): the account's name. Only the server sets
+# it (a client's headers become HTTP_* keys).
+VERIFIED = "leasehold.verified_account"
 
 
 class AccountPrincipal:
@@ -177,7 +181,12 @@ def verify_shared_key(environ: dict, decoded_path: str, lookup):
     """Check a SharedKey request. ``lookup(name)`` returns ``(keys, found)``
     for the named account or None; answers ``found`` when a key signs the
     request, None when it is not signed at all, and raises the Azure error
-    otherwise. The path as sent is tried first, then the re-quoted ones."""
+    otherwise. The path as sent is tried first, then the re-quoted ones.
+    A request the server verified before it queued (leases/principals.py)
+    carries its account in ``VERIFIED``: not computed twice."""
+    verified = environ.get(VERIFIED)
+    if verified is not None:
+        return verified
     header = environ.get("HTTP_AUTHORIZATION")
     if not header:
         return None
@@ -241,6 +250,14 @@ def account_keys(name: str):
     if found is not None:
         _known_keys[name] = (now, found)
     return found
+
+
+def cached_account_keys(name: str):
+    """``account_keys(name)`` if it needs no database read now, else None."""
+    known = _known_keys.get(name)
+    if known is not None and time.monotonic() - known[0] < ACCOUNT_CACHE_SECONDS:
+        return known[1]
+    return None
 
 
 def _query_account_keys(name: str):

@@ -43,6 +43,21 @@ def in_transaction(resource_key: str, conn, cursor) -> None:
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, resource_key])
 
 
+def at_delete(resource_key: str) -> None:
+    """In the transaction of a delete that ends a lease: its waiters are
+    woken at the commit, try again and are answered (404, the resource gone)
+    instead of holding their connections to the end of their wait."""
+    from functools import partial
+
+    from django.db import connection, transaction
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            in_transaction(resource_key, connection, cursor)
+    else:
+        transaction.on_commit(partial(after_commit, resource_key))
+
+
 def after_commit(resource_key: str, using: str = "default") -> None:
     """After the freeing action's commit: SQLite's datagrams."""
     folder = marker_dir(using)

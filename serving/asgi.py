@@ -51,6 +51,7 @@ import asyncio
 import contextlib
 import functools
 import gc
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -61,7 +62,8 @@ from django.http.response import HttpResponseBase
 from serving import answers, bodies, front, long_reads
 from serving.environ import wsgi_environ as _environ
 from serving.lease_batch import LeaseBatcher
-from serving.lanes import Lane, OnePerRow, row_of
+from serving.admission import Admission
+from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from engines import postgres
 from engines.busy import received_at
@@ -129,6 +131,12 @@ class LeaseholdASGI:
         # exports run in a low-priority helper process (serving/long_reads.py)
         self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
         self.waiters = Waiters()  # acquires waiting for a held lease (serving/waiting.py)
+        # Credentials checked before a lease request queues, failures bounded per
+        # address (serving/admission.py); the lease lane shared by principals in
+        # turn (serving/lanes.py), with a request queued behind each running one.
+        self.admission = Admission(self.batcher.context, rate=own.unauthenticated_rate[0],
+                                   burst=own.unauthenticated_rate[1])
+        self.gate = FairGate(2 * len(self.lanes["lease"].executors))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http":
@@ -202,6 +210,16 @@ class LeaseholdASGI:
             return
         lane = self.lanes[self.lane_name(scope)]
         environ["leasehold.lane"] = lane.name
+        if lane is self.lanes["lease"]:
+            admitted = self.admission.admit(scope, environ)  # on the loop, before any queue
+            if not isinstance(admitted, str):
+                status, headers, content = admitted
+                if status in (429, 503):  # past the address's bound: answered after a pause (admission.py)
+                    await asyncio.sleep(self.admission.pause)
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": content})
+                return
+            environ[PRINCIPAL] = admitted
         names = fastpath.takes(environ) if lane is self.lanes["lease"] and self.lean_path else None
         if lane is self.lanes["lease"] and isinstance(body, bytes) and _may_wait(scope, environ, body):
             await serve_waiting(self, scope, receive, send, body, length, environ, names, lane)
@@ -228,7 +246,17 @@ class LeaseholdASGI:
             return
         await self.run_in_lane(lane, environ, receive, send, body, marks)
 
+    def turn(self, lane, environ):
+        """A lease request's place in the lease lane, in its principal's turn."""
+        if lane.name != "lease":
+            return contextlib.nullcontext()
+        return self.gate.turn(environ.get(PRINCIPAL, ""))
+
     async def run_in_lane(self, lane, environ, receive, send, body, marks):
+        async with self.turn(lane, environ):
+            await self._run_in_lane(lane, environ, receive, send, body, marks)
+
+    async def _run_in_lane(self, lane, environ, receive, send, body, marks):
         index = lane.take()
         executor = lane.executors[index]
         loop = asyncio.get_running_loop()
@@ -277,12 +305,13 @@ class LeaseholdASGI:
                 return await self.in_lane(environ, lane)
 
     async def in_lane(self, environ, lane) -> tuple[int, list, bytes]:
-        index = lane.take()
-        try:
-            status, headers, content, result = await asyncio.get_running_loop().run_in_executor(
-                lane.executors[index], self.call, environ)
-        finally:
-            lane.give_back(index)
+        async with self.turn(lane, environ):
+            index = lane.take()
+            try:
+                status, headers, content, result = await asyncio.get_running_loop().run_in_executor(
+                    lane.executors[index], self.call, environ)
+            finally:
+                lane.give_back(index)
         if result is not None:  # a streamed answer (a lease action's never is): close it
             answers.close(result)
             raise RuntimeError("a lease action answered with a stream")
@@ -356,5 +385,15 @@ def _may_wait(scope, environ, body: bytes) -> bool:
     acquire with x-leasehold-wait, a JSON acquire with "wait" in its body.
     Every other lease request goes the usual way, untouched."""
     if scope["path"].startswith(API_LEASES):
-        return scope["path"].startswith(API_LEASES + "acquire/") and b'"wait"' in body
+        return scope["path"].startswith(API_LEASES + "acquire/") and _json_has_wait(body)
     return bool(environ.get(waiting.HEADER_KEY))
+
+
+def _json_has_wait(body: bytes) -> bool:
+    """Whether a JSON body is an object with a "wait" key, however the key is
+    written ("\\u0077ait" is "wait" too): decoded, as the door decodes it."""
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False  # the door answers it 400
+    return isinstance(data, dict) and "wait" in data

@@ -212,8 +212,22 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self._arm_header_timer()  # the first request's headers are due from now
 
+    def _start_asgi_task(self, cycle, app) -> None:
+        self.running = cycle  # the request being answered (uvicorn's self.cycle is the last one read)
+        super()._start_asgi_task(cycle, app)
+
     def connection_lost(self, exc) -> None:
         self._disarm_header_timer()
+        # uvicorn marks only the last request read as disconnected; with
+        # requests pipelined behind it, the one being answered went on
+        # writing to the closed transport (a RuntimeError and uvicorn's
+        # traceback). Each is told the client is gone.
+        running = getattr(self, "running", None)
+        for cycle in (running, *(cycle for cycle, _ in self.pipeline)):
+            if cycle is not None and cycle is not self.cycle:
+                if not cycle.response_complete:
+                    cycle.disconnected = True
+                cycle.message_event.set()
         super().connection_lost(exc)
 
     # -- parser callbacks

@@ -13,10 +13,12 @@ for each other on the row lock anyway."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
 API_LEASES = "/api/v1/leases/"
+PRINCIPAL = "leasehold.principal"  # environ: who sent a lease request (serving/admission.py)
 
 
 class Lane:
@@ -67,3 +69,80 @@ class OnePerRow:
             entry[1] -= 1
             if not entry[1]:
                 del self.rows[row]
+
+
+class FairGate:
+    """The lease lane shared by principals in turn (round robin), not first
+    come first served: at most ``slots`` requests are in the lane's threads
+    (running or queued there) at once; when one leaves, the next principal
+    in turn gets its place, each principal's requests in their order. So a
+    principal's burst delays another principal's request by at most one
+    request of each principal then waiting, plus the ``slots`` already in
+    the threads."""
+
+    def __init__(self, slots: int):
+        self.slots = slots
+        self.busy = 0
+        self.queues: dict[str, collections.deque] = {}  # principal -> waiting futures; order = turn
+
+    @contextlib.asynccontextmanager
+    async def turn(self, principal: str):
+        if self.busy < self.slots and not self.queues:
+            self.busy += 1
+        else:
+            future = asyncio.get_running_loop().create_future()
+            self.queues.setdefault(principal, collections.deque()).append(future)
+            try:
+                await future
+            except asyncio.CancelledError:
+                if future.done() and not future.cancelled():  # given a place, then cancelled
+                    self._leave()
+                else:
+                    self._forget(principal, future)
+                raise
+        try:
+            yield
+        finally:
+            self._leave()
+
+    def waiting(self) -> int:
+        return sum(len(queue) for queue in self.queues.values())
+
+    def _forget(self, principal: str, future) -> None:
+        queue = self.queues.get(principal)
+        if queue is not None:
+            with contextlib.suppress(ValueError):
+                queue.remove(future)
+            if not queue:
+                del self.queues[principal]
+
+    def _leave(self) -> None:
+        self.busy -= 1
+        while self.queues and self.busy < self.slots:
+            principal = next(iter(self.queues))
+            queue = self.queues.pop(principal)
+            future = queue.popleft()
+            if queue:  # its next request goes to the back of the turn
+                self.queues[principal] = queue
+            if future.done():
+                continue
+            self.busy += 1
+            future.set_result(None)
+
+
+def fair_share(entries: list, room: int, *, key) -> list:
+    """Up to ``room`` of ``entries``, taken one per ``key`` in turn (each
+    key's in their order), the keys in order of their first entry."""
+    queues: dict = {}
+    for entry in entries:
+        queues.setdefault(key(entry), collections.deque()).append(entry)
+    taken: list = []
+    while len(taken) < room and queues:
+        for name in list(queues):
+            queue = queues[name]
+            taken.append(queue.popleft())
+            if not queue:
+                del queues[name]
+            if len(taken) == room:
+                break
+    return taken

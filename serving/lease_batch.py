@@ -60,6 +60,7 @@ import threading
 import time
 
 from leases import timing
+from serving.lanes import PRINCIPAL, fair_share
 from engines.busy import WouldWait, at_once, received_at
 
 MAX_BATCH = 64
@@ -109,8 +110,16 @@ class LeaseBatcher:
         return await future
 
     def _take(self, room: int = MAX_BATCH) -> list:
+        """Up to ``room`` queued requests; if more wait, taken by principal
+        in turn (round robin), so that one principal's burst fills no batch
+        that another's renewal waits behind."""
         with self.lock:
-            batch, self.pending = self.pending[:room], self.pending[room:]
+            if len(self.pending) <= room:
+                batch, self.pending = self.pending, []
+                return batch
+            batch = fair_share(self.pending, room, key=lambda entry: entry[0].get(PRINCIPAL, ""))
+            taken = {id(entry) for entry in batch}
+            self.pending = [entry for entry in self.pending if id(entry) not in taken]
         return batch
 
     def _next(self, loop) -> None:

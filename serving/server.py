@@ -97,6 +97,7 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         # proxies LEASEHOLD_TRUSTED_PROXIES names only.
         proxy_headers=False,
         log_level=level,
+        log_config=_log_config(settings.log_format),
         access_log=settings.access_log,
         # https on the port itself (each worker loads the files as it starts)
         ssl_certfile=settings.tls_cert,
@@ -118,6 +119,19 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         _supervisor()(config, sockets=[listener], ready=ready).run()
     except KeyboardInterrupt:
         pass
+
+
+def _log_config(log_format: str) -> dict:
+    """uvicorn's logging, its own records (uvicorn.error) in Leasehold's one
+    line (leases/logformat.py): a traceback only with LEASEHOLD_LOG_TRACEBACKS."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    formatter = "JsonFormatter" if log_format == "json" else "OneLineFormatter"
+    config["formatters"]["default"] = {"()": f"leases.logformat.{formatter}"}
+    return config
 
 
 def _ready_line(host: str, port: int, level: str):

@@ -44,10 +44,12 @@ from django.conf import settings
 from django.db import connection
 
 from serving import long_reads
+from serving.lanes import PRINCIPAL
 from serving.environ import wsgi_environ
 from leases import clock, waiting, wakeups
 from leases.azure.fastpath import takes
 from leases import conf
+from leases.sharedkey import VERIFIED
 
 log = logging.getLogger("leasehold.waiting")
 
@@ -279,6 +281,8 @@ async def serve_waiting(app, scope, receive, send, body, length, environ, names,
     wait = environ[waiting.ENVIRON] = waiting.Wait(app.waiters)
     wait.seq = app.waiters.seq
     answer = None
+    # What the server found before the request queued (serving/admission.py), kept for each attempt.
+    checked = {key: environ[key] for key in (PRINCIPAL, VERIFIED) if key in environ}
     try:
         answer = await app.lease_answer(environ, names, lane)
         if wait.key is not None:
@@ -291,7 +295,7 @@ async def serve_waiting(app, scope, receive, send, body, length, environ, names,
                         return
                     environ = wsgi_environ(scope, body, length)
                     environ.update({"leasehold.received_at": time.monotonic(), "leasehold.lane": lane.name,
-                                    waiting.ENVIRON: wait})
+                                    waiting.ENVIRON: wait, **checked})
                     wait.final, wait.key, wait.seq = how == "timeout", None, app.waiters.seq
                     answer = await app.lease_answer(environ, takes(environ) if names else None, lane)
             finally:

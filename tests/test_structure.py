@@ -78,6 +78,7 @@ LAYERS = {
     "leases.client_headers": PURE,  # request ids and metadata header names, for both doors
     "leases.waiting": PURE,  # an acquire that waits: the doors' part
     "leases.checksums": PURE,  # Content-MD5 and x-ms-content-crc64 of a body
+    "leases.spreadsheet": PURE,  # CSV cells a spreadsheet would run, quoted
     # The database: models, their schema and the storage underneath.
     "leases.models": MODELS,
     "leases.content_models": MODELS,  # chunks, blocks and block lists of large content
@@ -101,6 +102,7 @@ LAYERS = {
     "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
     "leases.sas": SERVICES,  # shared access signatures: verified and authorized for the Azure door
     "leases.access_policy_model": MODELS,  # stored access policies (models.py re-exports the model)
+    "leases.principals": SERVICES,  # who calls, checked before a lease request queues
     "leases.wakeups": SERVICES,  # a release or break wakes the acquires waiting for it
     # The doors, each its own: none imports another.
     "leases.azure": DOOR,

@@ -42,6 +42,7 @@ log = logging.getLogger("engines.sqlite")
 
 LOCKED_FRAMES = 256  # most frames copied under the writer lock (a 1 MiB chunk, with 4 KiB pages)
 LOCKED_TRIES = 3  # looks under the lock per round
+FAILURES_LOGGED = 600  # a failing round is logged once per this many (a minute at the default interval)
 _INDEX = struct.Struct("=I12xI76xI")  # WAL index: iVersion @0, mxFrame @16, nBackfill @96 (native order)
 _INDEX_VERSION = 3007000
 
@@ -110,6 +111,7 @@ class Checkpointer(threading.Thread):
         self.checkpoints = 0  # checkpoints that ran
         self.stopping = threading.Event()
         self._settled = -1  # WAL frames when last copied with the writers held off
+        self.failures = 0  # rounds that failed for the system (OSError), counted to log a few
 
     def stop(self) -> None:
         self.stopping.set()
@@ -167,11 +169,31 @@ class Checkpointer(threading.Thread):
                 self.checkpoint(con)
             except sqlite3.Error as exc:  # busy, or the file went away: try again later
                 log.debug("checkpoint of %s: %s", self.path, exc)
-                if con is not None:
-                    con.close()
-                    con = None
+                _closed(con)
+                con = None
+            except OSError as exc:  # out of descriptors (EMFILE), the lock file unreachable: next round
+                if self.failures % FAILURES_LOGGED == 0:
+                    log.warning("WAL checkpoint of %s failed, tried again every %s s: %s", self.path,
+                                self.interval, exc)
+                self.failures += 1
+                _closed(con)
+                con = None
+            except Exception:  # a bug: logged, and the thread goes on (the WAL would only grow without it)
+                if self.failures % FAILURES_LOGGED == 0:
+                    log.exception("WAL checkpoint of %s failed", self.path)
+                self.failures += 1
+                _closed(con)
+                con = None
         if con is not None:
             con.close()
+
+
+def _closed(con) -> None:
+    if con is not None:
+        try:
+            con.close()
+        except sqlite3.Error:
+            pass
 
 
 _checkpointers: dict[tuple[int, str], Checkpointer] = {}  # (pid, path): one thread per process and file

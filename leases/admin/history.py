@@ -20,6 +20,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from leases import spreadsheet
 from leases.keyset import keyset_rows
 from leases.models import Blob, Container, LeaseEvent
 
@@ -312,9 +313,9 @@ def _csv_rows(rows):
 
 def _cell(value):
     """ISO 8601 UTC times; text that a spreadsheet would run as a formula
-    (client request ids and reasons come from outside) is quoted."""
+    (client request ids and reasons come from outside) is quoted (leases/spreadsheet.py)."""
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat()
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
+    if isinstance(value, str):
+        return spreadsheet.defused(value)
     return "" if value is None else value

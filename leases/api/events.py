@@ -10,7 +10,6 @@ from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.exceptions import PermissionDenied
-from rest_framework.filters import OrderingFilter
 from rest_framework.response import Response
 
 from .. import clock, selectors, services
@@ -18,7 +17,7 @@ from ..keyset import keyset_rows
 
 from . import schema
 from .base import ApiGenericView, ApiListView, ApiMixin, ApiView, validated_query
-from .filters import EventFilter, QueryFilterBackend
+from .filters import EventFilter, QueryFilterBackend, StrictOrderingFilter
 from .pagination import EventCursor
 from .renderers import CsvRenderer, NdjsonRenderer
 from .selectors import events_for
@@ -61,7 +60,7 @@ class EventQueryMixin(RefusesHistoryChanges):
 @extend_schema(tags=["events"])
 class EventListView(EventQueryMixin, ApiListView):
     serializer_class = EventSerializer
-    filter_backends = [QueryFilterBackend, OrderingFilter]
+    filter_backends = [QueryFilterBackend, StrictOrderingFilter]
     ordering_fields = ["id"]
     pagination_class = EventCursor
 

@@ -18,6 +18,7 @@ from django.db.models import Q
 from django_filters.fields import IsoDateTimeField, RangeField
 from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.widgets import DateRangeWidget
+from rest_framework.filters import OrderingFilter
 
 from .. import clock, fingerprints, machine
 from ..errors import LeaseholdError
@@ -149,3 +150,27 @@ class EventFilter(django_filters.FilterSet):
     def filter_lease_fingerprint(self, queryset, name, value):
         # The history keeps fingerprints only: a full id is found by its fingerprint.
         return queryset.filter(Q(lease_fingerprint=value) | Q(proposed_lease_fingerprint=value))
+
+
+class StrictOrderingFilter(OrderingFilter):
+    """DRF's ordering, but a field it cannot order by is 400, not ignored."""
+
+    def get_ordering(self, request, queryset, view):
+        raw = request.query_params.get(self.ordering_param)
+        if raw:
+            allowed = {name for name, _ in self.get_valid_fields(queryset, view, {"request": request})}
+            terms = [term.strip() for term in raw.split(",")]
+            if not all(term.lstrip("-") in allowed for term in terms):
+                raise LeaseholdError("InvalidQueryParameterValue", field=self.ordering_param, value=raw[:100],
+                                     message="ordering must be one of: " + ", ".join(
+                                         sorted(f"{sign}{name}" for name in allowed for sign in ("", "-"))) + ".")
+        return super().get_ordering(request, queryset, view)
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        fields = getattr(view, "ordering_fields", None) or []
+        for parameter in parameters:
+            if parameter["name"] == self.ordering_param and fields:
+                parameter["schema"] = {"type": "string", "enum": [f"{sign}{name}" for name in fields
+                                                                  for sign in ("", "-")]}
+        return parameters

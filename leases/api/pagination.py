@@ -15,6 +15,24 @@ class Cursor(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 1000
 
+    def get_page_size(self, request):
+        """``page_size``, 1 to ``max_page_size``; anything else is 400 (DRF
+        ignores a bad one silently and clamps a large one)."""
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None or raw == "":
+            return self.page_size
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= self.max_page_size:
+            raise LeaseholdError("InvalidQueryParameterValue", field=self.page_size_query_param, value=raw[:100],
+                                 message=f"page_size must be a whole number from 1 to {self.max_page_size}.")
+        return int(raw)
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"] = {**parameter["schema"], "minimum": 1, "maximum": self.max_page_size}
+        return parameters
+
     def decode_cursor(self, request):
         try:
             return super().decode_cursor(request)

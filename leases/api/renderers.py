@@ -17,6 +17,8 @@ from uuid import UUID
 from django.utils import timezone
 from rest_framework.renderers import BaseRenderer
 
+from .. import spreadsheet
+
 
 def plain(value):
     if isinstance(value, datetime):
@@ -39,9 +41,8 @@ class CsvRenderer(BaseRenderer):
     format = "csv"
     charset = "utf-8"
 
-    # Spreadsheets run cells starting with these as formulas; actor, user
-    # agent and reason come from clients, so such cells are quoted with '.
-    FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+    # Spreadsheets run some cells as formulas; actor, user agent and reason
+    # come from clients, so such cells are quoted with ' (leases/spreadsheet.py).
 
     def stream(self, columns: list[str], rows: Iterable[tuple]) -> Iterator[str]:
         writer = csv.writer(_Line())
@@ -50,8 +51,8 @@ class CsvRenderer(BaseRenderer):
             yield writer.writerow([self._cell(plain(v)) for v in row])
 
     def _cell(self, value):
-        if isinstance(value, str) and value.startswith(self.FORMULA_START):
-            return "'" + value
+        if isinstance(value, str):
+            return spreadsheet.defused(value)
         return "" if value is None else value
 
 

@@ -54,15 +54,18 @@ ERROR_DESCRIPTIONS = {
     413: "The request body is too large (RequestBodyTooLarge).",
     415: "The body is not JSON (UnsupportedMediaType).",
     429: "Too many requests (TooManyRequests); retry after the Retry-After header's seconds.",
+    503: "The server is busy (ServerBusy): the database writer was not free within LEASEHOLD_WRITE_WAIT, or "
+         "a storage fault; nothing was changed. Retry after the Retry-After header's seconds.",
 }
 
 
 def errors(*statuses: int) -> dict[tuple[int, str], OpenApiResponse]:
     """Error responses of an operation: the ones it names plus those every
-    operation can answer (bad input, authentication, permission, rate).
+    operation can answer (bad input, authentication, permission, rate,
+    the server busy).
     Always JSON, whatever the operation's success format."""
     return {(status, "application/json"): OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS[status])
-            for status in sorted({400, 401, 403, 429, *statuses})}
+            for status in sorted({400, 401, 403, 429, 503, *statuses})}
 
 
 def response_headers(result, generator, request, public):
@@ -74,7 +77,7 @@ def response_headers(result, generator, request, public):
                 headers["X-Request-Id"] = {
                     "schema": {"type": "string"},
                     "description": "This request's id, as recorded in the lease history."}
-                if status in ("409", "429"):
+                if status in ("409", "429", "503"):
                     headers["Retry-After"] = {
                         "schema": {"type": "integer"},
                         "description": "Seconds to wait before retrying (a refused acquire: when it is known)."}
@@ -91,7 +94,8 @@ def path_parameters(*, blob: bool) -> list[OpenApiParameter]:
     ]
     if blob:
         parameters.append(OpenApiParameter("blob", OpenApiTypes.STR, OpenApiParameter.PATH,
-                                           description="Blob name; may contain '/'."))
+                                           pattern=r"^[\s\S]{1,1024}$",  # as the server checks it (leases/names.py)
+                                           description="Blob name, 1 to 1,024 characters; may contain '/'."))
     return parameters
 
 

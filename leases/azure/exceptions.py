@@ -53,6 +53,8 @@ def azure_exception_handler(exc, context):
         head=getattr(request, "method", "") == "HEAD")
     if exc.status == 503 and exc.detail.get("retry_after") is not None:  # e.g. too many waiting acquires
         response["Retry-After"] = str(exc.detail["retry_after"])
+        # A throttle (the JSON API's 429), not a failure: no ERROR line per refused request.
+        mark_fault_logged(request)
     if fault is not None:
         response["Retry-After"] = str(fault.retry_after)
         mark_fault_logged(request)  # logged above with its cause; not again by django.request

@@ -38,7 +38,7 @@ from .. import services, waiting
 from ..services import ResourceRef
 from ..sql.transactions import RetryAlone
 from ..sas import SAS_PARAMETERS
-from . import inputs, lease_request
+from . import inputs, lease_request, wire
 from .auth import actor_name, credentials, lease_operation, permit
 from .exceptions import azure_exception_handler
 
@@ -52,6 +52,7 @@ QUERY_NAMES = frozenset({"comp", "restype", "timeout"})
 # A SAS parameter as the SDKs send it (percent-encoded); its decoded value
 # must be printable ASCII, which check_query accepts as it is.
 SAS_VALUE = re.compile(r"[A-Za-z0-9%:.,+_~/=-]{1,512}\Z")
+DEFAULT_VERSION = wire.DEFAULT_VERSION  # the x-ms-version of an answer the server builds itself (serving/admission.py)
 
 
 class LeanRequest:
@@ -227,3 +228,14 @@ def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) ->
     calls = checked(requests)
     write_together(calls)
     return [call.answer() for call in calls]
+
+
+def refused(environ: dict, error: Exception):
+    """The Azure door's answer (an HttpResponse) to a request the server
+    refused before it queued (leases/principals.py: its credentials), by the
+    one exception handler, as the door itself would answer it. Not logged
+    here: the server logs such refusals once in a while per address."""
+    request = LeanRequest(environ.get("REQUEST_METHOD", "PUT"), get_path_info(environ), environ)
+    request.request_id = str(uuid.uuid4())
+    response = azure_exception_handler(error, {"view": request, "request": request})
+    return lease_request.finish(response, environ, request_id=request.request_id, method=request.method)

@@ -8,7 +8,7 @@ from functools import partial
 
 from django.db import transaction
 
-from .. import machine, metrics
+from .. import machine, metrics, wakeups
 from ..errors import LeaseholdError
 from ..models import Blob
 from .common import Actor, ResourceRef
@@ -105,3 +105,4 @@ def _ended_by_delete(obj, *, ref: ResourceRef, actor: Actor, now: datetime) -> N
     _record(ref=ref, actor=actor, action="ended-by-delete", now=now, status=202, lease_id=obj.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=obj.lease_generation)
     transaction.on_commit(partial(metrics.lease_ended, ref.noun, before))
+    wakeups.at_delete(wakeups.key(ref.account, ref.container, ref.blob))  # its waiters learn it is gone

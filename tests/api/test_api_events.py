@@ -12,7 +12,7 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from leases import fingerprints, services
+from leases import fingerprints, services, spreadsheet
 from leases.api.serializers import EVENT_FIELDS
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
@@ -185,6 +185,25 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_defused(api, history):
     assert list(csv.DictReader(io.StringIO(text)))[0]["user_agent"] == "'=HYPERLINK(\"http://evil\")"
     _, text = export(api, format="ndjson", action="break")
     assert json.loads(text)["user_agent"] == "=HYPERLINK(\"http://evil\")"  # JSON needs no defusing
+
+
+@pytest.mark.parametrize("reason", [" =1+1", "\u00a0=1+1", "\u3000=1+1", "\ufeff=1+1", "\uff1d1+1", " \uff0bcmd",
+                                    "\uff0d1+1", "\uff20SUM(A1)", "\n=1+1", "|calc"])
+def test_csv_cells_a_spreadsheet_would_run_after_white_space_or_in_full_width_are_defused(api, history, reason):
+    """A spreadsheet skips leading spaces and reads full-width ＝ as =. (The
+    API trims a reason's white space; the user agent keeps it.)"""
+    lease(api, "break", BOX, {"reason": reason}, HTTP_USER_AGENT=" =1+1")
+    _, text = export(api, format="csv", action="break")
+    row = list(csv.DictReader(io.StringIO(text)))[0]
+    assert row["reason"] == "'" + reason.strip() and row["user_agent"] == "' =1+1"
+    assert spreadsheet.defused(reason) == "'" + reason  # white space kept, as other columns may
+
+
+@pytest.mark.parametrize("reason", ["plain", "a=1", "1+1", "\uff21=1"])
+def test_csv_cells_a_spreadsheet_would_not_run_are_left_alone(api, history, reason):
+    lease(api, "break", BOX, {"reason": reason})
+    _, text = export(api, format="csv", action="break")
+    assert list(csv.DictReader(io.StringIO(text)))[0]["reason"] == reason
 
 
 def test_export_format_negotiation_failures(api, history):

@@ -42,7 +42,9 @@ def test_every_route_is_described_with_its_errors(api):
     for path, operations in schema["paths"].items():
         for method, operation in operations.items():
             responses = operation["responses"]
-            assert {"400", "401", "403", "429"} <= set(responses), (method, path)
+            assert {"400", "401", "403", "429", "503"} <= set(responses), (method, path)
+            for status in ("429", "503"):
+                assert "Retry-After" in responses[status]["headers"], (method, path, status)
             for status, response in responses.items():
                 assert response["description"], (method, path, status)
                 if status.startswith(("4", "5")):

@@ -84,28 +84,38 @@ from pathlib import Path
 import django
 django.setup()
 from leases.api.throttling import SlidingWindowCounter
-path, go, now = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+path, folder, me, now = sys.argv[1], Path(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 counter = SlidingWindowCounter(path)
-while not go.exists():
-    time.sleep(0.005)
-print(sum(counter.hit("shared", limit=50, period=3600, now=now) is None for _ in range(40)))
+counter._connection()  # the file open and in WAL mode before the race
+print("ready", flush=True)
+while not (folder / "go").exists():
+    time.sleep(0.0005)
+hit = lambda: counter.hit("shared", limit=LIMIT, period=3600, now=now) is None
+admitted = int(hit())
+(folder / f"hit-{me}").touch()  # every process has hit once before any goes on: they hammer together
+while len(list(folder.glob("hit-*"))) < 4:
+    time.sleep(0.0005)
+print(admitted + sum(hit() for _ in range(LIMIT - 1)))
 """
+LIMIT = 200  # each process tries as many hits as the limit
 
 
 @sqlite_counter
 def test_the_limit_is_exact_across_processes(tmp_path):
-    """Four processes hammer one key at once: exactly the limit is admitted
-    (a get-then-set cache counter would let overlapping hits through)."""
-    go = tmp_path / "go"
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path / "t.sqlite3"), str(go),
-                                  str(WINDOW_START.timestamp())], stdout=subprocess.PIPE, text=True,
-                                 cwd=Path(__file__).resolve().parents[2])
-                for _ in range(4)]
-    time.sleep(0.2)  # let them start; they wait for the go file, then race
-    go.touch()
+    """Four processes hammer one key at once, each trying as many hits as
+    the limit: exactly the limit is admitted (a get-then-set cache counter
+    would let overlapping hits through). Each waits for the go file once
+    all are ready, and goes on past its first hit only once every process
+    has made its own, so that the hits overlap."""
+    children = [subprocess.Popen([sys.executable, "-c", CHILD.replace("LIMIT", str(LIMIT)), str(tmp_path / "t.sqlite3"),
+                                  str(tmp_path), str(n), str(WINDOW_START.timestamp())], stdout=subprocess.PIPE,
+                                 text=True, cwd=Path(__file__).resolve().parents[2])
+                for n in range(4)]
+    for child in children:  # Django set up and the counter file open in each
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    (tmp_path / "go").touch()
     admitted = [int(child.communicate(timeout=60)[0]) for child in children]
-    assert sum(admitted) == 50 and all(child.returncode == 0 for child in children)
-    assert max(admitted) < 50  # they really did share the work
+    assert sum(admitted) == LIMIT and all(child.returncode == 0 for child in children), admitted
 
 
 OPENER = """
@@ -148,16 +158,21 @@ def test_on_postgresql_the_database_counts(db):
 
 
 def test_the_database_counter_is_exact_across_connections(transactional_db):
-    """Four connections (as four instances would have) hit one key at once:
-    exactly the limit is admitted, and the refused hits are not counted."""
-    go = threading.Barrier(4)
+    """Four connections (as four instances would have) hit one key at once,
+    each trying as many hits as the limit: exactly the limit is admitted and
+    the refused hits are not counted. Each connects before the barrier and
+    goes on past its first hit only once all have made theirs, so they race."""
+    go, first = threading.Barrier(4), threading.Barrier(4)
     admitted = []
 
     def hammer():
+        hit = lambda: DatabaseCounter().hit("shared", limit=50, period=3600, now=WINDOW_START.timestamp()) is None  # noqa: E731
         try:
+            connection.ensure_connection()
             go.wait()
-            admitted.append(sum(DatabaseCounter().hit("shared", limit=50, period=3600,
-                                                      now=WINDOW_START.timestamp()) is None for _ in range(40)))
+            mine = int(hit())
+            first.wait()  # every connection has hit once before any goes on: they hammer together
+            admitted.append(mine + sum(hit() for _ in range(49)))
         finally:
             connection.close()
 
@@ -166,7 +181,7 @@ def test_the_database_counter_is_exact_across_connections(transactional_db):
         t.start()
     for t in threads:
         t.join(60)
-    assert sum(admitted) == 50 and max(admitted) < 50, admitted
+    assert sum(admitted) == 50, admitted
     from leases.models import ApiRateCount
 
     assert ApiRateCount.objects.get(key="shared").count == 50

@@ -280,3 +280,49 @@ def test_a_waiter_on_one_instance_is_granted_at_a_release_on_another(postgres, t
     finally:
         for instance in instances:
             instance.stop()
+
+
+def test_a_waiter_on_a_blob_then_deleted_is_answered_404_at_the_delete(sqlite_server):
+    """The delete ends the lease and wakes the waiter, which tries again and
+    learns the blob is gone (it held its connection to the end of its wait)."""
+    base = sqlite_server.url
+    container = _container(base)
+    path = container + "/doomed"
+    assert azure_raw.signed("PUT", base, path, headers={"x-ms-blob-type": "BlockBlob"}, body=b"x").status_code == 201
+    held = azure_raw.signed("PUT", base, path + "?comp=lease", headers={"x-ms-lease-action": "acquire",
+                                                                       "x-ms-lease-duration": "60"})
+    assert held.status_code == 201
+    answer = {}
+
+    def waiter():
+        started = time.monotonic()
+        response = azure_raw.signed("PUT", base, path + "?comp=lease", headers={
+            "x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", WAIT: "20"})
+        answer.update(status=response.status_code, code=azure_raw.error_code(response), started=started,
+                      at=time.monotonic())
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(1.5)  # the waiter is waiting on the server by now (as the tests above)
+    deleted = time.monotonic()
+    gone = azure_raw.signed("DELETE", base, path, headers={"x-ms-lease-id": held.headers["x-ms-lease-id"]})
+    assert gone.status_code == 202
+    thread.join(timeout=30)
+    assert answer["status"] == 404 and answer["code"] == "BlobNotFound", answer
+    assert answer["at"] - deleted < LAG, answer["at"] - deleted  # not at the end of its 20-s wait
+
+
+def test_a_wait_key_written_with_escapes_waits(sqlite_server):
+    """``"\\u0077ait"`` is the key "wait" in JSON: the door read it as such,
+    but the server looked for the bytes "wait" and did not hold the request
+    (it was answered 409 at once, as an acquire that may not wait)."""
+    base = sqlite_server.url
+    path = _container(base)
+    assert _acquire(base, path, 60).status_code == 201
+    started = time.monotonic()
+    response = requests.post(f"{base}/api/v1/leases/acquire{path}", data=b'{"duration": 15, "\\u0077ait": 1.5}',
+                             headers={"Authorization": f"Bearer {sqlite_server.token}",
+                                      "Content-Type": "application/json"}, timeout=30)
+    took = time.monotonic() - started
+    assert response.status_code == 409 and response.json()["code"] == "LeaseAlreadyPresent", response.text
+    assert took >= 1.4, took  # it waited out its wait

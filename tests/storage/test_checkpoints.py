@@ -229,3 +229,51 @@ def test_a_database_switched_to_wal_after_the_thread_connected_is_checkpointed(t
     assert _main_file_rows(path) == 50
     thread.stop()
     writer.close()
+
+
+EMFILE_CHILD = """
+import os, resource, sqlite3, sys, time
+sys.path.insert(0, os.getcwd())
+from engines.sqlite.checkpoints import Checkpointer
+path = sys.argv[1]
+con = sqlite3.connect(path, isolation_level=None)
+con.execute("PRAGMA journal_mode=WAL")
+con.execute("PRAGMA wal_autocheckpoint=0")
+con.execute("CREATE TABLE t (x)")
+thread = Checkpointer(path, 0.01, "FULL")
+thread.start()
+
+def wait_for(predicate):
+    deadline = time.monotonic() + 60
+    while not predicate():
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.005)
+
+wait_for(lambda: thread.checkpoints >= 1)
+con.execute("INSERT INTO t VALUES (1)")  # something to copy: the round takes the writer lock (a new descriptor)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+held = []
+try:
+    while True:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+except OSError:
+    pass
+wait_for(lambda: thread.failures >= 3 or not thread.is_alive())  # rounds failed at the open-file limit ...
+for fd in held:
+    os.close(fd)
+done = thread.checkpoints
+wait_for(lambda: thread.checkpoints >= done + 2 or not thread.is_alive())  # ... and it checkpoints again once descriptors are free
+con.execute("INSERT INTO t VALUES (2)")
+print("alive" if thread.is_alive() else "dead", getattr(thread, "failures", 0) >= 3)
+"""
+
+
+def test_the_checkpointer_survives_the_open_file_limit(tmp_path):
+    """At the open-file limit (EMFILE) a round fails; the thread goes on and
+    checkpoints again once descriptors are free (it died of the OSError)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run([sys.executable, "-c", EMFILE_CHILD, str(tmp_path / "db.sqlite3")], cwd=root,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["alive", "True"], (done.stdout, done.stderr[-2000:])

@@ -1,0 +1,193 @@
+"""A lease request's credentials, checked before it queues (serving/asgi.py).
+
+Every lease request (Azure ``comp=lease``, JSON ``/api/v1/leases/``) is
+identified on the event loop as soon as it is received whole
+(leases/principals.py): one that fails, or carries no credentials, is
+answered here, in its door's shape, and never takes a lease-lane slot, joins
+a lease batch or reaches the writer. One that passes carries its principal,
+by which the lease lane is shared (serving/lanes.py: ``FairGate``, and the
+batches, serving/lease_batch.py).
+
+Refused requests have a bound of their own per client address: a token
+bucket (``LEASEHOLD_UNAUTHENTICATED_RATE``, per worker process). While an
+address has tokens each refusal is the door's own answer (403
+AuthenticationFailed, 401 ...); once it has none, refusals are answered 503
+ServerBusy (Azure) or 429 TooManyRequests (JSON) with Retry-After, built
+here without Django, and credentials that would need a database read (a
+token, an account name or a session never seen valid) are not looked up.
+Credentials once valid are always checked, so a tenant behind a flooding
+address still gets through. Such an answer is sent after a pause of a
+second (``Admission.pause``): uvicorn reads a connection's next request only
+once its answer is sent, so a flooding connection costs a worker one request
+a second, not as many as it can send. Refusals are logged at most once per ``LOG_INTERVAL`` per address,
+one WARNING line with their count: a flood writes a line a minute, not one
+per request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import uuid
+from datetime import datetime, timezone
+from email.utils import formatdate
+
+from django import db
+
+from serving import answers
+from leases import principals
+from leases.azure import fastpath
+from leases.errors import MESSAGES, LeaseholdError
+
+log = logging.getLogger("leasehold.admission")
+
+BUSY_MESSAGE = "Too many requests without valid credentials from this address; retry."
+BUSY_XML_HEAD = ('\ufeff<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
+                 f"<Message>{BUSY_MESSAGE}\n")
+BUSY_VERSION = fastpath.DEFAULT_VERSION.encode()
+PAUSE_SECONDS = 1.0  # most an answer past an address's bound is held back
+UNREAD_SECONDS = 1.0  # after a failed read, the checks read nothing for this long
+LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
+MAX_ADDRESSES = 65536  # buckets and log marks kept; past it the full ones are forgotten
+API_LEASES = "/api/v1/leases/"
+
+
+class FailedRequests:
+    """Per client address: a token bucket for refused requests, and when a
+    refusal was last logged."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = rate, burst
+        self.buckets: dict[str, list[float]] = {}  # address -> [tokens, at]
+        self.logged: dict[str, list] = {}  # address -> [logged at, refusals since, last code, last path]
+
+    def _tokens(self, address: str, now: float) -> list[float]:
+        bucket = self.buckets.get(address)
+        if bucket is None:
+            if len(self.buckets) >= MAX_ADDRESSES:
+                self._forget(now)
+            bucket = self.buckets[address] = [self.burst, now]
+        else:
+            bucket[0] = min(self.burst, bucket[0] + (now - bucket[1]) * self.rate)
+            bucket[1] = now
+        return bucket
+
+    def _forget(self, now: float) -> None:
+        self.buckets = {a: b for a, b in self.buckets.items()
+                        if b[0] + (now - b[1]) * self.rate < self.burst}
+        if len(self.buckets) >= MAX_ADDRESSES:  # every one of them flooding: start afresh
+            self.buckets.clear()
+
+    def has(self, address: str) -> bool:
+        return self.rate <= 0 or self._tokens(address, time.monotonic())[0] >= 1
+
+    def take(self, address: str) -> bool:
+        if self.rate <= 0:
+            return True
+        bucket = self._tokens(address, time.monotonic())
+        if bucket[0] < 1:
+            return False
+        bucket[0] -= 1
+        return True
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(1 / self.rate)) if self.rate > 0 else 1
+
+    def note(self, address: str, code: str, path: str) -> None:
+        """Log refusals from ``address`` at most once per LOG_INTERVAL."""
+        now = time.monotonic()
+        mark = self.logged.get(address)
+        if mark is None:
+            if len(self.logged) >= MAX_ADDRESSES:
+                self.logged = {a: m for a, m in self.logged.items() if now - m[0] < LOG_INTERVAL}
+            self.logged[address] = [now, 0, code, path]
+            log.warning("refused a lease request without valid credentials from %s: %s on %s "
+                        "(such refusals from this address are counted, logged at most once a minute)",
+                        address or "?", code, path[:200])
+            return
+        mark[1] += 1
+        mark[2], mark[3] = code, path
+        if now - mark[0] >= LOG_INTERVAL:
+            log.warning("refused %d lease requests without valid credentials from %s in the last %.0f s "
+                        "(the last: %s on %s)", mark[1], address or "?", now - mark[0], code, path[:200])
+            mark[0], mark[1] = now, 0
+
+
+class Admission:
+    """The check in front of the lease lane of one worker process.
+    ``context``: the contextvars context whose database connection the
+    checks read with (the lease batcher's, on the loop)."""
+
+    def __init__(self, context, *, rate: float, burst: float):
+        self.context = context
+        self.failed = FailedRequests(rate, burst)
+        self.unread_until = 0.0  # monotonic time until which the checks read nothing
+        # An answer past the bound is sent after this pause: the connection's
+        # next request waits for it (uvicorn reads a connection's next request
+        # only once the answer is sent), so each flooding connection costs the
+        # worker one request a pause, not as many as it can send.
+        self.pause = min(PAUSE_SECONDS, float(self.failed.retry_after()))
+
+    def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
+        """The request's principal, or the answer to send instead."""
+        door = "api" if scope["path"].startswith(API_LEASES) else "azure"
+        address = environ.get("REMOTE_ADDR", "")
+        try:
+            return self.context.run(principals.identify, environ, door=door,
+                                    may_look_up=lambda: self.failed.has(address),
+                                    may_read=time.monotonic() >= self.unread_until)
+        except principals.Unreadable:  # the database failed a moment ago: the door checks it
+            return f"address:{address}"
+        except principals.Refused as refused:
+            self.failed.note(address, refused.code, scope["path"])
+            if refused.throttled or not self.failed.take(address):
+                return self._busy(environ, door)
+            return self._refusal(environ, door, refused)
+        except Exception as exc:  # noqa: BLE001  the database unreachable: the door will answer
+            # No read on the loop for a while (a database that is down could
+            # hold it for a connect timeout per request); credentials known
+            # from memory are still checked.
+            if time.monotonic() >= self.unread_until:
+                log.warning("lease requests let through to their door unchecked for %.0f s: the credentials "
+                            "could not be read (%s: %s)", UNREAD_SECONDS, type(exc).__name__, exc)
+            self.unread_until = time.monotonic() + UNREAD_SECONDS
+            self.context.run(db.close_old_connections)
+            return f"address:{address}"
+
+    def _busy(self, environ, door: str) -> tuple[int, list, bytes]:
+        """The answer past the address's bound: built here, as cheaply as it
+        can be (a flood is answered with these), in the door's shape."""
+        retry = str(self.failed.retry_after()).encode()
+        request_id = str(uuid.uuid4())
+        if door == "api":
+            return _json(429, "TooManyRequests", {"Retry-After": retry.decode()}, request_id=request_id)
+        now = time.time()
+        stamp = datetime.fromtimestamp(now, timezone.utc)
+        body = (BUSY_XML_HEAD + f"RequestId:{request_id}\nTime:{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}0Z"
+                "</Message></Error>").encode()
+        return 503, [(b"Content-Type", b"application/xml"), (b"x-ms-error-code", b"ServerBusy"),
+                     (b"x-ms-request-id", request_id.encode()), (b"x-ms-version", BUSY_VERSION),
+                     (b"Date", formatdate(now, usegmt=True).encode()), (b"Retry-After", retry),
+                     (b"Content-Length", str(len(body)).encode())], body
+
+    def _refusal(self, environ, door: str, refused: principals.Refused) -> tuple[int, list, bytes]:
+        if door == "azure":
+            response = fastpath.refused(environ, refused.error or LeaseholdError(refused.code))
+            return answers.rendered(environ, response.status_code, list(response.items()), response, close=False)
+        return _json(refused.status, refused.code, {"WWW-Authenticate": 'Bearer realm="leasehold"'},
+                     reason=refused.reason)
+
+
+def _json(status: int, code: str, headers: dict, *, reason: str = "", request_id: str = "") -> tuple[int, list, bytes]:
+    """The JSON API's error answer (leases/api/exceptions.py's shape)."""
+    request_id = request_id or str(uuid.uuid4())
+    body = {"code": code, "message": MESSAGES.get(code, code), "request_id": request_id}
+    if reason:
+        body["reason"] = reason
+    content = json.dumps(body, separators=(",", ":")).encode()
+    pairs = [(b"Content-Type", b"application/json"), (b"X-Request-Id", request_id.encode()),
+             (b"Content-Length", str(len(content)).encode()),
+             *((k.encode(), v.encode("latin-1")) for k, v in headers.items())]
+    return status, pairs, content

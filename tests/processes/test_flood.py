@@ -1,0 +1,356 @@
+"""No tenant stalls another (issue 34), on the production server: floods of
+anonymous and bad-credential lease requests at both doors over 1,000
+connections, then one principal's burst of waiting acquires, while another
+account's AutoRenewLease (leasehold_client) holds a 15-s lease, renewing
+every second. It never loses the lease and no renewal is refused; every
+flood request is refused (401/403, or 503/429 once its address is past its
+bound), none reaches the writer (nothing in the history), and the log has
+no ERROR line. How fast the renewals are meanwhile is a benchmark's figure
+(bench/run.py's flood scenario), not a test's."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from azure.storage.blob import BlobClient
+
+from tests import azure_raw
+from tests.conftest import CONNECTION
+from tests.server_process import ROOT, Instance, prepare
+from leases.management.commands.leasehold_setup import DEV_ACCOUNT
+
+pytestmark = pytest.mark.processes
+
+OTHER = "tenantb"
+OTHER_KEY = base64.b64encode(b"tenant-b-key-" + b"k" * 51).decode()
+CONNECTIONS = 1000
+PER_CONNECTION = 3  # 3,000 flood requests, a quarter of each kind
+WAITERS = 300
+
+
+# The other account and the burst's token, in one Django start (each costs seconds of CPU).
+SETUP = f"""
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from leases.services import account_ensure
+from leases.tokens import ApiToken
+account_ensure(name={OTHER!r}, key1={OTHER_KEY!r})
+print(ApiToken.issue(user=get_user_model().objects.get(username="admin"), name="burst")[1])
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("flood")
+    database = tmp / "leasehold.sqlite3"
+    env = prepare(str(database), tmp)
+    made = subprocess.run([sys.executable, "-c", SETUP], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    instance = Instance(str(database), tmp, "server", workers=2)
+    instance.env["LEASEHOLD_SQLITE_SYNCHRONOUS"] = os.environ.get("LEASEHOLD_SQLITE_SYNCHRONOUS", "NORMAL")
+    instance.env["LEASEHOLD_WAITERS_PER_PRINCIPAL"] = str(WAITERS // 3)  # some of the burst is refused
+    instance.database = database
+    instance.token = max(made.stdout.split(), key=len)
+    instance.start()
+    try:
+        yield instance
+    finally:
+        instance.stop()
+
+
+def _flood_requests(port: int) -> list[bytes]:
+    """One of each kind: anonymous and badly signed Azure lease requests,
+    anonymous and bad-token JSON lease requests."""
+    host = f"Host: 127.0.0.1:{port}\r\n"
+    azure = (f"PUT /{DEV_ACCOUNT}/flood/b?comp=lease HTTP/1.1\r\n{host}x-ms-version: 2025-11-05\r\n"
+             "x-ms-lease-action: acquire\r\nx-ms-lease-duration: 15\r\nContent-Length: 0\r\n")
+    date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime())
+    bad_signature = f"Authorization: SharedKey {DEV_ACCOUNT}:{base64.b64encode(b'x' * 32).decode()}\r\n" \
+                    f"x-ms-date: {date}\r\n"
+    body = b'{"duration": 15}'
+    api = (f"POST /api/v1/leases/acquire/{DEV_ACCOUNT}/flood/b HTTP/1.1\r\n{host}Content-Type: application/json\r\n"
+           f"Content-Length: {len(body)}\r\n")
+    return [(azure + "\r\n").encode(), (azure + bad_signature + "\r\n").encode(),
+            (api + "\r\n").encode() + body,
+            (api + f"Authorization: Bearer lh_{uuid.uuid4().hex}\r\n\r\n").encode() + body]
+
+
+async def _flood(port: int, statuses: list[int]) -> None:
+    requests = _flood_requests(port)
+
+    async def one(n: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for i in range(PER_CONNECTION):
+                writer.write(requests[(n + i) % len(requests)])
+                head = await reader.readuntil(b"\r\n\r\n")
+                statuses.append(int(head.split(b" ", 2)[1]))
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await reader.readexactly(length)
+        finally:
+            writer.close()
+
+    # All connections open first, then the requests: a flood over 1,000 connections at once.
+    await asyncio.gather(*(one(n) for n in range(CONNECTIONS)))
+
+
+async def _waiting_burst(port: int, path: str, statuses: list[int]) -> None:
+    """One principal (the dev account) sends WAITERS acquires at once, each
+    waiting 3 s for a lease it holds itself: each waits, then is answered
+    409 (or 503 past the waiters' bound)."""
+
+    async def one() -> None:
+        url = path + "?comp=lease&restype=container"
+        headers = azure_raw.signed_headers("PUT", url, {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15",
+                                                        "x-leasehold-wait": "3"})
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            writer.write(f"PUT {url} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\n{head}\r\n".encode())
+            answer = await reader.readuntil(b"\r\n\r\n")
+            statuses.append(int(answer.split(b" ", 2)[1]))
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(one() for _ in range(WAITERS)))
+
+
+def test_floods_and_a_burst_stall_no_other_tenant(server):
+    from leasehold_client import AutoRenewLease
+
+    connection = CONNECTION.format(a=OTHER, k=OTHER_KEY, url=server.url)
+    blob = BlobClient.from_connection_string(connection, "held", "lease", retry_total=0)
+    lost: list[str] = []
+    with AutoRenewLease(blob, duration=15, renew_interval=1.0, on_lost=lambda lease: lost.append(lease.lost_reason)) \
+            as lease:
+        assert lease.has_lease
+        start_renewals = lease.renewals
+
+        flood: list[int] = []
+        asyncio.run(_flood(server.port, flood))
+
+        held = f"/{DEV_ACCOUNT}/burst{uuid.uuid4().hex[:8]}"
+        assert azure_raw.signed("PUT", server.url, held + "?restype=container").status_code == 201
+        assert azure_raw.signed("PUT", server.url, held + "?comp=lease&restype=container", headers={
+            "x-ms-lease-action": "acquire", "x-ms-lease-duration": "60"}).status_code == 201
+        burst: list[int] = []
+        asyncio.run(_waiting_burst(server.port, held, burst))
+
+        renewals = lease.renewals - start_renewals
+        assert not lease.lost.is_set() and not lost, (lost, lease.lost_reason)
+        lease.check()
+    assert renewals >= 2  # it renewed during the floods and the burst (every second; they take 4 s or more)
+
+    assert len(flood) == CONNECTIONS * PER_CONNECTION
+    assert set(flood) <= {400, 401, 403, 429, 503}, sorted(set(flood))
+    assert flood.count(401) + flood.count(403) > 0
+    assert len(burst) == WAITERS and set(burst) == {409, 503}, sorted(set(burst))  # 503: past the waiters' bound
+
+    with sqlite3.connect(server.database) as db:
+        other = db.execute("SELECT action, status_code FROM leases_leaseevent WHERE account = ?",
+                           (OTHER,)).fetchall()
+        flooded = db.execute("SELECT count(*) FROM leases_leaseevent WHERE container = 'flood'").fetchone()[0]
+    renewed = [status for action, status in other if action == "renew"]
+    assert renewed and set(renewed) == {200}, other  # no renewal refused
+    assert flooded == 0  # no flood request reached the services
+    log = server.output()
+    # Refused waiters (503 ServerBusy, a throttle) and refused credentials write no ERROR line.
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+    refusals = log.count("without valid credentials")
+    assert 1 <= refusals <= 8, refusals  # once a minute per address and worker, not per request
+
+
+def test_one_token_renewing_back_to_back_is_not_throttled(server):
+    """3,000 lease actions by one token with the default rate: back to back
+    on two kept-alive connections at once (so both workers serve them), each
+    request one write of the socket."""
+    import socket
+
+    def request(container: str, action: str, body: dict) -> bytes:
+        data = json.dumps(body).encode()
+        return (f"POST /api/v1/leases/{action}/{DEV_ACCOUNT}/{container} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {server.token}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(data)}\r\n\r\n").encode() + data
+
+    def renew_back_to_back(statuses: list[int], times: int) -> None:
+        container = "rate" + uuid.uuid4().hex[:8]
+        assert azure_raw.signed("PUT", server.url, f"/{DEV_ACCOUNT}/{container}?restype=container").status_code == 201
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            reader = sock.makefile("rb")
+
+            def answer() -> tuple[int, dict]:
+                status = int(reader.readline().split()[1])
+                length = 0
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                return status, json.loads(reader.read(length))
+
+            sock.sendall(request(container, "acquire", {"duration": 60}))
+            status, body = answer()
+            statuses.append(status)
+            renew = request(container, "renew", {"lease_id": body.get("lease_id")})
+            for _ in range(times - 1):
+                sock.sendall(renew)
+                statuses.append(answer()[0])
+
+    import threading
+
+    first: list[int] = []
+    second: list[int] = []
+    threads = [threading.Thread(target=renew_back_to_back, args=(statuses, 1500)) for statuses in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    statuses = first + second
+    assert len(statuses) == 3000 and statuses.count(429) == 0, sorted(set(statuses))
+    assert sorted(set(statuses)) == [200, 201]
+
+
+def _new_log(server, before: int) -> str:
+    return server.log_path.read_bytes()[before:].decode(errors="replace")
+
+
+def test_pipelined_connections_closed_early_log_no_traceback(server):
+    """Clients that pipeline requests behind a waiting acquire and close the
+    connection before any answer: the request being answered learns that
+    the client is gone (uvicorn told only the last one read, so the waiter
+    wrote its answer to the closed transport: a RuntimeError and uvicorn's
+    traceback)."""
+    import socket
+
+    before = server.log_path.stat().st_size
+    path = f"/{DEV_ACCOUNT}/pipe{uuid.uuid4().hex[:8]}"
+    lease = path + "?comp=lease&restype=container"
+    assert azure_raw.signed("PUT", server.url, path + "?restype=container").status_code == 201
+    assert azure_raw.signed("PUT", server.url, lease, headers={"x-ms-lease-action": "acquire",
+                                                               "x-ms-lease-duration": "60"}).status_code == 201
+
+    def raw(method: str, url: str, extra: dict) -> bytes:
+        headers = azure_raw.signed_headers(method, url, extra)
+        head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        return f"{method} {url} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n{head}\r\n".encode()
+
+    waiting = {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", "x-leasehold-wait": "1.5"}
+    pipelined = raw("PUT", lease, waiting) + raw("GET", path + "?restype=container", {}) * 5
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(pipelined)  # closed at once: the server reads the requests, then the end
+    # A waiter of our own sent after those: answered once theirs have ended too (a handshake, not a sleep).
+    ours = azure_raw.signed("PUT", server.url, lease, headers=waiting)
+    assert ours.status_code == 409
+    log = _new_log(server, before)
+    assert "Traceback" not in log and " ERROR " not in log and "ERROR:" not in log, log[-3000:]
+
+
+def test_bad_host_headers_log_one_warning(server):
+    """Django's "Invalid HTTP_HOST header" was an ERROR per request: now a
+    WARNING, once a minute per client address."""
+    import socket
+
+    before = server.log_path.stat().st_size
+    statuses = []
+    for n in range(20):
+        with socket.create_connection(("127.0.0.1", server.port)) as sock:
+            sock.sendall(f"GET /admin/ HTTP/1.1\r\nHost: evil{n}.example\r\nConnection: close\r\n\r\n".encode())
+            statuses.append(int(sock.makefile("rb").readline().split()[1]))
+    assert statuses == [400] * 20
+    log = _new_log(server, before)
+    lines = [line for line in log.splitlines() if "HTTP_HOST" in line]
+    assert 1 <= len(lines) <= 2 and all(" WARNING " in line for line in lines), lines  # one per worker at most
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_every_kind_of_valid_credentials_passes_the_check_before_the_lane(server):
+    """The check in front of the lease lane (serving/admission.py) lets each
+    kind of valid credentials through to the door -- a token, SharedKey on
+    the JSON API, an admin session -- and refuses a session that is not one."""
+    import re
+
+    import requests as http
+
+    from tests.api.helpers import shared_key_headers
+    from leases.management.commands.leasehold_setup import DEV_KEY
+
+    container = "kinds" + uuid.uuid4().hex[:8]
+    assert azure_raw.signed("PUT", server.url, f"/{DEV_ACCOUNT}/{container}?restype=container").status_code == 201
+    api = f"/api/v1/leases/acquire/{DEV_ACCOUNT}/{container}"
+    body = json.dumps({"duration": 15}).encode()  # each its own lease id: the second and later are refused 409
+
+    by_token = http.post(server.url + api, data=body, timeout=30, headers={
+        "Authorization": f"Bearer {server.token}", "Content-Type": "application/json"})
+    assert by_token.status_code == 201, by_token.text
+
+    headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+    signed = shared_key_headers("POST", api, account=DEV_ACCOUNT, key=DEV_KEY, headers=headers)
+    by_key = http.post(server.url + api, data=body, headers={**headers, **signed}, timeout=30)
+    assert (by_key.status_code, by_key.json()["code"]) == (409, "LeaseAlreadyPresent"), by_key.text  # through
+
+    with http.Session() as browser:
+        page = browser.get(server.url + "/admin/login/", timeout=30)
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        logged = browser.post(server.url + "/admin/login/", timeout=30, allow_redirects=False, data={
+            "csrfmiddlewaretoken": token, "username": "admin", "password": "x" * 12, "next": "/admin/"},
+            headers={"Referer": server.url + "/admin/login/"})
+        assert logged.status_code == 302, logged.text[:500]
+        by_session = browser.post(server.url + api, data=body, timeout=30, headers={
+            "Content-Type": "application/json", "X-CSRFToken": browser.cookies["csrftoken"],
+            "Referer": server.url + "/admin/"})
+        assert (by_session.status_code, by_session.json()["code"]) == (409, "LeaseAlreadyPresent"), by_session.text
+
+    made_up = http.post(server.url + api, data=body, timeout=30, headers={
+        "Content-Type": "application/json", "Cookie": f"sessionid={uuid.uuid4().hex}"})
+    assert (made_up.status_code, made_up.json()["code"]) == (401, "NoAuthenticationInformation"), made_up.text
+    with sqlite3.connect(server.database) as db:
+        actors = {actor for actor, in db.execute("SELECT actor FROM leases_leaseevent WHERE container = ?",
+                                                 (container,))}
+    assert actors == {"token:burst", f"account:{DEV_ACCOUNT}", "user:admin"}, actors
+
+
+def test_a_sas_passes_the_check_before_the_lane_and_a_tampered_one_is_refused_there(server):
+    """The Azure door's shared access signatures, made by the SDK, through
+    the production server: a blob SAS's lease actions pass the check in front
+    of the lease lane and are recorded under the SAS's name; a tampered one is
+    refused there (403 AuthenticationFailed, Azure's detail), recording nothing."""
+    from datetime import datetime, timedelta, timezone
+
+    from azure.core.exceptions import HttpResponseError
+    from azure.storage.blob import BlobLeaseClient, BlobSasPermissions, generate_blob_sas
+
+    from leases.management.commands.leasehold_setup import DEV_KEY
+
+    container = "sas" + uuid.uuid4().hex[:8]
+    assert azure_raw.signed("PUT", server.url, f"/{DEV_ACCOUNT}/{container}?restype=container").status_code == 201
+    assert azure_raw.signed("PUT", server.url, f"/{DEV_ACCOUNT}/{container}/b",
+                            headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+    token = generate_blob_sas(DEV_ACCOUNT, container, "b", account_key=DEV_KEY,
+                              permission=BlobSasPermissions(write=True),
+                              expiry=datetime.now(timezone.utc) + timedelta(hours=1))
+    blob = BlobClient(f"{server.url}/{DEV_ACCOUNT}", container, "b", credential=token, retry_total=0)
+    lease = BlobLeaseClient(blob)
+    lease.acquire(lease_duration=15)
+    lease.renew()
+    lease.release()
+
+    tampered = token.replace("sp=w", "sp=rw")
+    with pytest.raises(HttpResponseError) as refused:
+        BlobLeaseClient(BlobClient(f"{server.url}/{DEV_ACCOUNT}", container, "b", credential=tampered,
+                                   retry_total=0)).acquire(lease_duration=15)
+    assert (refused.value.status_code, refused.value.error_code) == (403, "AuthenticationFailed")
+    assert "Signature did not match" in refused.value.response.text()
+    with sqlite3.connect(server.database) as db:
+        rows = db.execute("SELECT action, status_code, actor FROM leases_leaseevent WHERE container = ? "
+                          "ORDER BY id", (container,)).fetchall()
+    assert [(a, s) for a, s, _ in rows] == [("acquire", 201), ("renew", 200), ("release", 200)], rows
+    assert all(actor.startswith(f"sas:{DEV_ACCOUNT}:") for _, _, actor in rows), rows

@@ -104,7 +104,8 @@ class Verdict:
 
     def explain(self) -> str:
         if self.ok:
-            return f"linearizable: {self.ops} operations on {self.resources} resources"
+            return (f"linearizable: {self.ops} operations on {self.resources} resources, checked in "
+                    f"{self.seconds:.2f} s ({self.states} model states)")
         lines = []
         for resource, ops in self.failures.items():
             lines.append(f"{resource}: no legal order; smallest failing sub-history ({len(ops)} operations), "

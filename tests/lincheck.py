@@ -19,10 +19,12 @@ window [invoke, complete], lease time never going back:
   are not searched again;
 - lease time as the database's clock allows: an operation's instant is the
   earliest its window and the model's clock allow, an instant at which the
-  current lease or break ends by itself, or (for an operation that sets a
-  deadline) the latest; the state only changes at those instants, so these
-  choices are all the outcomes an instant can make. A break's lease time is
-  compared within its rounding (whole seconds, +-1);
+  current lease or break ends by itself, or, for an operation that sets a
+  deadline, the latest, or one that puts its deadline on (or just after)
+  another operation's invoke or completion (at most MAX_SHIFTED): the state
+  changes only at deadlines, and a deadline matters only against the other
+  operations' windows. A break's lease time is compared within its rounding
+  (whole seconds, +-1);
 - unknown outcomes: the operation may have taken effect, with any answer,
   at an instant of its window (open-ended for a lost connection: up to
   ``horizon`` seconds), or not at all;
@@ -38,6 +40,7 @@ culprit (the operation whose answer no order explains).
 
 from __future__ import annotations
 
+import bisect
 import sys
 import threading
 import time
@@ -46,11 +49,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from leases import machine
-from leases.errors import LeaseholdError
+from leases.errors import STATUS, LeaseholdError
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 SUCCESS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "break": 202}
-SETS_DEADLINE = {"acquire", "renew", "break"}
+REFUSALS = [(STATUS.get(code, 409), code) for code in (
+    "LeaseAlreadyPresent", "LeaseIdMismatchWithLeaseOperation", "LeaseNotPresentWithLeaseOperation",
+    "LeaseIsBrokenAndCannotBeRenewed", "LeaseIsBreakingAndCannotBeAcquired", "LeaseIsBreakingAndCannotBeChanged")]
 
 
 @dataclass(frozen=True)
@@ -136,33 +141,38 @@ def check(ops: list[Op], *, horizon: float = 30.0, budget: int = 2_000_000) -> V
     return verdict
 
 
-def _t(seconds: float) -> datetime:
-    return EPOCH + timedelta(seconds=seconds)
-
-
-def _s(moment: datetime) -> float:
-    return (moment - EPOCH).total_seconds()
+US = 1_000_000  # the search counts time in whole microseconds, as the database's timestamps do
+MAX_SHIFTED = 16  # instants tried per operation that sets a deadline (see _moments)
 
 
 class _Search:
     def __init__(self, history: list[Op], horizon: float, budget: int, *, gaps: bool = False):
         self.gaps = gaps  # generations may skip numbers (a sub-history leaves new leases out)
         self.ops = sorted(history, key=lambda op: op.invoke)
-        self.ends = [op.complete if op.complete is not None else op.invoke + horizon for op in self.ops]
+        self.starts = [round(op.invoke * US) for op in self.ops]
+        self.ends = [round((op.complete if op.complete is not None else op.invoke + horizon) * US) for op in self.ops]
+        # every instant at which an answer came or a request went: the moments a deadline set by an
+        # operation of a wide window may have to fall on for the others to be explained
+        self.points = sorted({*self.starts, *(end for op, end in zip(self.ops, self.ends) if op.known)})
         self.known = sum(1 for op in self.ops if op.known)
         self.budget, self.states = budget, 0
         self.seen: set = set()
-        self.ids = [uuid.uuid5(uuid.NAMESPACE_OID, f"{n}") for n in range(len(self.ops))]
+        # each operation's ids parsed once: the lease id sent, the proposed id, the id to grant under
+        self.sent = [(_uuid(op.lease_id), _uuid(op.proposed_id),
+                      _uuid(op.result_id) if op.result_id and not op.proposed_id else
+                      uuid.uuid5(uuid.NAMESPACE_OID, f"{n}"), _uuid(op.result_id)) for n, op in enumerate(self.ops)]
 
     def run(self) -> bool:
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 4 * len(self.ops) + 1000))
         try:
-            return self._step(0, 0, machine.LeaseRecord(), float("-inf"), None)
+            return self._step(0, 0, 0, machine.LeaseRecord(), -(2 ** 62), None)
         finally:
             sys.setrecursionlimit(limit)
 
-    def _step(self, done: int, linearized: int, record, now: float, base: int | None) -> bool:
+    def _step(self, done: int, first: int, linearized: int, record, now: int, base: int | None) -> bool:
+        """``done``: the operations linearized (a bit each, in invoke order);
+        ``first``: the first of them not linearized."""
         if linearized == self.known:
             return True
         key = (done, record, now, base)
@@ -172,11 +182,12 @@ class _Search:
         self.states += 1
         if self.states > self.budget:
             raise GaveUp(f"more than {self.budget} model states")
-        first_end = float("inf")  # the earliest completion of a pending known operation
-        for n, op in enumerate(self.ops):
+        first_end = 2 ** 62  # the earliest completion of a pending known operation
+        for n in range(first, len(self.ops)):
             if done >> n & 1:
                 continue
-            if op.invoke > first_end:
+            op = self.ops[n]
+            if self.starts[n] > first_end:
                 break
             if op.known:
                 first_end = min(first_end, self.ends[n])
@@ -184,31 +195,50 @@ class _Search:
                 if op.known:
                     return False  # its window is over and it never took effect
                 continue
-            for at, after, new_base in self._outcomes(n, op, record, now, base):
-                if self._step(done | 1 << n, linearized + op.known, after, at, new_base):
+            for at in self._moments(n, op, record, now):
+                result = self._apply(n, op, record, at, base)
+                if result is None:
+                    continue
+                after, following = done | 1 << n, first
+                while following < len(self.ops) and (after >> following & 1 or (
+                        not self.ops[following].known and self.ends[following] < at)):
+                    following += 1  # linearized, or unknown and its window over: it never will be
+                if self._step(after, following, linearized + op.known, result[0], at, result[1]):
                     return True
         return False
 
-    def _outcomes(self, n: int, op: Op, record, now: float, base: int | None):
-        low, high = max(now, op.invoke), self.ends[n]
-        moments = [low]
+    def _moments(self, n: int, op: Op, record, now: int) -> list[int]:
+        """The instants of the window worth trying: the earliest; each at
+        which the current lease or break ends by itself; and for an operation
+        that sets a deadline, the latest and those that put its deadline on
+        another operation's invoke or completion (the state changes only at
+        such instants, and a deadline only matters against those)."""
+        low, high = max(now, self.starts[n]), self.ends[n]
+        moments = {low}
         for end in (record.expires_at, record.break_at):
-            if end is not None and low < _s(end) <= high:
-                moments.append(_s(end))
-        if op.action in SETS_DEADLINE and high > low and op.complete is not None:
-            moments.append(high)
-        for at in sorted(set(moments)):
-            result = self._apply(n, op, record, at, base)
-            if result is not None:
-                yield (at, *result)
+            if end is not None and low < (at := _us(end)) <= high:
+                moments.add(at)
+        if op.action == "break" and op.lease_time is not None:  # when the lease time it answered was whole
+            for end in (record.expires_at, record.break_at):
+                if end is not None and low <= (at := _us(end) - op.lease_time * US) <= high:
+                    moments.add(at)
+        shift = {"acquire": op.duration, "renew": record.duration, "break": op.break_period}.get(op.action)
+        if shift is not None and shift >= 0 and op.complete is not None and high > low:
+            moments.add(high)
+            shift *= US
+            first, last = bisect.bisect_right(self.points, low + shift), bisect.bisect_left(self.points, high + shift)
+            step = max(1, (last - first) // MAX_SHIFTED)
+            for point in self.points[first:last:step]:  # the deadline on it, and just after it
+                moments.update(at for at in (point - shift, point - shift + 1) if at <= high)
+        return sorted(moments)
 
-    def _apply(self, n: int, op: Op, record, at: float, base: int | None):
+    def _apply(self, n: int, op: Op, record, at: int, base: int | None):
         """(record after, base) if the model at ``at`` answers as recorded."""
-        new_id = uuid.UUID(op.result_id) if op.result_id and not op.proposed_id else self.ids[n]
+        lease_id, proposed_id, new_id, result_id = self.sent[n]
         try:
-            outcome = machine.apply(op.action, record, _t(at), duration=op.duration, break_period=op.break_period,
-                                    lease_id=_uuid(op.lease_id), proposed_id=_uuid(op.proposed_id), new_id=new_id,
-                                    noun=op.noun)
+            outcome = machine.apply(op.action, record, EPOCH + timedelta(microseconds=at), duration=op.duration,
+                                    break_period=op.break_period, lease_id=lease_id, proposed_id=proposed_id,
+                                    new_id=new_id, noun=op.noun)
         except LeaseholdError as error:
             if not op.known or op.status != error.status or (op.code is not None and op.code != error.code):
                 return None  # an unknown operation refused changed nothing: the same as not taking effect
@@ -217,7 +247,7 @@ class _Search:
             return outcome.record, base
         if op.status != SUCCESS[op.action]:
             return None
-        if op.result_id is not None and uuid.UUID(op.result_id) != outcome.lease_id:
+        if result_id is not None and result_id != outcome.lease_id:
             return None
         if op.lease_time is not None and abs(op.lease_time - (outcome.lease_time or 0)) > 1:
             return None
@@ -228,6 +258,10 @@ class _Search:
                 return None
             base = offset
         return outcome.record, base
+
+
+def _us(moment: datetime) -> int:
+    return (moment - EPOCH) // timedelta(microseconds=1)
 
 
 def _uuid(value: str | None) -> uuid.UUID | None:
@@ -258,11 +292,24 @@ def _smallest(history: list[Op], horizon: float, budget: int) -> tuple[list[Op],
     failing = sorted(_prefix(history, ends[lo]), key=lambda op: op.invoke)
     culprit = next(op for op in failing if op.known and op.complete == ends[lo])
 
+    def answers(ops: list[Op]) -> set:
+        """The answers (status, code) the culprit could have had, the others as recorded."""
+        found = set()
+        for status, code in [(SUCCESS[culprit.action], None), *REFUSALS]:
+            other = replace(culprit, status=status, code=code, result_id=None, generation=None, lease_time=None)
+            if _passes([other if op is culprit else op for op in ops], horizon, budget, True):
+                found.add((status, code))
+        return found
+
+    expected = answers(failing)
+
     def smaller(ops: list[Op]) -> bool:
-        """Still failing, and linearizable without the culprit (generations may skip)."""
+        """Still failing for the same reason: linearizable without the culprit
+        (generations may skip), and the culprit's possible answers the same
+        (so what explains them, such as the lease it acts on, stays)."""
         try:
             return not _passes(ops, horizon, budget, True) and \
-                _passes([op for op in ops if op is not culprit], horizon, budget, True)
+                _passes([op for op in ops if op is not culprit], horizon, budget, True) and answers(ops) == expected
         except GaveUp:
             return False
 

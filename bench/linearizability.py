@@ -2,7 +2,7 @@
 """Leases checked for linearizability under faults, for minutes: the long
 form of the fault tests' recorded histories (tests/lincheck.py).
 
-The production server (2 worker processes, SQLite) and 16 clients on 8
+The production server (2 worker processes, SQLite) and 24 clients on 8
 blobs: acquire with their own id (15 s), renew, change, release, break
 (period 0-3 s); now and then a holder pauses past its lease (17 s) before
 renewing. Faults every few seconds, in turn: the whole server SIGKILLed and
@@ -12,8 +12,11 @@ connections never reached a server and are not recorded. At the end the
 whole history is checked and the figures printed: operations checked,
 faults injected, time to check.
 
-    .venv/bin/python bench/linearizability.py [seconds]     # default 180
+    .venv/bin/python bench/linearizability.py [seconds]     # default 240
+    .venv/bin/python bench/linearizability.py --check FILE  # a history it saved, checked again
 """
+import dataclasses
+import json
 import os
 import random
 import signal
@@ -36,11 +39,19 @@ import django  # noqa: E402
 
 django.setup()
 from tests import azure_raw  # noqa: E402
-from tests.lincheck import Recorder  # noqa: E402
+from tests.lincheck import Op, Recorder, check  # noqa: E402
 from tests.processes.test_processes import Server  # noqa: E402
 
-SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 180
-BLOBS, CLIENTS, FAULT_EVERY = 8, 16, 6.0
+if sys.argv[1:2] == ["--check"]:  # a saved history checked again, without the load
+    ops = [Op(**fields) for fields in json.loads(Path(sys.argv[2]).read_text())]
+    verdict = check(ops)
+    print(f"{len(ops)} operations checked in {verdict.seconds:.2f} s ({verdict.states} model states): "
+          f"{'linearizable' if verdict else 'NOT linearizable'}")
+    if not verdict:
+        print(verdict.explain())
+    sys.exit(0 if verdict else 1)
+SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 240
+BLOBS, CLIENTS, FAULT_EVERY = 8, 24, 6.0
 
 server = Server(Path(tempfile.mkdtemp(prefix="lin-")), workers=2).migrate().start()
 base = server.url
@@ -88,7 +99,7 @@ def client(n: int) -> None:
             if r is None or r.status_code != 201:
                 time.sleep(0.01)
                 continue
-            if rng.random() < 0.03:
+            if rng.random() < 0.01:
                 faults["holder paused"] += 1
                 stop.wait(17)  # past its lease: someone else may take it
             for _ in range(rng.randrange(3)):
@@ -125,11 +136,13 @@ server.kill()
 ran = time.monotonic() - started
 
 ops = history.ops
-verdict = history.check()
+saved = Path(tempfile.mkdtemp(prefix="lin-")) / "history.json"
+saved.write_text(json.dumps([dataclasses.asdict(op) for op in ops]))
 unknown = sum(1 for op in ops if not op.known)
 print(f"{len(ops)} operations in {ran:.0f} s on {BLOBS} blobs by {CLIENTS} clients "
-      f"({unknown} outcomes unknown); answers {dict(sorted(statuses.items(), key=str))}")
-print(f"faults injected: {faults}")
+      f"({unknown} outcomes unknown); answers {dict(sorted(statuses.items(), key=str))}", flush=True)
+print(f"faults injected: {faults}; the history: {saved} (check it again: --check {saved})", flush=True)
+verdict = history.check()
 print(f"checked in {verdict.seconds:.2f} s ({verdict.states} model states): "
       f"{'linearizable' if verdict else 'NOT linearizable'}")
 if not verdict:

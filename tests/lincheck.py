@@ -33,9 +33,13 @@ window [invoke, complete], lease time never going back:
   deletions); every later one must be the model's count plus that offset.
 
 A failure reports the smallest failing sub-history it finds: the shortest
-failing prefix (operations completing after its end kept as unknown), then
-shrunk op by op while it still fails and stays linearizable without the
-culprit (the operation whose answer no order explains).
+failing prefix (operations completing after its end kept as unknown), whose
+last answer is the culprit (the one no order explains), then shrunk (halves,
+quarters, ... single operations) while it still fails, stays linearizable
+without the culprit, and leaves the culprit the same possible answers (so
+what explains them, such as the lease it acts on, stays); generations may
+skip numbers there, for the new leases left out. The search is bounded
+(``budget`` model states: GaveUp beyond).
 """
 
 from __future__ import annotations
@@ -183,6 +187,7 @@ class _Search:
         if self.states > self.budget:
             raise GaveUp(f"more than {self.budget} model states")
         first_end = 2 ** 62  # the earliest completion of a pending known operation
+        known, unknown = [], []  # the operations that may go next
         for n in range(first, len(self.ops)):
             if done >> n & 1:
                 continue
@@ -195,6 +200,11 @@ class _Search:
                 if op.known:
                     return False  # its window is over and it never took effect
                 continue
+            (known if op.known else unknown).append(n)
+        # Known answers first: an unknown outcome is taken into effect only where
+        # the answers need it (a wrong guess there would be undone much later).
+        for n in known + unknown:
+            op = self.ops[n]
             for at in self._moments(n, op, record, now):
                 result = self._apply(n, op, record, at, base)
                 if result is None:

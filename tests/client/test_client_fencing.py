@@ -14,8 +14,6 @@ from azure.storage.blob import BlobLeaseClient
 from leasehold_client import AutoRenewLease, CannotFence, StaleLease, fence, fenced
 from leasehold_client.fencing import DDL
 
-pytestmark = pytest.mark.also_postgres
-
 REPORT = "CREATE TABLE IF NOT EXISTS app_report (resource VARCHAR(200), body VARCHAR(200), generation BIGINT)"
 
 
@@ -90,7 +88,9 @@ class DjangoStore(Store):
                                                                                                   lease)))
 
 
-@pytest.fixture(params=["sqlite3", pytest.param("psycopg", marks=pytest.mark.postgres), "django"])
+# The application's database: the PostgreSQL pass of make test runs psycopg's and Django's (there on PostgreSQL).
+@pytest.fixture(params=["sqlite3", pytest.param("psycopg", marks=[pytest.mark.postgres, pytest.mark.also_postgres]),
+                        pytest.param("django", marks=pytest.mark.also_postgres)])
 def store(request, tmp_path, transactional_db) -> Store:
     if request.param == "sqlite3":
         return SqliteStore(tmp_path / "app.sqlite3")

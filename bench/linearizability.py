@@ -2,13 +2,14 @@
 """Leases checked for linearizability under faults, for minutes: the long
 form of the fault tests' recorded histories (tests/lincheck.py).
 
-The production server (2 worker processes, SQLite) and 24 clients on 8
+The production server (2 worker processes, SQLite) and 24 clients on 12
 blobs: acquire with their own id (15 s), renew, change, release, break
 (period 0-3 s); now and then a holder pauses past its lease (17 s) before
 renewing. Faults every few seconds, in turn: the whole server SIGKILLed and
 started again on its file, or one worker SIGKILLed (the supervisor replaces
-it). Requests cut by a fault, and 503s, are outcomes unknown; refused
-connections never reached a server and are not recorded. At the end the
+it). Requests cut by a fault (made before the connection broke, or never),
+and 503s, are outcomes unknown; refused connections never reached a server
+and are not recorded. At the end the
 whole history is checked and the figures printed: operations checked,
 faults injected, time to check.
 
@@ -51,7 +52,7 @@ if sys.argv[1:2] == ["--check"]:  # a saved history checked again, without the l
         print(verdict.explain())
     sys.exit(0 if verdict else 1)
 SECONDS = float(sys.argv[1]) if len(sys.argv) > 1 else 240
-BLOBS, CLIENTS, FAULT_EVERY = 8, 24, 6.0
+BLOBS, CLIENTS, FAULT_EVERY = 12, 24, 6.0
 
 server = Server(Path(tempfile.mkdtemp(prefix="lin-")), workers=2).migrate().start()
 base = server.url
@@ -68,19 +69,19 @@ errors: list = []
 
 
 def lease(me: str, path: str, action: str, **sent):
-    sent_at = history.clock()
+    sent_at, gone = history.clock(), False
     try:
         response = azure_raw.lease(base, path, action, **sent)
     except requests.ConnectionError as exc:
         if "Connection refused" in str(exc):
             time.sleep(0.05)
             return None
-        response = None
+        response, gone = None, True  # cut by a kill: made before now, or never
     except requests.Timeout:
         response = None
     key = response.status_code if response is not None else "no answer"
     statuses[key] = statuses.get(key, 0) + 1
-    history.http(me, path, action, sent_at, response, lease_id=sent.get("lease_id"),
+    history.http(me, path, action, sent_at, response, server_gone=gone, lease_id=sent.get("lease_id"),
                  proposed_id=sent.get("proposed_lease_id"), duration=sent.get("duration"),
                  break_period=sent.get("break_period"))
     return response

@@ -159,6 +159,7 @@ class _Search:
         # operation of a wide window may have to fall on for the others to be explained
         self.points = sorted({*self.starts, *(end for op, end in zip(self.ops, self.ends) if op.known)})
         self.known = sum(1 for op in self.ops if op.known)
+        self.unknowns = [n for n, op in enumerate(self.ops) if not op.known]  # scanned apart: few, long windows
         self.budget, self.states = budget, 0
         self.seen: set = set()
         # each operation's ids parsed once: the lease id sent, the proposed id, the id to grant under
@@ -170,13 +171,14 @@ class _Search:
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 4 * len(self.ops) + 1000))
         try:
-            return self._step(0, 0, 0, machine.LeaseRecord(), -(2 ** 62), None)
+            first = next((n for n, op in enumerate(self.ops) if op.known), len(self.ops))
+            return self._step(0, first, 0, machine.LeaseRecord(), -(2 ** 62), None)
         finally:
             sys.setrecursionlimit(limit)
 
     def _step(self, done: int, first: int, linearized: int, record, now: int, base: int | None) -> bool:
         """``done``: the operations linearized (a bit each, in invoke order);
-        ``first``: the first of them not linearized."""
+        ``first``: the first known one not linearized."""
         if linearized == self.known:
             return True
         key = (done, record, now, base)
@@ -189,18 +191,19 @@ class _Search:
         first_end = 2 ** 62  # the earliest completion of a pending known operation
         known, unknown = [], []  # the operations that may go next
         for n in range(first, len(self.ops)):
-            if done >> n & 1:
+            if done >> n & 1 or not self.ops[n].known:
                 continue
-            op = self.ops[n]
             if self.starts[n] > first_end:
                 break
-            if op.known:
-                first_end = min(first_end, self.ends[n])
             if self.ends[n] < now:
-                if op.known:
-                    return False  # its window is over and it never took effect
-                continue
-            (known if op.known else unknown).append(n)
+                return False  # its window is over and it never took effect
+            first_end = min(first_end, self.ends[n])
+            known.append(n)
+        for n in self.unknowns:
+            if self.starts[n] > first_end:
+                break
+            if not done >> n & 1 and self.ends[n] >= now:
+                unknown.append(n)
         # Known answers first: an unknown outcome is taken into effect only where
         # the answers need it (a wrong guess there would be undone much later).
         for n in known + unknown:
@@ -209,13 +212,16 @@ class _Search:
                 result = self._apply(n, op, record, at, base)
                 if result is None:
                     continue
-                after, following = done | 1 << n, first
-                while following < len(self.ops) and (after >> following & 1 or (
-                        not self.ops[following].known and self.ends[following] < at)):
-                    following += 1  # linearized, or unknown and its window over: it never will be
-                if self._step(after, following, linearized + op.known, result[0], at, result[1]):
+                if self._step(*self._after(done, first, n), linearized + op.known, result[0], at, result[1]):
                     return True
         return False
+
+    def _after(self, done: int, first: int, n: int) -> tuple[int, int]:
+        """``done`` and ``first`` once operation ``n`` is linearized."""
+        done |= 1 << n
+        while first < len(self.ops) and (done >> first & 1 or not self.ops[first].known):
+            first += 1
+        return done, first
 
     def _moments(self, n: int, op: Op, record, now: int) -> list[int]:
         """The instants of the window worth trying: the earliest; each at
@@ -354,10 +360,12 @@ class Recorder:
             self.ops.append(op)
 
     def http(self, client: str, resource: str, action: str, invoke: float, response, *,
-             unknown: frozenset = frozenset({503}), **sent) -> None:
+             unknown: frozenset = frozenset({503}), server_gone: bool = False, **sent) -> None:
         """One Azure lease request and its ``response`` (None: no answer);
-        statuses in ``unknown`` say nothing about whether it took effect."""
-        complete = self.clock() if response is not None else None
+        statuses in ``unknown`` say nothing about whether it took effect.
+        ``server_gone``: no answer because the server process died (killed):
+        it took effect before now or never, so its window ends now."""
+        complete = self.clock() if response is not None or server_gone else None
         status = None if response is None or response.status_code in unknown else response.status_code
         headers = response.headers if status is not None else {}
         generation = headers.get("Leasehold-Generation")

@@ -22,6 +22,7 @@ import pytest
 import requests
 
 from tests import azure_raw, pg_cluster
+from tests.lincheck import Recorder
 from tests.server_process import ROOT, Instance, prepare
 from tests.serving.test_metrics import scrape, value
 
@@ -177,7 +178,8 @@ def test_two_instances_an_hour_apart_decide_as_one(two_clocks):
 def test_races_across_instances_never_make_two_holders(two_clocks):
     """Acquires, renewals and breaks of the same blobs through both
     instances at once, at moments when the leases end: every answer is a
-    lease answer (no 5xx), and the history shows no two holders."""
+    lease answer (no 5xx), the history shows no two holders, and the
+    answers are linearizable on the database's timeline (tests/lincheck.py)."""
     pg, a, b, timeline, _ = two_clocks
     names = [f"race-{n}" for n in range(12)]
     paths = [_blob(a.url, name) for name in names]
@@ -185,17 +187,25 @@ def test_races_across_instances_never_make_two_holders(two_clocks):
     clients = [str(uuid.uuid4()) for _ in range(3)]
     timeline.begin()
     statuses: dict[int, int] = {}
+    # lease time is the database's clock: the real time plus the offset the test set (between rounds)
+    history = Recorder(clock=lambda: time.time() + timeline.offset)
 
     def call(path: str, n: int) -> None:
         instance = (a, b)[n % 2]
         client = clients[rng.randrange(len(clients))]
         kind = n % 4
         if kind in (0, 1):
-            response = azure_raw.lease(instance.url, path, "acquire", duration=15, proposed_lease_id=client)
+            sent = {"duration": 15, "proposed_lease_id": client}
+            action = "acquire"
         elif kind == 2:
-            response = azure_raw.lease(instance.url, path, "renew", lease_id=client)
+            sent, action = {"lease_id": client}, "renew"
         else:
-            response = azure_raw.lease(instance.url, path, "break", break_period=rng.choice([0, 1, 5]))
+            sent, action = {"break_period": rng.choice([0, 1, 5])}, "break"
+        sent_at = history.clock()
+        response = azure_raw.lease(instance.url, path, action, **sent)
+        history.http(client if action != "break" else f"breaker-{n}", path, action, sent_at, response,
+                     lease_id=sent.get("lease_id"), proposed_id=sent.get("proposed_lease_id"),
+                     duration=sent.get("duration"), break_period=sent.get("break_period"))
         statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
 
     with ThreadPoolExecutor(16) as pool:
@@ -208,6 +218,9 @@ def test_races_across_instances_never_make_two_holders(two_clocks):
     assert statuses.get(201, 0) > len(paths), statuses
     for blob, events in _history(pg, "race-").items():
         assert not _double_holders(events), (blob, _double_holders(events))
+    verdict = history.check()
+    assert verdict, verdict.explain()
+    print(verdict.explain())
 
 
 STEPPED_BACK = re.compile(r"clock step: the database's clock went back by 3[56]\d\d\.\d s")

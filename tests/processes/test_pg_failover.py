@@ -6,7 +6,8 @@ killed (SIGKILL) or hangs (SIGSTOP), and the standby is promoted: both
 instances serve again within 5 s of the promotion, no acknowledged
 operation is lost, nothing is answered 500 (503 ServerBusy with
 Retry-After while no primary answers, and every operation retried after
-it succeeds), and no lease has two holders.
+it succeeds), no lease has two holders, and the whole history of answers is
+linearizable (tests/lincheck.py; a 503 or no answer is an unknown outcome).
 
 Also here: a row another session keeps locked holds up no request for
 another row (serving/lanes.py). How long such requests take is a
@@ -25,6 +26,7 @@ import pytest
 import requests
 
 from tests import azure_raw, pg_cluster
+from tests.lincheck import Recorder
 from tests.processes.test_pg_clock import _double_holders
 from tests.server_process import Instance, prepare
 
@@ -55,6 +57,7 @@ class Log:
         self.double: list[tuple] = []
         self.holder: dict[str, str | None] = {}
         self.failed: list[str] = []  # operations that never succeeded, or a client's error
+        self.history = Recorder()
 
     def call(self, instance: Instance, path: str, action: str, **headers):
         """The operation, retried while answered 503 (as an SDK would,
@@ -64,12 +67,16 @@ class Log:
         retry = False
         while True:
             request_id = str(uuid.uuid4())
+            sent_at = self.history.clock()
             try:
                 response = azure_raw.lease(instance.url, path, action, **headers,
                                            **{"x-ms-client-request-id": request_id})
                 status = response.status_code
             except OSError as exc:  # requests' errors are OSErrors: no answer at all
                 response, status = None, f"no answer: {type(exc).__name__}"
+            self.history.http(headers.get("proposed_lease_id") or headers.get("lease_id"), path, action, sent_at,
+                              response, lease_id=headers.get("lease_id"),
+                              proposed_id=headers.get("proposed_lease_id"), duration=headers.get("duration"))
             with self.lock:
                 self.answers.append((time.monotonic(), instance.url, action, status, request_id))
             if status != 503 and response is not None:
@@ -202,6 +209,9 @@ def test_both_instances_serve_again_after_the_standby_is_promoted(tmp_path, how)
     for blob, history in events.items():
         assert not _double_holders(history), (blob, _double_holders(history))
     assert len(acknowledged) > 50, len(acknowledged)
+    verdict = log.history.check()
+    assert verdict, verdict.explain()
+    print(f"{how}: {verdict.explain()}")
     for url, output in logs.items():
         assert "Traceback" not in output and "make the database file" not in output, output[-3000:]
         assert "database failover or outage" in output, output[-3000:]  # the log names it

@@ -250,7 +250,6 @@ def wait_for(predicate):
         time.sleep(0.005)
 
 wait_for(lambda: thread.checkpoints >= 1)
-con.execute("INSERT INTO t VALUES (1)")  # something to copy: the round takes the writer lock (a new descriptor)
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 held = []
@@ -259,6 +258,9 @@ try:
         held.append(os.open(os.devnull, os.O_RDONLY))
 except OSError:
     pass
+# Something to copy only now (the connection's files are open): else a round
+# could checkpoint it before the limit is reached, and later rounds open nothing.
+con.execute("INSERT INTO t VALUES (1)")  # the round takes the writer lock (a new descriptor)
 wait_for(lambda: thread.failures >= 3 or not thread.is_alive())  # rounds failed at the open-file limit ...
 for fd in held:
     os.close(fd)

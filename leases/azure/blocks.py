@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-import xml.etree.ElementTree as ElementTree
 from typing import Any
 from urllib.parse import unquote, urlsplit
 from xml.sax.saxutils import escape
@@ -249,12 +248,5 @@ def copy_source(url: str, account: str) -> ResourceRef:
 def parse_block_list(body: bytes) -> list[tuple[str, str]]:
     """Put Block List's XML: <BlockList> of <Committed>, <Uncommitted>,
     <Latest> ids, in order. No DTD (entities): 400 InvalidXmlDocument."""
-    if b"<!DOCTYPE" in body.upper() or b"<!ENTITY" in body.upper():
-        raise LeaseholdError("InvalidXmlDocument")
-    try:
-        root = ElementTree.fromstring(body)
-    except ElementTree.ParseError:
-        raise LeaseholdError("InvalidXmlDocument") from None
-    if root.tag != "BlockList":
-        raise LeaseholdError("InvalidXmlDocument")
+    root = inputs.xml_root(body, "BlockList")
     return [(child.tag, (child.text or "").strip()) for child in root]

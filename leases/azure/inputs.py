@@ -21,6 +21,7 @@ import binascii
 import hashlib
 import re
 from datetime import datetime
+from xml.etree import ElementTree
 
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
 
@@ -213,3 +214,21 @@ def check_md5(body: bytes, meta: dict) -> None:
         if given != digest:
             raise LeaseholdError("Md5Mismatch", field=field, value=value[:200], detail={
                 "UserSpecifiedMd5": value, "ServerCalculatedMd5": base64.b64encode(digest).decode()})
+
+
+def xml_root(body: bytes, tag: str) -> ElementTree.Element:
+    """A request's XML body whose root element is ``tag``; anything else,
+    a document type (entities to expand) included, is 400 InvalidXmlDocument
+    saying why."""
+    def invalid(why: str) -> LeaseholdError:
+        return LeaseholdError("InvalidXmlDocument", message=f"XML specified is not syntactically valid: {why}")
+
+    if b"<!DOCTYPE" in body.upper() or b"<!ENTITY" in body.upper():
+        raise invalid("a document type declaration is not allowed.")
+    try:
+        root = ElementTree.fromstring(body)
+    except ElementTree.ParseError:
+        raise invalid("the body does not parse.") from None
+    if root.tag != tag:
+        raise invalid(f"the root element is not {tag}.")
+    return root

@@ -34,8 +34,9 @@ window [invoke, complete], lease time never going back:
 
 A failure reports the smallest failing sub-history it finds: the shortest
 failing prefix (operations completing after its end kept as unknown), whose
-last answer is the culprit (the one no order explains), then shrunk (halves,
-quarters, ... single operations) while it still fails, stays linearizable
+last answer is the culprit (the one no order explains), cut to the
+culprit's last 1, 2, 4, ... 64 seconds if those show it, then shrunk
+(halves, quarters, ... single operations, for 30 s at most) while it still fails, stays linearizable
 without the culprit, and leaves the culprit the same possible answers (so
 what explains them, such as the lease it acts on, stays); generations may
 skip numbers there, for the new leases left out. The search is bounded
@@ -330,6 +331,14 @@ def _smallest(history: list[Op], horizon: float, budget: int) -> tuple[list[Op],
             return False
 
     deadline = time.monotonic() + 30  # shrinking is a courtesy: bounded
+    grants = [op.invoke for op in failing if op.action == "acquire" and op.status == 201 and op.complete is not None]
+    for window in (1, 2, 4, 8, 16, 32, 64):  # first the culprit's last seconds alone, if they show it,
+        since = culprit.invoke - window  # from the last new lease granted before them (the state they start in)
+        since = max([g for g in grants if g < since] or [since])
+        recent = [op for op in failing if op.complete is None or op.complete >= since]
+        if len(recent) < len(failing) and smaller(recent):
+            failing = recent
+            break
     chunk = len(failing) // 2  # drop halves, then quarters, ... then single operations until none goes
     while chunk >= 1 and time.monotonic() < deadline:
         start, before = 0, len(failing)

@@ -106,9 +106,9 @@ test: export LEASEHOLD_FULL_RUN = $(FULL_RUN)
 test:
 	$(MAKE) --no-print-directory -j3 test-setup
 	set +e; empty=$(if $(FULL_RUN),0,5); \
-	$(BIN)/pytest -q -rs -n $(TEST_WORKERS) --dist worksteal -m "not postgres and not big" $(PYTEST_ARGS); a=$$?; \
+	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist worksteal -m "not postgres and not big" $(PYTEST_ARGS); a=$$?; \
 	[ $$a -eq 0 ] || [ $$a -eq $$empty ] || { [ $$a -ne 5 ] || echo "make test: the SQLite pass selected no test"; exit $$a; }; \
-	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs -n auto $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
+	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs --durations=25 -n auto $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
 	[ $$b -eq 0 ] || [ $$b -eq $$empty ] || { [ $$b -ne 5 ] || echo "make test: the PostgreSQL pass selected no test"; exit $$b; }; \
 	[ $$a -eq 0 ] || [ $$b -eq 0 ] || { echo "make test: no test selected"; exit 5; }
 

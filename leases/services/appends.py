@@ -10,6 +10,7 @@ later never shows through; a copy of an append blob gets a list of its own."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 from .. import blob_content, clock, machine
@@ -20,7 +21,7 @@ from ..models import Blob, BlobContent, BlobPart
 from ..sql import dbclock
 from .access import _after_blob_write, _check_access, _committing_refusals
 from .blobs import _blob_for_write, validate_blob_name
-from .blocks import COPY_CLEARED, MAX_COMMITTED, _write_checks, stage_checked, write_blob
+from .blocks import COPY_CLEARED, MAX_COMMITTED, NeedsStaging, _write_checks, stage_and_record, write_blob
 from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
 
 APPEND_BLOB = "AppendBlob"
@@ -68,22 +69,10 @@ def block_append(*, ref: ResourceRef, actor: Actor, read, length: int, md5: byte
     count). ``max_size``/``append_position``: x-ms-blob-condition-maxsize
     and -appendpos."""
     assert ref.blob is not None
-    args = dict(ref=ref, actor=actor, length=length, lease_id=lease_id, conditions=conditions, max_size=max_size,
-                append_position=append_position)
-    staged = None
-    try:
-        if _refused_now(ref, lease_id):
-            try:
-                _append(**args, staged=None)  # refuses again, and records it
-            except _Allowed:  # allowed after all: the state changed since the look
-                pass
-        staged, _ = stage_checked(read, length, md5=md5, crc64=crc64)
-        result = _append(**args, staged=staged)
-    except BaseException:
-        if staged is not None:
-            blob_content.discard(staged)
-        raise
-    blob_content.collect_after_request(written=length)
+    record = functools.partial(_append, ref=ref, actor=actor, length=length, lease_id=lease_id,
+                               conditions=conditions, max_size=max_size, append_position=append_position)
+    result, _ = stage_and_record(record, refused_now=_refused_now(ref, lease_id), read=read, length=length,
+                                 md5=md5, crc64=crc64)
     return result
 
 
@@ -99,10 +88,6 @@ def _refused_now(ref: ResourceRef, lease_id) -> bool:
     except LeaseholdError:
         return True
     return False
-
-
-class _Allowed(Exception):
-    """The append's checks pass, but nothing was staged (the look before staging)."""
 
 
 @_committing_refusals
@@ -126,7 +111,7 @@ def _append(*, ref: ResourceRef, actor: Actor, length: int, lease_id, conditions
         raise LeaseholdError("BlockCountExceedsLimit",
                              message="The committed block count cannot exceed the maximum limit of 50,000 blocks.")
     if staged is None:
-        raise _Allowed
+        raise NeedsStaging
     blob_content.make_live(staged)
     offset = blob.size
     BlobPart.objects.create(version=blob.content_version, seq=count, block_id="", start=offset, size=length,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import uuid
 
@@ -58,22 +59,34 @@ def block_put(*, ref: ResourceRef, actor: Actor, block_id: str, read, length: in
     if not valid_block_id(block_id):
         raise LeaseholdError("InvalidQueryParameterValue", field="blockid", value=block_id[:200],
                              detail={"query": True})
-    args = dict(ref=ref, actor=actor, block_id=block_id, size=length, lease_id=lease_id)
+    record = functools.partial(_block_record, ref=ref, actor=actor, block_id=block_id, size=length,
+                               lease_id=lease_id)
+    _, digest = stage_and_record(record, refused_now=_refused_now(ref, block_id, lease_id), read=read,
+                                 length=length, md5=md5, crc64=crc64)
+    return digest
+
+
+def stage_and_record(record, *, refused_now: bool, read, length: int, md5: bytes | None, crc64: bytes | None):
+    """A streamed body's write (Put Block, Append Block): when a look without
+    a lock finds it refused, ``record(staged=None)`` refuses (and records)
+    with nothing staged; else the body is staged and checked, and
+    ``record(staged=...)`` makes it part of the blob. Staged content is
+    discarded on any failure. Answers (what ``record`` answered, the body's MD5)."""
     staged = None
     try:
-        if _refused_now(ref, block_id, lease_id):
+        if refused_now:
             try:
-                _block_record(**args, staged=None)  # refuses again, and records it
-            except _NeedsStaging:  # allowed after all: the state changed since the look
+                record(staged=None)  # refuses again, and records it
+            except NeedsStaging:  # allowed after all: the state changed since the look
                 pass
         staged, digest = stage_checked(read, length, md5=md5, crc64=crc64)
-        _block_record(**args, staged=staged)
+        result = record(staged=staged)
     except BaseException:
         if staged is not None:
             blob_content.discard(staged)
         raise
     blob_content.collect_after_request(written=length)
-    return digest
+    return result, digest
 
 
 def stage_checked(read, length: int, *, md5: bytes | None, crc64: bytes | None) -> tuple[uuid.UUID, bytes]:
@@ -94,8 +107,8 @@ def stage_checked(read, length: int, *, md5: bytes | None, crc64: bytes | None) 
     return staged, digest.digest()
 
 
-class _NeedsStaging(Exception):
-    """The record found an allowed block that was not staged."""
+class NeedsStaging(Exception):
+    """A record transaction found an allowed write whose body was not staged."""
 
 
 def _refused_now(ref: ResourceRef, block_id: str, lease_id) -> bool:
@@ -144,7 +157,7 @@ def _block_record(*, ref: ResourceRef, actor: Actor, block_id: str, size: int, l
     _block_blob_only(blob)
     existing = _block_checks(container, ref, block_id)
     if staged is None:
-        raise _NeedsStaging
+        raise NeedsStaging
     blob_content.make_live(staged, state=BlobContent.BLOCK)
     if existing is None:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from datetime import datetime, timezone
 from urllib.parse import unquote
 
@@ -140,8 +141,6 @@ class OncePerAddress(logging.Filter):
         self.last: dict[str, float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        import time
-
         if getattr(record, "leasehold_once", False):  # passed already (the filter set up twice)
             return True
         request = getattr(record, "request", None)

@@ -45,7 +45,7 @@ def main() -> None:
     from django.db import connection
     from django.test import Client
 
-    from leases import clock
+    from leases.domain import clock
     from leases.models import LeaseEvent
     from tests.admin.helpers import load_scale_data, scale_pages
 

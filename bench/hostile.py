@@ -235,7 +235,7 @@ def grow_history(db: str, events: int) -> int:
 def api_token(env: dict, repo) -> str:
     out = subprocess.run([sys.executable, "manage.py", "shell", "-c",
                           "from django.contrib.auth import get_user_model\n"
-                          "from leases.tokens import ApiToken\n"
+                          "from leases.models.tokens import ApiToken\n"
                           "u = get_user_model().objects.filter(is_superuser=True).first()\n"
                           "print(ApiToken.issue(user=u, name='bench-export')[1])"],
                          cwd=repo, env=env, capture_output=True, text=True, timeout=120)

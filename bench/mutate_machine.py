@@ -1,4 +1,4 @@
-"""A mutation run over the pure state machine (leases/machine.py): each
+"""A mutation run over the pure state machine (leases/domain/machine.py): each
 mutant is one small change to its source (a comparison turned round or made
 strict, `and` for `or`, a `not` dropped, a number off by one, + for -),
 and the machine's tests (tests/machine/) are run against it, in a process of
@@ -11,7 +11,7 @@ they catch"; figures in bench/README.md).
 
 No mutant is written to the tree: each is compiled from the mutated source
 into the imported module before pytest runs (tests reach the machine through
-``leases.machine``)."""
+``leases.domain.machine``)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def mutant_source(tree: ast.AST, target: int) -> str:
 
 RUNNER = """
 import sys
-import leases.machine as m
+import leases.domain.machine as m
 exec(compile(open(sys.argv[1]).read(), m.__file__, "exec"), m.__dict__)
 import pytest
 sys.exit(pytest.main(sys.argv[2:]))

@@ -97,7 +97,7 @@ def pg_counters(admin_url: str, database: str) -> dict:
 
 def other_instances_releasing(url: str, per_second: int, stop: threading.Event) -> None:
     """What other instances' releases cost this one: ``per_second`` NOTIFYs
-    on the wake-up channel (leases/wakeups.py), as a fleet's releases and
+    on the wake-up channel (leases/services/wakeups.py), as a fleet's releases and
     breaks send them, from a session of its own, in batches every 10 ms
     (each with its own payload: PostgreSQL folds equal ones in a transaction)."""
     import psycopg

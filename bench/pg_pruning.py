@@ -10,7 +10,7 @@ cluster (tests/pg_cluster.py, but durable: fsync, full-page writes and
 synchronous commits on, as in production), 16 clients cycling acquire -> renew ->
 release at full speed (bench/loadgen.py): every lease request appends one
 event, so requests/s is the insert rate. Beside it, in a process of its own,
-the pruner (leases.retention.prune, paced as the server's) works off a
+the pruner (leases.operations.retention.prune, paced as the server's) works off a
 backlog of old events, refilled before every window, with one of three arms:
 
 * ``none``: no pruning (the traffic's own pace);
@@ -56,7 +56,7 @@ def prune_for(arm: str, seconds: float) -> None:
     django.setup()
     from datetime import timedelta
 
-    from leases import retention
+    from leases.operations import retention
 
     if arm == "2ms":
         retention.PG_HOLD_TARGET = retention.HOLD_TARGET

@@ -1,5 +1,5 @@
 """Where the renewals' time went inside the server (issue 11): reads the
-logs a server writes with ``LEASEHOLD_TIMING_LOG=<prefix>`` (leases/timing.py)
+logs a server writes with ``LEASEHOLD_TIMING_LOG=<prefix>`` (leases/operations/timing.py)
 and prints, for the renewals of bench/hostile.py's holders, the median, p99
 and max of each step, and the steps of the slowest renewals; then the event
 loop's lateness and the WAL checkpointer's holds of the writer lock.

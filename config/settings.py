@@ -1,4 +1,4 @@
-"""Django's settings, from Leasehold's (leases/conf.py: every LEASEHOLD_*
+"""Django's settings, from Leasehold's (leases/conf/__init__.py: every LEASEHOLD_*
 variable, read and checked once; docs/reference/configuration.md lists
 them). The defaults give a local Azure-compatible server on SQLite."""
 
@@ -9,7 +9,7 @@ import secrets
 from pathlib import Path
 
 from leases import conf
-from leases.env import SettingError
+from leases.conf.env import SettingError
 
 LEASEHOLD = conf.current()
 BASE_DIR = conf.BASE_DIR
@@ -18,7 +18,7 @@ VAR_DIR = LEASEHOLD.var_dir
 
 def _secret_key() -> str:
     """From LEASEHOLD_SECRET_KEY, else generated once and kept in var/
-    (SQLite), else the database's (PostgreSQL: leases/shared_secret.py)."""
+    (SQLite), else the database's (PostgreSQL: leases/operations/shared_secret.py)."""
     if LEASEHOLD.secret_key:
         return LEASEHOLD.secret_key
     if LEASEHOLD.on_postgres:
@@ -256,7 +256,7 @@ SPECTACULAR_SETTINGS = {
     "PREPROCESSING_HOOKS": ["leases.api.schema.only_json_api"],
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "leases.api.schema.response_headers"],
-    "ENUM_NAME_OVERRIDES": {"LeaseStateEnum": "leases.machine.STATES"},
+    "ENUM_NAME_OVERRIDES": {"LeaseStateEnum": "leases.domain.machine.STATES"},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
@@ -268,13 +268,13 @@ LOG_TRACEBACKS = LEASEHOLD.log_tracebacks
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    # One line per record, a failure's cause on it (leases/logformat.py).
-    "formatters": {"line": {"()": "leases.logformat.OneLineFormatter", "tracebacks": LOG_TRACEBACKS},
-                   "json": {"()": "leases.logformat.JsonFormatter", "tracebacks": LOG_TRACEBACKS}},
+    # One line per record, a failure's cause on it (leases/operations/logformat.py).
+    "formatters": {"line": {"()": "leases.operations.logformat.OneLineFormatter", "tracebacks": LOG_TRACEBACKS},
+                   "json": {"()": "leases.operations.logformat.JsonFormatter", "tracebacks": LOG_TRACEBACKS}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     # A storage fault's 503 is logged once with its cause, not again by Django.
-    "filters": {"skip_logged_faults": {"()": "leases.logformat.SkipLoggedFaults"},
-                "once_per_address": {"()": "leases.logformat.OncePerAddress"}},
+    "filters": {"skip_logged_faults": {"()": "leases.operations.logformat.SkipLoggedFaults"},
+                "once_per_address": {"()": "leases.operations.logformat.OncePerAddress"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
     # 412 ...) are normal outcomes, recorded in the lease history, and under

@@ -3,7 +3,7 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
-from leases import health
+from leases.api import health
 from leases.azure.fallback import invalid_uri
 from leases.azure.views import AzureBlobView
 
@@ -11,7 +11,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # The JSON API, its OpenAPI schema (/api/v1/schema/) and docs (/api/v1/docs/).
     path("api/v1/", include("leases.api.urls")),
-    # Operators: liveness, readiness, Prometheus metrics (leases/health.py).
+    # Operators: liveness, readiness, Prometheus metrics (leases/api/health.py).
     path("health/live", health.live, name="health-live"),
     path("health/ready", health.ready, name="health-ready"),
     path("metrics", health.MetricsView.as_view(), name="metrics"),

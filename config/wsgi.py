@@ -7,6 +7,6 @@ django.setup(set_prefix=False)
 
 from leases.azure.handler import LeaseholdWSGI  # noqa: E402  (needs settings)
 
-from leases.metrics import counting_unavailable  # noqa: E402
+from leases.operations.metrics import counting_unavailable  # noqa: E402
 
 application = counting_unavailable(LeaseholdWSGI())  # 503s counted for /metrics

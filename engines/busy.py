@@ -1,7 +1,7 @@
 """The one "the writer was not free in time" error of both engines, how a
 caller recognises it, and each thread's deadline for its writes (counted
 from the request's arrival). Leasehold's doors answer it 503 ServerBusy
-with Retry-After (leases/busy.py)."""
+with Retry-After (leases/storage/busy.py)."""
 
 from __future__ import annotations
 

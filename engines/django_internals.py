@@ -4,7 +4,7 @@ A minor Django release may reshape them (hence the ``Django<5.3`` pin);
 tests/storage/test_storage_contract.py checks each against what Django
 itself does, so an upgrade that changes one fails there, by name. Nothing
 else in engines/ imports a private Django name. (The ORM internals the hot
-path's statements use are in leases/sql/django_internals.py.)
+path's statements use are in leases/storage/django_internals.py.)
 
 - ``SQLiteDatabaseWrapper``: the SQLite backend engines.sqlite extends
   (documented as subclassable; its hooks below are not).

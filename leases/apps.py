@@ -9,15 +9,15 @@ class LeasesConfig(AppConfig):
     def ready(self):
         from django.db.models.signals import post_migrate
 
-        from .history_triggers import after_migrate
+        from leases.models.history_triggers import after_migrate
 
         # A migration that rebuilds the history table drops its append-only
         # triggers (SQLite); every migrate puts them back.
-        post_migrate.connect(after_migrate, sender=self, dispatch_uid="leases.history_triggers")
+        post_migrate.connect(after_migrate, sender=self, dispatch_uid="leases.models.history_triggers")
         # What the database engines report: /metrics' histograms, the bench's timings.
         from engines import hooks
 
-        from . import metrics, timing
+        from leases.operations import metrics, timing
 
         hooks.observe_writer_lock_wait = metrics.observe_writer_lock_wait
         hooks.observe_fsync = metrics.observe_fsync

@@ -2,7 +2,7 @@
 
 Every lease request (Azure ``comp=lease``, JSON ``/api/v1/leases/``) is
 identified on the event loop as soon as it is received whole
-(leases/principals.py): one that fails, or carries no credentials, is
+(leases/auth/principals.py): one that fails, or carries no credentials, is
 answered here, in its door's shape, and never takes a lease-lane slot, joins
 a lease batch or reaches the writer. One that passes carries its principal,
 by which the lease lane is shared (serving/lanes.py: ``FairGate``, and the
@@ -37,9 +37,9 @@ from email.utils import formatdate
 from django import db
 
 from serving import answers
-from leases import principals
+from leases.auth import principals
 from leases.azure import fastpath
-from leases.errors import MESSAGES, LeaseholdError
+from leases.domain.errors import MESSAGES, LeaseholdError
 
 log = logging.getLogger("leasehold.admission")
 

@@ -8,7 +8,7 @@ import time
 from email.utils import formatdate
 
 from serving.front import CaseKept, refusal
-from leases.metrics import count_unavailable
+from leases.operations.metrics import count_unavailable
 
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
 

@@ -31,8 +31,7 @@ ahead of a renewal: at worst they share the cores and the writer lock.
 and a lone one, with nothing else in flight, is written by the loop itself
 when the writer is free.) A request sticks to one thread of its lane for
 its whole life (Django keeps the database connection and transaction per
-thread), but a streamed response (an export)
-gives the thread back between pieces: each piece (at most about 64 KiB, one
+thread), but a streamed response (an export) gives the thread back between pieces: each piece (at most about 64 KiB, one
 short database read) is one task, so other requests of the lane run between
 an export's pieces, and a slow reader of an export holds no thread at all.
 
@@ -67,10 +66,12 @@ from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from engines import postgres
 from engines.busy import received_at
-from leases import clockwatch, conf, retention, timing, waiting
+from leases.operations import clockwatch, retention, timing
+from leases import conf
+from leases.domain import waiting
 from leases.azure import fastpath
 from leases.azure.handler import AZURE_PATH
-from leases.sql.transactions import RetryAlone, commits_together
+from leases.storage.transactions import RetryAlone, commits_together
 
 # The event loop writes lean lease batches itself when the writer is free
 # (serving/lease_batch.py): deliberately, without ever waiting for a lock
@@ -81,7 +82,7 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 API_LEASES = "/api/v1/leases/"
 API_BLOBS = "/api/v1/blobs/"  # the JSON API's uploads: the blob size cap, as Put Blob
-UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.blob_content.CHUNK_BYTES)
+UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.storage.blob_content.CHUNK_BYTES)
 
 
 class LeaseholdASGI:
@@ -104,7 +105,7 @@ class LeaseholdASGI:
             "read": Lane("read", threads=own.read_threads),
             "other": Lane("other", threads=own.other_threads or max(1, more // 2)),
             # A large Put Blob holds its thread while it stages its chunks
-            # (leases/blob_content.py): in a lane of its own, so that no
+            # (leases/storage/blob_content.py): in a lane of its own, so that no
             # create, delete or admin form queues behind it.
             "upload": Lane("upload", threads=own.upload_threads),
         }
@@ -159,9 +160,9 @@ class LeaseholdASGI:
                 # request of the worker waiting.
                 gc.freeze()
                 self.waiters.start()
-                if timing.ENABLED:  # bench only (leases/timing.py)
+                if timing.ENABLED:  # bench only (leases/operations/timing.py)
                     self.loop_watch = asyncio.get_running_loop().create_task(timing.watch_loop())
-                # Lease time read from the database before the first request (leases/clockwatch.py).
+                # Lease time read from the database before the first request (leases/operations/clockwatch.py).
                 await asyncio.get_running_loop().run_in_executor(None, clockwatch.start)
                 retention.start_pruner()  # if LEASEHOLD_RETENTION_* asks for pruning (one process prunes at a time)
                 await send({"type": "lifespan.startup.complete"})
@@ -359,10 +360,10 @@ class LeaseholdASGI:
         if environ.get("leasehold.lane") == "upload":
             # Uploads queue behind each other in their lane by design; each
             # of an upload's writes waits for the writer on its own
-            # (leases/blob_content.py), so its wait counts from its turn.
+            # (leases/storage/blob_content.py), so its wait counts from its turn.
             environ["leasehold.received_at"] = time.monotonic()
         marks = environ.get("leasehold.timing")
-        if marks is not None:  # bench only (leases/timing.py)
+        if marks is not None:  # bench only (leases/operations/timing.py)
             marks["thread"] = time.monotonic()
             timing.attach(marks)
         try:
@@ -381,7 +382,7 @@ class LeaseholdASGI:
 
 
 def _may_wait(scope, environ, body: bytes) -> bool:
-    """Whether a lease request asks to wait (leases/waiting.py): an Azure
+    """Whether a lease request asks to wait (leases/domain/waiting.py): an Azure
     acquire with x-leasehold-wait, a JSON acquire with "wait" in its body.
     Every other lease request goes the usual way, untouched."""
     if scope["path"].startswith(API_LEASES):

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     from django.core.management import call_command, execute_from_command_line
 
-    from leases.env import SettingError
+    from leases.conf.env import SettingError
 
     try:
         import django

@@ -52,8 +52,8 @@ import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from leases import conf
-from leases.logformat import LeaseIdsOut
-from leases.metrics import count_front_refusal
+from leases.operations.logformat import LeaseIdsOut
+from leases.operations.metrics import count_front_refusal
 
 RAW_HEADERS = "leasehold.raw_headers"
 # Every process that serves imports this module (uvicorn's config names the

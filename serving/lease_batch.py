@@ -45,7 +45,7 @@ Django keeps connections in context variables, and each request's task has
 its own copy, so without it every task would open a connection.
 
 On PostgreSQL a batch is one transaction too, but it waits for no row
-another transaction holds (leases.sql.transactions.write_together): such a
+another transaction holds (leases.storage.transactions.write_together): such a
 request is answered RetryAlone, and the server sends it alone in its row's
 turn (serving/asgi.py). The loop never writes there. On an in-memory SQLite
 database each request has its own transaction, in the lane's threads.
@@ -59,7 +59,7 @@ import contextvars
 import threading
 import time
 
-from leases import timing
+from leases.operations import timing
 from serving.lanes import PRINCIPAL, fair_share
 from engines.busy import WouldWait, at_once, received_at
 
@@ -202,7 +202,7 @@ class LeaseBatcher:
 
 
 def _timed_batch(lane: str) -> dict:
-    """Bench only (leases/timing.py): the batch's steps, marked once for all."""
+    """Bench only (leases/operations/timing.py): the batch's steps, marked once for all."""
     shared = {"thread": time.monotonic(), "lane": lane}
     timing.attach(shared)
     return shared

@@ -32,7 +32,7 @@ def main() -> None:
     # request header; the server makes no outgoing HTTP requests that need them.
     for name in [n for n in os.environ if n.upper().startswith("HTTP_")]:
         del os.environ[name]
-    # Metrics of every worker process, added up at scrape (leases/metrics.py):
+    # Metrics of every worker process, added up at scrape (leases/operations/metrics.py):
     # a fresh directory per server start, so no stale counts carry over.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         import tempfile
@@ -43,11 +43,11 @@ def main() -> None:
     if settings.tls:
         _check_tls(settings)
     # Refuse an unmigrated, older-schema or read-only database, saying what to run.
-    from leases.startup import refuse_unready_database
+    from leases.operations.startup import refuse_unready_database
 
     refuse_unready_database()
     # On PostgreSQL, one secret key for every instance (an admin login works on all of them).
-    from leases import shared_secret
+    from leases.operations import shared_secret
 
     key = shared_secret.for_workers(settings.secret_key)
     if key:
@@ -123,14 +123,14 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
 
 def _log_config(log_format: str) -> dict:
     """uvicorn's logging, its own records (uvicorn.error) in Leasehold's one
-    line (leases/logformat.py): a traceback only with LEASEHOLD_LOG_TRACEBACKS."""
+    line (leases/operations/logformat.py): a traceback only with LEASEHOLD_LOG_TRACEBACKS."""
     import copy
 
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
     formatter = "JsonFormatter" if log_format == "json" else "OneLineFormatter"
-    config["formatters"]["default"] = {"()": f"leases.logformat.{formatter}"}
+    config["formatters"]["default"] = {"()": f"leases.operations.logformat.{formatter}"}
     return config
 
 

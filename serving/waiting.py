@@ -1,12 +1,12 @@
 """Acquires that wait for a held lease, held by a worker's event loop (the
-doors' part, and the wire: leases/waiting.py).
+doors' part, and the wire: leases/domain/waiting.py).
 
 A waiting request is a coroutine: it holds its connection and a little
 memory, no thread and no lane. When its first attempt is refused because
 someone holds the lease, it waits for one of
 
 * a signal that the lease was released or broken, from any process or
-  instance (leases/wakeups.py: a unix datagram on SQLite, NOTIFY on
+  instance (leases/services/wakeups.py: a unix datagram on SQLite, NOTIFY on
   PostgreSQL, listened for only while the worker holds waiters; received
   here by the loop, no thread);
 * the known end of the blocking state (the lease's expiry, the break's
@@ -46,10 +46,11 @@ from django.db import connection
 from serving import long_reads
 from serving.lanes import PRINCIPAL
 from serving.environ import wsgi_environ
-from leases import clock, waiting, wakeups
+from leases.domain import clock, waiting
+from leases.services import wakeups
 from leases.azure.fastpath import takes
 from leases import conf
-from leases.sharedkey import VERIFIED
+from leases.auth.sharedkey import VERIFIED
 
 log = logging.getLogger("leasehold.waiting")
 
@@ -140,7 +141,7 @@ class Waiters:
 
     async def wait(self, wait, gone: asyncio.Future) -> str:
         """Until woken ("woken"), the wait's end ("timeout") or the client's
-        going away ("gone"). ``wait`` (leases.waiting.Wait) was refused
+        going away ("gone"). ``wait`` (leases.domain.waiting.Wait) was refused
         quietly: its key and the blocking state's end are set."""
         loop = asyncio.get_running_loop()
         queue = self.queues.get(wait.key)

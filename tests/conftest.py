@@ -43,7 +43,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import pytest
 
-from leases import clock as lease_clock
+from leases.domain import clock as lease_clock
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 
 CONNECTION = ("DefaultEndpointsProtocol=http;AccountName={a};AccountKey={k};"
@@ -108,7 +108,7 @@ def _flush_as_the_tests_need_it():
 @pytest.fixture
 def leasehold_env(monkeypatch):
     """leasehold_env(NAME=value, ...): set LEASEHOLD_* variables and read the
-    settings again (leases/conf.py reads them once a process); restored after."""
+    settings again (leases/conf/__init__.py reads them once a process); restored after."""
     from leases import conf
 
     def setenv(**values: str):

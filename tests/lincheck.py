@@ -8,7 +8,7 @@ rate), and the answer (status, error code, lease id, generation, lease
 time), or ``status=None`` when the outcome is unknown (a timeout, a lost
 connection, a 503 that may have committed). ``check(ops)`` searches for a
 legal order against the sequential model, the pure state machine
-(leases/machine.py), each operation taking effect at one instant of its
+(leases/domain/machine.py), each operation taking effect at one instant of its
 window [invoke, complete], lease time never going back:
 
 - per resource (P-compositionality, as Porcupine): leases on different
@@ -53,8 +53,8 @@ import uuid
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
-from leases import machine
-from leases.errors import STATUS, LeaseholdError
+from leases.domain import machine
+from leases.domain.errors import STATUS, LeaseholdError
 
 EPOCH = datetime(2000, 1, 1, tzinfo=timezone.utc)
 SUCCESS = {"acquire": 201, "renew": 200, "change": 200, "release": 200, "break": 202}

@@ -46,7 +46,7 @@ OVERSIZED_ALLOWED = {
     # 418: the whole pure state machine (states, actions, legacy versions,
     # reads and writes under a lease) in one file a reader checks against
     # Azure's tables; "about 400" (issue 16), not worth splitting the table.
-    "leases/machine.py",
+    "leases/domain/machine.py",
 }
 
 # ------------------------------------------------------------------ (b) layers
@@ -54,70 +54,38 @@ OVERSIZED_ALLOWED = {
 PURE, ENGINE, MODELS, SERVICES, DOOR, SERVING, WIRING = range(7)
 LAYER_NAMES = ("pure", "engine", "models/storage", "services/selectors", "door", "serving", "wiring")
 
-# Every module under leases/ and config/ is in one layer: the longest
-# matching prefix (whole dotted components) decides. A new module fails the
-# test until it is placed here.
+# Every package under leases/ is one layer, and so are the few modules at its
+# root: the folder a module is in decides its layer (the longest matching
+# prefix of whole dotted components). A new folder fails the test until it is
+# placed here; a new module needs no entry.
 LAYERS = {
-    # The state machine and helpers as pure as it: no Django, and from
-    # leases only each other.
-    "leases.machine": PURE,
-    "leases.numbers": PURE,  # whole numbers from clients, one strict parser for every door
-    "leases.errors": PURE,
-    "leases.clock": PURE,
-    "leases.conditions": PURE,
-    "leases.names": PURE,
-    "leases.guids": PURE,
-    "leases.fingerprints": PURE,  # lease id fingerprints, what readers see in place of an id
-    "leases.metadata": PURE,
-    "leases.faults": PURE,
-    "leases.logformat": PURE,
-    "leases.timing": PURE,  # bench-only request timings, stdlib only
-    "leases.env": PURE,  # parsers of LEASEHOLD_* values
+    # The state machine and helpers as pure as it: no Django.
+    "leases.domain": PURE,  # lease rules, names, numbers, conditions, errors, the clock
     "leases.conf": PURE,  # the settings object: every LEASEHOLD_* variable, read once
-    "leases.lease_params": PURE,  # lease ids and numbers as the doors receive them
-    "leases.client_headers": PURE,  # request ids and metadata header names, for both doors
-    "leases.waiting": PURE,  # an acquire that waits: the doors' part
-    "leases.checksums": PURE,  # Content-MD5 and x-ms-content-crc64 of a body
-    "leases.spreadsheet": PURE,  # CSV cells a spreadsheet would run, quoted
-    # The database: models, their schema and the storage underneath.
-    "leases.models": MODELS,
-    "leases.content_models": MODELS,  # chunks, blocks and block lists of large content
-    "leases.tokens": MODELS,
-    "leases.history_triggers": MODELS,
-    "leases.migrations": MODELS,
-    "leases.sql": MODELS,  # the SQL beneath the services: statements, lease time, transactions
-    "leases.busy": MODELS,  # the writer busy past the wait, as the doors answer it
-    "leases.blob_content": MODELS,  # large content in chunks: staged, live, released
-    # Services (write transactions) and selectors (reads), and what runs
-    # beside them: retention, metrics, keyset paging, the startup check.
-    "leases.services": SERVICES,
-    "leases.selectors": SERVICES,
-    "leases.retention": SERVICES,
-    "leases.duties": SERVICES,  # the database's duty lock: one pruner at a time across instances
-    "leases.metrics": SERVICES,
-    "leases.keyset": SERVICES,
-    "leases.startup": SERVICES,
-    "leases.shared_secret": SERVICES,  # one secret key per PostgreSQL database, settled at start
-    "leases.clockwatch": SERVICES,  # reads the database's clock each second, reports steps
-    "leases.sharedkey": SERVICES,  # SharedKey (a DRF authentication class) both doors use
-    "leases.sas": SERVICES,  # shared access signatures: verified and authorized for the Azure door
-    "leases.access_policy_model": MODELS,  # stored access policies (models.py re-exports the model)
-    "leases.principals": SERVICES,  # who calls, checked before a lease request queues
-    "leases.wakeups": SERVICES,  # a release or break wakes the acquires waiting for it
-    # The doors, each its own: none imports another.
-    "leases.azure": DOOR,
-    "leases.api": DOOR,
-    "leases.admin": DOOR,
-    "leases.management": DOOR,
-    "leases.health": DOOR,  # /health and /metrics
     # The database engines: Django backends that import nothing of Leasehold.
     "engines": ENGINE,
+    # The database: models, their schema and the storage underneath.
+    "leases.models": MODELS,
+    "leases.migrations": MODELS,
+    "leases.storage": MODELS,  # the SQL beneath the services: statements, lease time, transactions, content
+    # Services (write transactions), selectors (reads), who calls, and what runs beside them.
+    "leases.services": SERVICES,
+    "leases.auth": SERVICES,  # bearer tokens, SAS, SharedKey: who calls, checked before the lease lane
+    "leases.operations": SERVICES,  # metrics, logs, retention, duties, start-up checks, the clock watch
+    # The doors, each its own: none imports another.
+    "leases.azure": DOOR,
+    "leases.api": DOOR,  # the JSON API, and /health and /metrics
+    "leases.admin": DOOR,
+    "leases.management": DOOR,
     # The server: processes, the ASGI front, lanes, batches, waiting acquires.
     "serving": SERVING,
     # What puts it together.
     "leases.apps": WIRING,
     "config": WIRING,
 }
+# At most this many modules at the root of leases/: the rest live in the
+# package that names their layer.
+MAX_ROOT_MODULES = 12
 # The door modules serving/ may import: the Azure door's lean lease path
 # (recognising and serving the usual lease request) and its router.
 SERVING_SEAM = {"leases.azure.fastpath", "leases.azure.handler"}
@@ -125,19 +93,16 @@ SERVING_SEAM = {"leases.azure.fastpath", "leases.azure.handler"}
 # settings helper may raise ImproperlyConfigured).
 PURE_MAY_IMPORT = ("django.core.exceptions",)
 PACKAGES = ("leases", "engines", "serving", "config")
-# The storage module(s) beneath the services (leases/sql/, ...).
-STORAGE_MODULE = re.compile(r"leases\.(sql|storage)\w*(\.|$)")
+# The storage module(s) beneath the services (leases/storage/, ...).
+STORAGE_MODULE = re.compile(r"leases\.storage(\.|$)")
 
 # Imports against the layers today: (importer, imported module).
-LAYERING_ALLOWED = {
-    # /metrics authenticates as the JSON API does, with its ApiView.
-    ("leases.health", "leases.api.base"),
-}
+LAYERING_ALLOWED: set[tuple[str, str]] = set()
 
 # ------------------------------------------------------------------ (c) private Django names
 
 # The storage layer: the only place allowed Django's internals.
-STORAGE_PATHS = ("engines/", "leases/sql/", "leases/storage")
+STORAGE_PATHS = ("engines/", "leases/storage/")
 # Django's internal modules (besides any with a _private component).
 DJANGO_INTERNAL_MODULES = ("django.db.models.sql", "django.db.backends")
 DJANGO_PUBLIC_MODULES = ("django.db.backends.signals",)  # connection_created, documented
@@ -150,7 +115,7 @@ DJANGO_DOCUMENTED = {
 # Private Django names outside the storage layer today: (path, name).
 PRIVATE_DJANGO_ALLOWED = {
     # The history's QuerySet refuses Django's raw bulk delete too.
-    ("leases/models.py", "_raw_delete"),
+    ("leases/models/__init__.py", "_raw_delete"),
 
 }
 
@@ -344,6 +309,28 @@ def test_every_layer_is_placed():
     assert not missing, f"LAYERS names modules that do not exist: {missing}"
 
 
+def root_modules(root: Path = REPO) -> list[str]:
+    return sorted(p.name for p in (root / "leases").glob("*.py"))
+
+
+def test_the_root_of_leases_holds_few_modules():
+    """The folders show the layers: a module goes in the package of its
+    layer, not beside them at the root."""
+    found = root_modules()
+    assert len(found) <= MAX_ROOT_MODULES, (
+        f"{len(found)} modules at the root of leases/ (at most {MAX_ROOT_MODULES}): {found}; "
+        "move them into the package of their layer (see LAYERS)")
+
+
+def test_the_layers_are_folders():
+    """Below leases/, the layer table names packages, not files: a module's
+    folder decides its layer."""
+    files = [name for name in LAYERS if name.startswith("leases.")
+             and not (REPO.joinpath(*name.split(".")) / "__init__.py").exists()
+             and f"{name.split('.')[1]}.py" not in root_modules()]
+    assert not files, f"LAYERS names modules below leases/ that are not packages: {files}"
+
+
 # ------------------------------------------------------------------ (c)
 
 @cache
@@ -433,7 +420,7 @@ def test_no_private_django_name_outside_the_storage_layer():
 # ------------------------------------------------------------------ the checks catch what they are for
 
 def source_tree(root: Path, files: dict[str, str]) -> Path:
-    """A small source tree: {"leases/machine.py": source, ...}."""
+    """A small source tree: {"leases/domain/machine.py": source, ...}."""
     for name, source in files.items():
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -445,32 +432,32 @@ def source_tree(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_an_oversized_module_is_found(tmp_path):
-    root = source_tree(tmp_path, {"leases/selectors.py": "x = 1\n" * (MAX_LINES + 1),
+    root = source_tree(tmp_path, {"leases/services/selectors.py": "x = 1\n" * (MAX_LINES + 1),
                            "leases/migrations/0001_initial.py": "x = 1\n" * (MAX_LINES + 1),
                            "config/settings.py": "x = 1\n" * MAX_LINES})
-    assert oversized(root) == {"leases/selectors.py": MAX_LINES + 1}
+    assert oversized(root) == {"leases/services/selectors.py": MAX_LINES + 1}
 
 
 @pytest.mark.parametrize("files, expected", [
-    ({"leases/machine.py": "from .models import Blob\n", "leases/models.py": ""},
-     "leases/machine.py:1: leases.machine -> leases.models (pure imports models/storage)"),
-    ({"leases/machine.py": "def f():\n    from django.db import connection\n"},
-     "leases/machine.py:2: the pure layer imports django.db"),
-    ({"leases/names.py": "from rest_framework.exceptions import ValidationError\n"},
-     "leases/names.py:1: the pure layer imports rest_framework.exceptions"),
-    ({"leases/models.py": "from leases import services\n", "leases/services.py": ""},
-     "leases/models.py:1: leases.models -> leases.services (models/storage imports services/selectors)"),
+    ({"leases/domain/machine.py": "from leases.models import Blob\n", "leases/models/__init__.py": ""},
+     "leases/domain/machine.py:1: leases.domain.machine -> leases.models (pure imports models/storage)"),
+    ({"leases/domain/machine.py": "def f():\n    from django.db import connection\n"},
+     "leases/domain/machine.py:2: the pure layer imports django.db"),
+    ({"leases/domain/names.py": "from rest_framework.exceptions import ValidationError\n"},
+     "leases/domain/names.py:1: the pure layer imports rest_framework.exceptions"),
+    ({"leases/models/__init__.py": "from leases import services\n", "leases/services/__init__.py": ""},
+     "leases/models/__init__.py:1: leases.models -> leases.services (models/storage imports services/selectors)"),
     ({"leases/services/__init__.py": "", "leases/services/lease_actions.py": "from ..azure import wire\n",
       "leases/azure/wire.py": ""},
      "leases/services/lease_actions.py:1: leases.services.lease_actions -> leases.azure.wire "
      "(services/selectors imports door)"),
     ({"leases/api/serializers.py": "from leases.admin.display import state\n", "leases/admin/display.py": ""},
      "leases/api/serializers.py:1: leases.api.serializers -> leases.admin.display (one door imports another)"),
-    ({"leases/sql.py": "from leases.services import Actor\n", "leases/services.py": ""},
-     "leases/sql.py:1: leases.sql -> leases.services (models/storage imports services/selectors)"),
+    ({"leases/storage/blob_content.py": "from leases.services import Actor\n", "leases/services/__init__.py": ""},
+     "leases/storage/blob_content.py:1: leases.storage.blob_content -> leases.services (models/storage imports services/selectors)"),
     ({"leases/newthing.py": ""}, "leases/newthing.py is in no layer: place it in LAYERS"),
-    ({"engines/sqlite/base.py": "from leases import timing\n", "leases/timing.py": ""},
-     "engines/sqlite/base.py:1: engines.sqlite.base -> leases.timing "
+    ({"engines/sqlite/base.py": "from leases.operations import timing\n", "leases/operations/timing.py": ""},
+     "engines/sqlite/base.py:1: engines.sqlite.base -> leases.operations.timing "
      "(an engine imports Leasehold (report through engines.hooks instead))"),
 ])
 def test_an_import_against_the_layers_is_found(tmp_path, files, expected):
@@ -479,11 +466,13 @@ def test_an_import_against_the_layers_is_found(tmp_path, files, expected):
 
 def test_imports_down_the_layers_and_within_a_door_pass(tmp_path):
     root = source_tree(tmp_path, {
-        "leases/machine.py": "from .errors import LeaseholdError\n",
-        "leases/errors.py": "from django.core.exceptions import ImproperlyConfigured\n",
-        "leases/models.py": "from django.db import models\nfrom leases import machine\n",
-        "leases/storage.py": "from django.db.models.sql.subqueries import InsertQuery\nfrom .models import Blob\n",
-        "leases/services.py": "from . import machine, storage\nfrom .models import Blob\n",
+        "leases/domain/machine.py": "from .errors import LeaseholdError\n",
+        "leases/domain/errors.py": "from django.core.exceptions import ImproperlyConfigured\n",
+        "leases/models/__init__.py": "from django.db import models\nfrom leases.domain import machine\n",
+        "leases/storage/statements.py": "from django.db.models.sql.subqueries import InsertQuery\n"
+                                        "from leases.models import Blob\n",
+        "leases/services/__init__.py": "from leases.domain import machine\nfrom leases import storage\n"
+                                       "from leases.models import Blob\n",
         "leases/api/views.py": "from leases import services\nfrom .serializers import S\n",
         "leases/api/serializers.py": "",
         "config/urls.py": "from leases.api import views\n",
@@ -509,7 +498,7 @@ def test_a_private_django_name_is_found(tmp_path, source, expected):
     root = source_tree(tmp_path, {"leases/services.py": source})
     assert expected in [name for _, name, _ in private_django_outside_storage(root)]
     # ... and allowed in the storage layer.
-    root = source_tree(tmp_path / "storage", {"leases/sql/statements.py": source, "engines/sqlite/base.py": source})
+    root = source_tree(tmp_path / "storage", {"leases/storage/statements.py": source, "engines/sqlite/base.py": source})
     assert private_django_outside_storage(root) == []
 
 

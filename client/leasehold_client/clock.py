@@ -4,8 +4,8 @@ Every helper reads time and waits through a ``Clock``, never through
 ``time`` directly, so that tests (and simulations) can move time instead of
 sleeping. ``SystemClock`` is the real one. ``ManualClock`` stands still until
 ``advance()`` moves it, and can move a server's clock along with it (for
-Leasehold's tests: ``ManualClock(on_advance=leases.clock.advance)`` together
-with ``leases.clock.freeze()``).
+Leasehold's tests: ``ManualClock(on_advance=leases.domain.clock.advance)`` together
+with ``leases.domain.clock.freeze()``).
 
 Two readings are used:
 - ``monotonic()`` for every lease deadline: a holder's local deadline is the

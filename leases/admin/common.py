@@ -10,7 +10,7 @@ from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from leases import clock, fingerprints, machine
+from leases.domain import clock, fingerprints, machine
 from leases.models import Blob, Container
 from leases.services import Actor, ResourceRef
 

@@ -14,12 +14,12 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from leases import machine
+from leases.domain import machine
 from leases.models import Blob, Container, LeaseEvent, effective_state_q
 
-from . import display
-from .common import lease_now
-from .paging import CappedCountPaginator
+from leases.admin import display
+from leases.admin.common import lease_now
+from leases.admin.paging import CappedCountPaginator
 
 SOON = timedelta(minutes=1)
 ROWS = 10

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.utils.html import conditional_escape, format_html
 from django.utils.safestring import mark_safe
 
-from leases import fingerprints, machine
+from leases.domain import fingerprints, machine
 
 EMPTY = "–"
 
@@ -72,7 +72,7 @@ def duration_type(obj) -> str:
 
 
 def fingerprint(value: str | None) -> str:
-    """A lease id's fingerprint (leases/fingerprints.py): pages show no id."""
+    """A lease id's fingerprint (leases/domain/fingerprints.py): pages show no id."""
     if not value:
         return EMPTY
     return format_html('<code class="lease-id" title="fingerprint of the lease id">{}</code>', value)

@@ -12,10 +12,10 @@ from django.contrib import admin, messages
 from django.db import connections
 from django.db.models import Q
 
-from leases import machine, numbers
+from leases.domain import machine, numbers
 from leases.models import Account, Container, LeaseEvent, effective_state_q
 
-from .common import lease_now
+from leases.admin.common import lease_now
 
 MAX_CHOICES = 100  # a longer sidebar is unusable; search or the URL reach the rest
 

@@ -8,7 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from leases import fingerprints, machine
+from leases.domain import fingerprints, machine
 
 
 class SeenGenerationsField(forms.Field):

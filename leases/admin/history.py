@@ -20,19 +20,19 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
-from leases import spreadsheet
-from leases.keyset import keyset_rows
+from leases.domain import spreadsheet
+from leases.services.keyset import keyset_rows
 from leases.models import Blob, Container, LeaseEvent
 
-from . import display
-from .common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_fingerprint_q
-from .dashboard import dashboard
-from .drilldown import date_drilldown
-from .chips import filter_chips
-from .filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter, OutcomeFilter
-from .forms import HolderAtForm
-from .lookup import holder_lookup
-from .paging import CappedCountPaginator
+from leases.admin import display
+from leases.admin.common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_fingerprint_q
+from leases.admin.dashboard import dashboard
+from leases.admin.drilldown import date_drilldown
+from leases.admin.chips import filter_chips
+from leases.admin.filters import ActionFilter, ActorFilter, EventAccountFilter, EventContainerFilter, OutcomeFilter
+from leases.admin.forms import HolderAtForm
+from leases.admin.lookup import holder_lookup
+from leases.admin.paging import CappedCountPaginator
 
 SUBSTRING_WINDOW = 50_000  # events a substring search reads at most (see get_search_results)
 
@@ -289,7 +289,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
                                  current_app=self.admin_site.name)
             return HttpResponseRedirect(changelist + "?e=1")
         # In short keyset-paged reads, not one cursor held for the whole
-        # download (leases/keyset.py).
+        # download (leases/services/keyset.py).
         rows = keyset_rows(cl.queryset, CSV_COLUMNS)
         writer = csv.writer(_Echo())
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
@@ -313,7 +313,7 @@ def _csv_rows(rows):
 
 def _cell(value):
     """ISO 8601 UTC times; text that a spreadsheet would run as a formula
-    (client request ids and reasons come from outside) is quoted (leases/spreadsheet.py)."""
+    (client request ids and reasons come from outside) is quoted (leases/domain/spreadsheet.py)."""
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat()
     if isinstance(value, str):

@@ -25,12 +25,12 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.http import urlencode
 
-from leases import machine
+from leases.domain import machine
 from leases.models import Blob, Container, effective_state_q
 
-from . import display
-from .common import lease_now
-from .forms import BreakForm
+from leases.admin import display
+from leases.admin.common import lease_now
+from leases.admin.forms import BreakForm
 
 MAX_HOLDERS = 200  # rows on the page, most leases first
 REFRESH_SECONDS = 30  # as the lists
@@ -92,7 +92,7 @@ class HolderFilter(admin.SimpleListFilter):
 
 
 if TYPE_CHECKING:  # the admin the mixin is mixed into, with the lease actions it uses (perform_break)
-    from .lease_actions import LeaseActionsMixin as _LeaseAdmin
+    from leases.admin.lease_actions import LeaseActionsMixin as _LeaseAdmin
 else:
     _LeaseAdmin = object
 
@@ -167,7 +167,7 @@ class HolderViewsMixin(_LeaseAdmin):
         if form.is_valid():
             self.perform_break(request, form)
             return HttpResponseRedirect(holders_url)
-        from .lease_actions import MAX_BREAK
+        from leases.admin.lease_actions import MAX_BREAK
 
         objects = list(self.get_queryset(request).filter(held_now_q(lease_now(request)), holder_q(holder))
                        .order_by("pk")[: MAX_BREAK + 1])

@@ -15,15 +15,15 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
-from leases import fingerprints
-from leases.errors import LeaseholdError
+from leases.domain import fingerprints
+from leases.domain.errors import LeaseholdError
 from leases.services import lease_action, lease_break, lease_release
 from engines.busy import is_writer_busy
 
-from . import display
-from .busy import MESSAGE as BUSY_MESSAGE
-from .common import BREAKABLE, admin_actor, lease_now, resource_ref
-from .forms import BreakForm, ReleaseForm
+from leases.admin import display
+from leases.admin.busy import MESSAGE as BUSY_MESSAGE
+from leases.admin.common import BREAKABLE, admin_actor, lease_now, resource_ref
+from leases.admin.forms import BreakForm, ReleaseForm
 
 MAX_BREAK = 500  # per confirmation: the page lists every lease it will break
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from leases import clock, machine
+from leases.domain import clock, machine
 from leases.models import LeaseEvent
-from leases.selectors import HOLDING_ACTIONS, holder_at
+from leases.services.selectors import HOLDING_ACTIONS, holder_at
 
 SCAN = 200  # events after T read to find the end; a lease renewed more often says "still held as of …"
 

@@ -15,18 +15,18 @@ from django.db.models.functions import Coalesce
 from django.urls import reverse
 from django.utils.html import format_html
 
-from leases import machine
+from leases.domain import machine
 from leases.models import Blob, Container, LeaseEvent
 
-from . import display
-from .common import BREAKABLE, DeadlineOrder, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, resource_ref
-from .chips import filter_chips
-from .filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
-from .forms import HolderAtForm
-from .holders import HolderFilter, HolderViewsMixin
-from .lease_actions import LeaseActionsMixin
-from .lookup import holder_lookup
-from .paging import CappedCountPaginator
+from leases.admin import display
+from leases.admin.common import BREAKABLE, DeadlineOrder, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, resource_ref
+from leases.admin.chips import filter_chips
+from leases.admin.filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
+from leases.admin.forms import HolderAtForm
+from leases.admin.holders import HolderFilter, HolderViewsMixin
+from leases.admin.lease_actions import LeaseActionsMixin
+from leases.admin.lookup import holder_lookup
+from leases.admin.paging import CappedCountPaginator
 
 HISTORY_ROWS = 20
 REFRESH_SECONDS = 30  # lists and detail pages reload themselves this often (and when a deadline passes)

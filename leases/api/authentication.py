@@ -11,9 +11,9 @@ from __future__ import annotations
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 
-from ..sharedkey import AccountPrincipal, SharedKeyAuthentication
-from ..errors import LeaseholdError
-from ..tokens import ApiToken
+from leases.auth.sharedkey import AccountPrincipal, SharedKeyAuthentication
+from leases.domain.errors import LeaseholdError
+from leases.models.tokens import ApiToken
 
 
 class BearerTokenAuthentication(BaseAuthentication):

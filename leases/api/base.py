@@ -12,15 +12,15 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
-from .. import client_headers
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..services import Actor
-from .authentication import ApiSharedKeyAuthentication, BearerTokenAuthentication, principal_name
-from .exceptions import api_exception_handler
-from .parsers import BoundedJSONParser
-from .permissions import LeaseholdPermission
-from .throttling import PrincipalRateThrottle
+from leases.domain import client_headers
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.services import Actor
+from leases.api.authentication import ApiSharedKeyAuthentication, BearerTokenAuthentication, principal_name
+from leases.api.exceptions import api_exception_handler
+from leases.api.parsers import BoundedJSONParser
+from leases.api.permissions import LeaseholdPermission
+from leases.api.throttling import PrincipalRateThrottle
 
 if TYPE_CHECKING:  # the view ApiMixin is mixed into, for the checker (request, kwargs, super())
     from rest_framework.views import APIView as _View

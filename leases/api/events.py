@@ -12,16 +12,20 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
-from .. import clock, selectors, services
-from ..keyset import keyset_rows
+from leases.domain import clock
 
-from . import schema
-from .base import ApiGenericView, ApiListView, ApiMixin, ApiView, validated_query
-from .filters import EventFilter, QueryFilterBackend, StrictOrderingFilter
-from .pagination import EventCursor
-from .renderers import CsvRenderer, NdjsonRenderer
-from .selectors import events_for
-from .serializers import EVENT_FIELDS, EventSerializer, HolderAnswerSerializer, HolderQuery
+from leases.services import selectors
+
+from leases import services
+from leases.services.keyset import keyset_rows
+
+from leases.api import schema
+from leases.api.base import ApiGenericView, ApiListView, ApiMixin, ApiView, validated_query
+from leases.api.filters import EventFilter, QueryFilterBackend, StrictOrderingFilter
+from leases.api.pagination import EventCursor
+from leases.api.renderers import CsvRenderer, NdjsonRenderer
+from leases.api.selectors import events_for
+from leases.api.serializers import EVENT_FIELDS, EventSerializer, HolderAnswerSerializer, HolderQuery
 
 READ_EVENTS: dict[str, tuple[str, ...]] = {"GET": ("leases.view_leaseevent",)}
 
@@ -88,7 +92,7 @@ class EventExportView(EventQueryMixin, ApiGenericView):
                    **schema.errors(404, 406)})
     def get(self, request):
         # In short keyset-paged reads, not one cursor held for the whole
-        # download (leases/keyset.py).
+        # download (leases/services/keyset.py).
         rows = keyset_rows(self.filter_queryset(self.get_queryset()).order_by("id"), EVENT_FIELDS)
         renderer = request.accepted_renderer
         response = StreamingHttpResponse(renderer.stream(EVENT_FIELDS, rows),

@@ -19,10 +19,10 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions as drf
 
-from .. import faults
-from ..logformat import mark_fault_logged
-from ..errors import MESSAGES, LeaseholdError
-from ..busy import server_busy
+from leases.operations import faults
+from leases.operations.logformat import mark_fault_logged
+from leases.domain.errors import MESSAGES, LeaseholdError
+from leases.storage.busy import server_busy
 
 log = logging.getLogger("leasehold.api")
 

@@ -20,10 +20,10 @@ from django_filters.rest_framework import DjangoFilterBackend
 from django_filters.widgets import DateRangeWidget
 from rest_framework.filters import OrderingFilter
 
-from .. import clock, fingerprints, machine
-from ..errors import LeaseholdError
-from ..models import Blob, Container, LeaseEvent, effective_state_q
-from ..selectors import name_starts_with
+from leases.domain import clock, fingerprints, machine
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob, Container, LeaseEvent, effective_state_q
+from leases.services.selectors import name_starts_with
 
 
 class QueryFilterBackend(DjangoFilterBackend):

@@ -18,13 +18,15 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
-from .. import clock, lease_params, services, waiting
-from ..errors import LeaseholdError
-from ..services import ResourceRef
-from . import schema
-from .base import ApiView, validated
-from .resources import blob_ref, validator_headers
-from .serializers import (AcquireInput, BreakInput, ChangeInput, LeaseActionResultSerializer, ReleaseInput,
+from leases.domain import clock, lease_params, waiting
+
+from leases import services
+from leases.domain.errors import LeaseholdError
+from leases.services import ResourceRef
+from leases.api import schema
+from leases.api.base import ApiView, validated
+from leases.api.resources import blob_ref, validator_headers
+from leases.api.serializers import (AcquireInput, BreakInput, ChangeInput, LeaseActionResultSerializer, ReleaseInput,
                           RenewInput)
 
 # services.lease_action for each action: one entry point for both doors, which
@@ -55,7 +57,7 @@ class LeaseActionView(ApiView):
         params, unparsed = lease_params.parse_for_action(
             noun=ref.noun, **{name: data.get(name) for name in lease_params.NAMES})
         actor, wait = self.actor(), False
-        if data.get("wait"):  # acquire only: leases/waiting.py
+        if data.get("wait"):  # acquire only: leases/domain/waiting.py
             wait = unparsed is None and waiting.may_wait(request.META, data["wait"], actor.name,
                                                          waiting.too_many("TooManyRequests"))
         try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from rest_framework.exceptions import NotFound
 from rest_framework.pagination import CursorPagination
 
-from ..errors import LeaseholdError
+from leases.domain.errors import LeaseholdError
 
 
 class Cursor(CursorPagination):

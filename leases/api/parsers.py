@@ -17,7 +17,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
-from ..errors import LeaseholdError
+from leases.domain.errors import LeaseholdError
 
 
 class BoundedJSONParser(JSONParser):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rest_framework.permissions import BasePermission
 
-from ..sharedkey import AccountPrincipal
+from leases.auth.sharedkey import AccountPrincipal
 
 
 class LeaseholdPermission(BasePermission):

@@ -17,7 +17,7 @@ from uuid import UUID
 from django.utils import timezone
 from rest_framework.renderers import BaseRenderer
 
-from .. import spreadsheet
+from leases.domain import spreadsheet
 
 
 def plain(value):
@@ -42,7 +42,7 @@ class CsvRenderer(BaseRenderer):
     charset = "utf-8"
 
     # Spreadsheets run some cells as formulas; actor, user agent and reason
-    # come from clients, so such cells are quoted with ' (leases/spreadsheet.py).
+    # come from clients, so such cells are quoted with ' (leases/domain/spreadsheet.py).
 
     def stream(self, columns: list[str], rows: Iterable[tuple]) -> Iterator[str]:
         writer = csv.writer(_Line())

@@ -12,14 +12,16 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.response import Response
 
-from .. import clock, lease_params, machine, services
-from ..services import ResourceRef
-from . import schema
-from .base import ApiListView, ApiView, query_value, validated
-from .filters import BlobFilter, ContainerFilter, QueryFilterBackend
-from .pagination import NameCursor
-from .selectors import blobs_for, containers_for
-from .serializers import BlobInput, BlobSerializer, ContainerInput, ContainerSerializer
+from leases.domain import clock, lease_params, machine
+
+from leases import services
+from leases.services import ResourceRef
+from leases.api import schema
+from leases.api.base import ApiListView, ApiView, query_value, validated
+from leases.api.filters import BlobFilter, ContainerFilter, QueryFilterBackend
+from leases.api.pagination import NameCursor
+from leases.api.selectors import blobs_for, containers_for
+from leases.api.serializers import BlobInput, BlobSerializer, ContainerInput, ContainerSerializer
 
 VALIDATORS = [
     OpenApiParameter("ETag", OpenApiTypes.STR, OpenApiParameter.HEADER, response=[200, 201]),

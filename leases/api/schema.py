@@ -7,7 +7,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
-from .serializers import ErrorSerializer
+from leases.api.serializers import ErrorSerializer
 
 PREFIX = "/api/v1/"
 
@@ -94,7 +94,7 @@ def path_parameters(*, blob: bool) -> list[OpenApiParameter]:
     ]
     if blob:
         parameters.append(OpenApiParameter("blob", OpenApiTypes.STR, OpenApiParameter.PATH,
-                                           pattern=r"^[\s\S]{1,1024}$",  # as the server checks it (leases/names.py)
+                                           pattern=r"^[\s\S]{1,1024}$",  # as the server checks it (leases/domain/names.py)
                                            description="Blob name, 1 to 1,024 characters; may contain '/'."))
     return parameters
 

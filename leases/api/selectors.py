@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from ..sharedkey import AccountPrincipal
-from ..models import Blob, Container, LeaseEvent
+from leases.auth.sharedkey import AccountPrincipal
+from leases.models import Blob, Container, LeaseEvent
 
 
 def _scoped(queryset: QuerySet, principal, account_field: str) -> QuerySet:

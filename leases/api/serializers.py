@@ -2,7 +2,7 @@
 
 Lease parameters (``duration``, ``lease_id``, ...) are checked here for their
 JSON type only; the view parses them with the Azure door's rules
-(leases.lease_params) and the state machine decides whether they are missing
+(leases.domain.lease_params) and the state machine decides whether they are missing
 or out of range, so both doors refuse with the same code and both record the
 refusal.
 """
@@ -18,10 +18,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from .. import fingerprints, machine, waiting
-from .. import metadata as metadata_rules
-from ..errors import LeaseholdError
-from ..models import Blob, Container, LeaseEvent
+from leases.domain import fingerprints, machine, waiting
+from leases.domain import metadata as metadata_rules
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob, Container, LeaseEvent
 
 # Values that end up in HTTP headers of the Azure endpoint (metadata,
 # content type) must be printable ASCII there, so they are here too.
@@ -41,7 +41,7 @@ class _LeaseParam(serializers.Field):
     def to_internal_value(self, data):
         if isinstance(data, bool) or not isinstance(data, self.json_types):
             raise LeaseholdError("InvalidHeaderValue", field=self.field_name, value=json.dumps(data))
-        return data  # parsed by leases.lease_params, as the Azure door parses a header value
+        return data  # parsed by leases.domain.lease_params, as the Azure door parses a header value
 
 
 @extend_schema_field({"type": "string", "format": "uuid"})
@@ -63,7 +63,7 @@ class BreakPeriodParam(_LeaseParam):
 
 @extend_schema_field({"type": "number", "minimum": 0, "maximum": waiting.MAX_WAIT})
 class WaitParam(serializers.Field):
-    """Seconds an acquire may wait for a held lease (leases/waiting.py): a JSON number, 0-60."""
+    """Seconds an acquire may wait for a held lease (leases/domain/waiting.py): a JSON number, 0-60."""
 
     def validate_empty_values(self, data):
         if data is empty or data is None:
@@ -111,7 +111,7 @@ class BreakInput(serializers.Serializer):
 
 class MetadataField(serializers.DictField):
     """Name-value pairs, checked by the rules both doors share
-    (leases/metadata.py): C# identifiers, case kept, printable ASCII values,
+    (leases/domain/metadata.py): C# identifiers, case kept, printable ASCII values,
     8 KiB in all."""
 
     child = serializers.CharField(allow_blank=True, trim_whitespace=False, validators=[HEADER_SAFE])

@@ -39,8 +39,8 @@ from django.db import connection, transaction
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
-from .. import clock
-from .authentication import principal_name
+from leases.domain import clock
+from leases.api.authentication import principal_name
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hits (

@@ -6,10 +6,10 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, Spec
 from rest_framework.exceptions import NotFound
 from rest_framework.permissions import AllowAny
 
-from .base import ApiView
-from .events import EventExportView, EventListView, HolderView
-from .lease_actions import ACTION_VIEWS
-from .resources import BlobListView, BlobView, ContainerListView, ContainerView
+from leases.api.base import ApiView
+from leases.api.events import EventExportView, EventListView, HolderView
+from leases.api.lease_actions import ACTION_VIEWS
+from leases.api.resources import BlobListView, BlobView, ContainerListView, ContainerView
 
 
 @extend_schema(exclude=True)

@@ -9,9 +9,11 @@ from datetime import datetime, timezone
 
 from django.http import HttpResponse
 
-from .. import sas, services
-from ..errors import LeaseholdError
-from . import inputs, wire
+from leases.auth import sas
+
+from leases import services
+from leases.domain.errors import LeaseholdError
+from leases.azure import inputs, wire
 
 
 def _xml_error(why: str) -> LeaseholdError:

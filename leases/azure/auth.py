@@ -1,5 +1,5 @@
-"""The Azure endpoint's credentials: SharedKey (leases/sharedkey.py), signed
-for the account in the URL, or a shared access signature (leases/sas.py),
+"""The Azure endpoint's credentials: SharedKey (leases/auth/sharedkey.py), signed
+for the account in the URL, or a shared access signature (leases/auth/sas.py),
 checked against the operation it is used for. Both the general view and the
 lean lease path (fastpath.py) call ``credentials`` and ``permit``."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
-from .. import sas
-from ..errors import LeaseholdError
-from ..services import blob_read, stored_policy
-from ..sharedkey import account_keys, verify_shared_key
+from leases.auth import sas
+from leases.domain.errors import LeaseholdError
+from leases.services import blob_read, stored_policy
+from leases.auth.sharedkey import account_keys, verify_shared_key
 
 
 def require_account(signed_for: str | None, url_account: str | None) -> None:

@@ -14,11 +14,13 @@ from xml.sax.saxutils import escape
 from django.conf import settings
 from django.http import HttpResponse
 
-from .. import checksums, machine, services
-from ..errors import LeaseholdError
-from ..services import ResourceRef
-from ..lease_params import lease_id as parse_lease_id
-from . import inputs, wire
+from leases.domain import checksums, machine
+
+from leases import services
+from leases.domain.errors import LeaseholdError
+from leases.services import ResourceRef
+from leases.domain.lease_params import lease_id as parse_lease_id
+from leases.azure import inputs, wire
 
 BLOCK_LIST_TYPES = {"committed": (True, False), "uncommitted": (False, True), "all": (True, True)}
 

@@ -8,11 +8,13 @@ import uuid
 
 from rest_framework import exceptions as drf
 
-from .. import clock, faults
-from ..logformat import mark_fault_logged
-from ..errors import LeaseholdError
-from ..busy import server_busy
-from . import wire
+from leases.domain import clock
+
+from leases.operations import faults
+from leases.operations.logformat import mark_fault_logged
+from leases.domain.errors import LeaseholdError
+from leases.storage.busy import server_busy
+from leases.azure import wire
 
 log = logging.getLogger("leasehold.azure")
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import uuid
 
-from .. import clock
-from ..errors import LeaseholdError
-from . import wire
+from leases.domain import clock
+from leases.domain.errors import LeaseholdError
+from leases.azure import wire
 
 
 def invalid_uri(request, *args, **kwargs):

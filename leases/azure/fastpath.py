@@ -34,13 +34,15 @@ from django.core import signals
 from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
 
-from .. import services, waiting
-from ..services import ResourceRef
-from ..sql.transactions import RetryAlone
-from ..sas import SAS_PARAMETERS
-from . import inputs, lease_request, wire
-from .auth import actor_name, credentials, lease_operation, permit
-from .exceptions import azure_exception_handler
+from leases import services
+
+from leases.domain import waiting
+from leases.services import ResourceRef
+from leases.storage.transactions import RetryAlone
+from leases.auth.sas import SAS_PARAMETERS
+from leases.azure import inputs, lease_request, wire
+from leases.azure.auth import actor_name, credentials, lease_operation, permit
+from leases.azure.exceptions import azure_exception_handler
 
 # ``/account/container[/blob]``: the account as config/urls.py's Azure route
 # has it; a container name is never empty here (that is the account's URL).
@@ -232,7 +234,7 @@ def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) ->
 
 def refused(environ: dict, error: Exception):
     """The Azure door's answer (an HttpResponse) to a request the server
-    refused before it queued (leases/principals.py: its credentials), by the
+    refused before it queued (leases/auth/principals.py: its credentials), by the
     one exception handler, as the door itself would answer it. Not logged
     here: the server logs such refusals once in a while per address."""
     request = LeanRequest(environ.get("REQUEST_METHOD", "PUT"), get_path_info(environ), environ)

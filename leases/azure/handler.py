@@ -24,8 +24,8 @@ from django.core.handlers.wsgi import WSGIHandler, WSGIRequest, get_script_name
 from django.urls import resolve, set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
-from . import fastpath
-from .fallback import invalid_uri
+from leases.azure import fastpath
+from leases.azure.fallback import invalid_uri
 
 # The first path segment of an Azure request is an account name (see
 # config/urls.py); these prefixes belong to the other doors.

@@ -9,7 +9,7 @@ The raw request goes through WSGI, which hands header names upper-cased with
 hands a value that is not visible ASCII over as ""). What a name looked like
 on the wire is read in this module only (``header_name`` for the names errors
 show), besides metadata names and the string-to-sign, which both doors share
-(leases/client_headers.py, leases/sharedkey.py); an ASGI door, which receives
+(leases/domain/client_headers.py, leases/auth/sharedkey.py); an ASGI door, which receives
 raw names (lower-cased) and raw value bytes, would change these and could
 keep more (a ``-`` in a metadata name, the bytes of a non-ASCII value).
 """
@@ -25,8 +25,8 @@ from xml.etree import ElementTree
 
 from django.core.exceptions import DisallowedHost, RequestDataTooBig, TooManyFieldsSent
 
-from .. import names
-from ..errors import LeaseholdError
+from leases.domain import names
+from leases.domain.errors import LeaseholdError
 
 # A header value the door accepts: printable ASCII and tab. Anything else
 # arrived as bytes WSGI decoded as Latin-1 (or a server dropped), so its

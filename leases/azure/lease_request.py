@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from django.http import HttpResponse
 
-from .. import client_headers, clock, lease_params, services, waiting
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..services import Actor, ResourceRef
-from . import wire
+from leases.domain import client_headers, clock, lease_params, waiting
+
+from leases import services
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.services import Actor, ResourceRef
+from leases.azure import wire
 
 CONDITION_KEYS = ("HTTP_IF_MATCH", "HTTP_IF_NONE_MATCH", "HTTP_IF_MODIFIED_SINCE", "HTTP_IF_UNMODIFIED_SINCE")
 SERVER = "Leasehold Windows-Azure-Blob/1.0"
@@ -65,7 +67,7 @@ def lease(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool,
     try:
         result = services.lease_action(**arguments)
     except LeaseholdError as err:
-        waiting.note(meta, err)  # a quiet refusal: the server waits, then asks again (leases/waiting.py)
+        waiting.note(meta, err)  # a quiet refusal: the server waits, then asks again (leases/domain/waiting.py)
         raise
     return lease_response(meta, result, legacy=legacy)
 

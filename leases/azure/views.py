@@ -11,16 +11,22 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
-from .. import blob_content, client_headers, clock, lease_params, machine, selectors, services
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..services import Actor, ResourceRef
-from ..sharedkey import SharedKeyAuthentication
-from . import acl, inputs, lease_request, wire
-from .auth import AccountKeyRequired, SasAuthentication, create_only, lease_operation, permit, response_headers
-from .blocks import BlockRoutes, blob_type_headers, copy_headers
-from .exceptions import azure_exception_handler
-from .routes import ACCOUNT_ROUTES, BLOB_ROUTES, CONTAINER_ROUTES, SAS_OPERATIONS
+from leases.storage import blob_content
+
+from leases.domain import client_headers, clock, lease_params, machine
+
+from leases.services import selectors
+
+from leases import services
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.services import Actor, ResourceRef
+from leases.auth.sharedkey import SharedKeyAuthentication
+from leases.azure import acl, inputs, lease_request, wire
+from leases.azure.auth import AccountKeyRequired, SasAuthentication, create_only, lease_operation, permit, response_headers
+from leases.azure.blocks import BlockRoutes, blob_type_headers, copy_headers
+from leases.azure.exceptions import azure_exception_handler
+from leases.azure.routes import ACCOUNT_ROUTES, BLOB_ROUTES, CONTAINER_ROUTES, SAS_OPERATIONS
 
 
 class PassthroughRenderer(BaseRenderer):
@@ -52,7 +58,7 @@ def _header(request, name: str) -> str | None:
 
 
 def _metadata(request) -> dict:
-    # Validated by the services (leases/metadata.py), as the JSON API's.
+    # Validated by the services (leases/domain/metadata.py), as the JSON API's.
     return client_headers.metadata_from_environ(getattr(request, "_request", request).META)
 
 
@@ -310,7 +316,7 @@ class AzureBlobView(BlockRoutes, APIView):
         if self.request.GET.get("comp") == "metadata":
             content = b""
         if blob.content_version is not None and not head and self.request.GET.get("comp") != "metadata":
-            # Chunked content (leases.blob_content): streamed a chunk (one short read) at a time.
+            # Chunked content (leases.storage.blob_content): streamed a chunk (one short read) at a time.
             response = StreamingHttpResponse(blob_content.stream(blob.content_version, start, end),
                                              status=status, content_type=blob.content_type)
             content = range(end - start + 1)  # only its length is used below

@@ -12,8 +12,8 @@ from xml.sax.saxutils import escape
 
 from django.http import HttpResponse
 
-from .. import machine, names
-from ..errors import LeaseholdError
+from leases.domain import machine, names
+from leases.domain.errors import LeaseholdError
 
 DEFAULT_VERSION = "2025-11-05"
 VERSION_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")  # ASCII digits, no trailing newline
@@ -32,7 +32,7 @@ HEADER_NAMES = {
     "proposed_lease_id": "x-ms-proposed-lease-id",
     "duration": "x-ms-lease-duration",
     "break_period": "x-ms-lease-break-period",
-    "wait": "x-leasehold-wait",  # a Leasehold extension (leases/waiting.py)
+    "wait": "x-leasehold-wait",  # a Leasehold extension (leases/domain/waiting.py)
     "delete_snapshots": "x-ms-delete-snapshots",
     "blob_type": "x-ms-blob-type",
     "version": "x-ms-version",
@@ -154,7 +154,7 @@ def list_containers_xml(*, endpoint: str, containers, prefix, marker, maxresults
 
 
 def _name_xml(name: str) -> str:
-    """A blob's <Name>. New names are XML-safe (leases/names.py); one stored
+    """A blob's <Name>. New names are XML-safe (leases/domain/names.py); one stored
     before that rule is sent as Azure sends such names: percent-encoded,
     marked Encoded="true" (the SDKs decode it)."""
     if names.xml_safe(name):

@@ -19,21 +19,21 @@ commands all call these functions with keyword-only arguments.
     appends.py        append blobs: create, Append Block
 """
 
-from .. import clock, machine  # noqa: F401  (callers and tests reach them as services.clock, ...)
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from .common import NO_CONDITIONS, Actor, ResourceRef
-from .lease_actions import (REFUSAL_DETAIL_CODES, SUCCESS_STATUS, LeaseResult, lease_acquire, lease_action,
+from leases.domain import clock, machine  # noqa: F401  (callers and tests reach them as services.clock, ...)
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef
+from leases.services.lease_actions import (REFUSAL_DETAIL_CODES, SUCCESS_STATUS, LeaseResult, lease_acquire, lease_action,
                             lease_actions_together,
                             lease_break, lease_change, lease_release, lease_renew)
-from .history import history_tamper_refused
-from .containers import (CONTAINER_NAME_CHARS, account_ensure, container_create, container_delete, container_read,
+from leases.services.history import history_tamper_refused
+from leases.services.containers import (CONTAINER_NAME_CHARS, account_ensure, container_create, container_delete, container_read,
                          container_set_metadata, validate_container_name)
-from .access_policies import SignedIdentifier, container_get_acl, container_set_acl, stored_policy
-from .blobs import blob_delete, blob_put, blob_read, blob_set_metadata, blob_snapshot, validate_blob_name
-from .blocks import MAX_COMMITTED, MAX_UNCOMMITTED, block_list_get, block_list_put, block_put
-from .copies import blob_copy, copy_abort
-from .appends import append_blob_create, block_append, committed_block_count
+from leases.services.access_policies import SignedIdentifier, container_get_acl, container_set_acl, stored_policy
+from leases.services.blobs import blob_delete, blob_put, blob_read, blob_set_metadata, blob_snapshot, validate_blob_name
+from leases.services.blocks import MAX_COMMITTED, MAX_UNCOMMITTED, block_list_get, block_list_put, block_put
+from leases.services.copies import blob_copy, copy_abort
+from leases.services.appends import append_blob_create, block_append, committed_block_count
 
 __all__ = [
     "Conditions", "LeaseholdError", "NO_CONDITIONS", "Actor", "ResourceRef", "LeaseResult", "SUCCESS_STATUS", "REFUSAL_DETAIL_CODES",

@@ -8,11 +8,15 @@ from functools import partial
 
 from django.db import transaction
 
-from .. import machine, metrics, wakeups
-from ..errors import LeaseholdError
-from ..models import Blob
-from .common import Actor, ResourceRef
-from .history import _record
+from leases.domain import machine
+
+from leases.operations import metrics
+
+from leases.services import wakeups
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob
+from leases.services.common import Actor, ResourceRef
+from leases.services.history import _record
 
 
 # ------------------------------------------------------------------ use under a lease

@@ -1,5 +1,5 @@
 """A container's stored access policies (Set/Get Container ACL): the signed
-identifiers a service SAS may name (leases/sas.py), and the container's
+identifiers a service SAS may name (leases/auth/sas.py), and the container's
 public access level, which Set Container ACL sets with them."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from .. import machine
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Container, StoredAccessPolicy
-from ..sql import dbclock
-from .access import _check_access, _committing_refusals, _reading
-from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
+from leases.domain import machine
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Container, StoredAccessPolicy
+from leases.storage import dbclock
+from leases.services.access import _check_access, _committing_refusals, _reading
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 
 PUBLIC_ACCESS = ("", "container", "blob")
 

@@ -13,16 +13,18 @@ from __future__ import annotations
 import functools
 import uuid
 
-from .. import blob_content, clock, machine
-from .. import metadata as metadata_rules
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Blob, BlobContent, BlobPart
-from ..sql import dbclock
-from .access import _after_blob_write, _check_access, _committing_refusals
-from .blobs import _blob_for_write, validate_blob_name
-from .blocks import COPY_CLEARED, MAX_COMMITTED, NeedsStaging, _write_checks, stage_and_record, write_blob
-from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
+from leases.storage import blob_content
+
+from leases.domain import clock, machine
+from leases.domain import metadata as metadata_rules
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob, BlobContent, BlobPart
+from leases.storage import dbclock
+from leases.services.access import _after_blob_write, _check_access, _committing_refusals
+from leases.services.blobs import _blob_for_write, validate_blob_name
+from leases.services.blocks import COPY_CLEARED, MAX_COMMITTED, NeedsStaging, _write_checks, stage_and_record, write_blob
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
 
 APPEND_BLOB = "AppendBlob"
 

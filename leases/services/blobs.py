@@ -8,14 +8,16 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import blob_content, clock, machine, names
-from .. import metadata as metadata_rules
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Blob, Container, FencingGeneration, new_etag
-from ..sql import dbclock
-from .access import _after_blob_write, _check_access, _committing_refusals, _ended_by_delete, _reading
-from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
+from leases.storage import blob_content
+
+from leases.domain import clock, machine, names
+from leases.domain import metadata as metadata_rules
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob, Container, FencingGeneration, new_etag
+from leases.storage import dbclock
+from leases.services.access import _after_blob_write, _check_access, _committing_refusals, _ended_by_delete, _reading
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
 
 
 def validate_blob_name(name: str) -> None:
@@ -31,7 +33,7 @@ def blob_put(*, ref: ResourceRef, actor: Actor, content: bytes, content_type: st
     conditions, so an If-None-Match: * upload onto a leased blob is 412
     LeaseIdMissing as on Azure, not 409. Content over one chunk is first
     staged in pieces, each its own short write transaction, then made
-    visible by one short transaction (leases.blob_content); an upload the
+    visible by one short transaction (leases.storage.blob_content); an upload the
     blob's state refuses stages nothing, or has its pieces discarded."""
     assert ref.blob is not None  # the doors route only a blob's URL here
     validate_blob_name(ref.blob)

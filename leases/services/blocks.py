@@ -1,7 +1,7 @@
 """Block blobs in blocks: Put Block, Put Block List, Get Block List.
 
 A block's bytes are staged as a content version of their own (chunks, one
-short write transaction each: leases.blob_content), then one short
+short write transaction each: leases.storage.blob_content), then one short
 transaction checks the lease and names it as an uncommitted block of the
 blob name (BlobBlock). Put Block List is one short transaction: the lease
 and conditions checked, the listed blocks resolved, a new version made of
@@ -18,17 +18,19 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import blob_content, clock, machine
-from .. import metadata as metadata_rules
-from ..checksums import Crc64
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Blob, BlobBlock, BlobContent, BlobPart, Container, new_etag
-from ..sql import dbclock
-from .access import _after_blob_write, _check_access, _committing_refusals, _reading, _Recorded, _recording_refusal
-from .blobs import _blob_for_write, _last_generation, validate_blob_name
-from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
-from .history import _record
+from leases.storage import blob_content
+
+from leases.domain import clock, machine
+from leases.domain import metadata as metadata_rules
+from leases.domain.checksums import Crc64
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob, BlobBlock, BlobContent, BlobPart, Container, new_etag
+from leases.storage import dbclock
+from leases.services.access import _after_blob_write, _check_access, _committing_refusals, _reading, _Recorded, _recording_refusal
+from leases.services.blobs import _blob_for_write, _last_generation, validate_blob_name
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
+from leases.services.history import _record
 
 MAX_COMMITTED = 50_000  # blocks in a committed list (Azure's limit)
 MAX_UNCOMMITTED = 100_000  # uncommitted blocks of one blob name (Azure's limit)

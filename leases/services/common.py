@@ -6,10 +6,10 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .. import machine
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Blob, Container, new_etag
+from leases.domain import machine
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob, Container, new_etag
 
 
 NO_CONDITIONS = Conditions()

@@ -7,14 +7,16 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from .. import blob_content, machine
-from .. import metadata as metadata_rules
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Account, Blob, Container, FencingGeneration, new_etag
-from ..sql import dbclock
-from .access import _check_access, _committing_refusals, _ended_by_delete, _reading
-from .common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
+from leases.storage import blob_content
+
+from leases.domain import machine
+from leases.domain import metadata as metadata_rules
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Account, Blob, Container, FencingGeneration, new_etag
+from leases.storage import dbclock
+from leases.services.access import _check_access, _committing_refusals, _ended_by_delete, _reading
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 
 
 CONTAINER_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")

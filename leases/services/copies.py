@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import uuid
 
-from .. import metadata as metadata_rules
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Blob
-from ..sql import dbclock
-from .access import _check_access, _committing_refusals
-from .appends import APPEND_BLOB, clone_list
-from .blobs import _blob_for_write, validate_blob_name
-from .blocks import _lease_for_write, _write_checks, write_blob
-from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
+from leases.domain import metadata as metadata_rules
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob
+from leases.storage import dbclock
+from leases.services.access import _check_access, _committing_refusals
+from leases.services.appends import APPEND_BLOB, clone_list
+from leases.services.blobs import _blob_for_write, validate_blob_name
+from leases.services.blocks import _lease_for_write, _write_checks, write_blob
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
 
 
 def blob_copy(*, ref: ResourceRef, actor: Actor, source: ResourceRef, source_url: str, metadata: dict | None = None,

@@ -6,12 +6,12 @@ from datetime import datetime
 
 from django.db import transaction
 
-from .. import fingerprints
-from ..errors import LeaseholdError
-from ..models import LeaseEvent
-from ..sql import dbclock
-from ..sql.statements import RowInsert
-from .common import Actor, ResourceRef
+from leases.domain import fingerprints
+from leases.domain.errors import LeaseholdError
+from leases.models import LeaseEvent
+from leases.storage import dbclock
+from leases.storage.statements import RowInsert
+from leases.services.common import Actor, ResourceRef
 
 EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection
 

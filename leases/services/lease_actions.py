@@ -11,15 +11,19 @@ from typing import cast
 
 from django.db import transaction
 
-from .. import machine, metrics, wakeups
-from ..conditions import Conditions
-from ..errors import LeaseholdError
-from ..models import Blob, Container, FencingGeneration
-from ..sql import dbclock, statements
-from ..sql.transactions import RetryAlone, write_together, write_transaction
-from .access import _recording_refusal
-from .common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
-from .history import EVENTS, _event_finish, _event_start
+from leases.domain import machine
+
+from leases.operations import metrics
+
+from leases.services import wakeups
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.models import Blob, Container, FencingGeneration
+from leases.storage import dbclock, statements
+from leases.storage.transactions import RetryAlone, write_together, write_transaction
+from leases.services.access import _recording_refusal
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
+from leases.services.history import EVENTS, _event_finish, _event_start
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,7 @@ _DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease
 def _load_for_lease(ref: ResourceRef, conn, cursor):
     """``_load(ref, for_update=True)`` in one compiled statement, and the
     time of the decision, read once the row is locked (on PostgreSQL by
-    that same statement: leases.sql.dbclock): (row, time)."""
+    that same statement: leases.storage.dbclock): (row, time)."""
     also = dbclock.lock_columns(conn)
     if ref.blob is None:
         obj, extra = _locked(Container, (ref.account, ref.container), also, conn, cursor)
@@ -124,7 +128,7 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
     that need no database run before the write lock is taken. ``legacy``:
     the semantics of x-ms-version before 2012-02-12 (machine.py).
     ``unparsed``: the 400 of a parameter the door could not parse
-    (leases.lease_params), refused and recorded like any other refusal.
+    (leases.domain.lease_params), refused and recorded like any other refusal.
     ``wait``: an acquire that will wait and try again (serving/waiting.py):
     refused because someone holds the lease, it records no event (its
     request's final answer will) and says so (``refusal.waiting``)."""
@@ -137,8 +141,8 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
 def _committed(written: tuple, action: str | None, ref: ResourceRef) -> LeaseResult:
     """After the commit of a lease action's write (which returned ``written``:
     resource, outcome, refusal, the lease id the row had before): count it
-    (leases/metrics.py); after a release or break, wake the acquires waiting
-    for it (leases/wakeups.py); then the result, or the refusal raised."""
+    (leases/operations/metrics.py); after a release or break, wake the acquires waiting
+    for it (leases/services/wakeups.py); then the result, or the refusal raised."""
     obj, outcome, refusal, previous_id = written
     metrics.lease_committed(action, ref.noun, outcome, refusal, previous_id)
     if refusal is not None:
@@ -289,7 +293,7 @@ def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                  legacy: bool = False, unparsed: LeaseholdError | None = None, wait: bool = False) -> LeaseResult:
     """Dispatch on an action name taken from the wire (may be unknown).
     ``legacy``: the request's x-ms-version is before 2012-02-12.
-    ``unparsed``: the door could not parse a parameter (leases.lease_params.
+    ``unparsed``: the door could not parse a parameter (leases.domain.lease_params.
     parse_for_action): the action is checked, then refused with this error,
     and the refusal recorded, as Azure orders its checks. ``wait``: see _lease_action."""
     return _lease_action(**_arguments(action, ref=ref, actor=actor, conditions=conditions, lease_id=lease_id,
@@ -335,7 +339,7 @@ def lease_actions_together(requests: list[dict], *, wait_for_rows: bool = True) 
     that covers them: a lease server's batch of requests received together
     (serving/lease_batch.py). ``wait_for_rows=False``: on PostgreSQL, a
     request whose row another transaction holds is not waited for but
-    answered RetryAlone (leases.sql.transactions.write_together)."""
+    answered RetryAlone (leases.storage.transactions.write_together)."""
     started = time.perf_counter()
     actions = [_arguments(**request) for request in requests]
     writes = [_own_failure(_lease_write, arguments) for arguments in actions]

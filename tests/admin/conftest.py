@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from leases import machine
+from leases.domain import machine
 from leases.models import Blob
 from leases.services import ResourceRef, blob_put, container_create, lease_acquire, lease_break
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from django.db import connection, transaction
 
-from leases import machine
+from leases.domain import machine
 from leases.models import Account, Blob, Container, LeaseEvent, new_etag
 from leases.services import Actor, ResourceRef
 

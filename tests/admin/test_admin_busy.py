@@ -11,7 +11,7 @@ import sys
 import pytest
 from django.db import connection
 
-from leases import fingerprints, machine
+from leases.domain import fingerprints, machine
 from leases.admin import lease_actions
 from leases.models import LeaseEvent
 from engines.sqlite.base import writer_lock_path

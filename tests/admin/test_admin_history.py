@@ -13,8 +13,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from leases import fingerprints, machine
-from leases.errors import LeaseholdError
+from leases.domain import fingerprints, machine
+from leases.domain.errors import LeaseholdError
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef, lease_acquire, lease_break, lease_renew
 

@@ -113,7 +113,7 @@ def pages(estate) -> dict[str, str]:
 @pytest.fixture
 def busy_estate(estate):
     """The estate, with names long enough to wrap and refusals to list."""
-    from leases.errors import LeaseholdError
+    from leases.domain.errors import LeaseholdError
     from leases.services import ResourceRef, blob_put, lease_acquire
 
     from .helpers import ACCOUNT, CONTAINER, app

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from leases import fingerprints, machine
+from leases.domain import fingerprints, machine
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef, blob_put, container_create, lease_acquire, lease_release
 

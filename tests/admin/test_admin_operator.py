@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from leases import machine
+from leases.domain import machine
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, blob_delete, lease_acquire, lease_release
 

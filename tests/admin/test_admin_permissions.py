@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from leases import machine
+from leases.domain import machine
 from leases.models import LeaseEvent
 
 from .helpers import VIEW_ALL, _staff

@@ -17,7 +17,7 @@ from rest_framework.test import APIClient
 from leases import services
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY  # noqa: F401 (for the tests)
 from leases.services import Actor, ResourceRef
-from leases.tokens import ApiToken
+from leases.models.tokens import ApiToken
 
 API = "/api/v1"
 OTHER_ACCOUNT, OTHER_KEY = "otheraccount", base64.b64encode(b"another account's key").decode()

@@ -14,7 +14,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from leases.models import LeaseEvent
-from leases.tokens import ApiToken
+from leases.models.tokens import ApiToken
 from tests.api.helpers import (API, DEV_ACCOUNT, DEV_KEY, OTHER_ACCOUNT, OTHER_KEY, lease, make_blob,
     make_container, make_user, shared_key_headers, token_client)
 

@@ -12,7 +12,9 @@ from datetime import timedelta, timezone
 
 import pytest
 
-from leases import fingerprints, services, spreadsheet
+from leases.domain import fingerprints, spreadsheet
+
+from leases import services
 from leases.api.serializers import EVENT_FIELDS
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef

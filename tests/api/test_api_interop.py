@@ -9,9 +9,9 @@ import requests
 from azure.core.exceptions import HttpResponseError, ResourceExistsError
 from azure.storage.blob import BlobLeaseClient
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from leases.models import LeaseEvent
-from leases.tokens import ApiToken
+from leases.models.tokens import ApiToken
 from tests.api.helpers import API, DEV_ACCOUNT, make_user
 
 BLOB = f"{DEV_ACCOUNT}/shared/locks/job.lock"

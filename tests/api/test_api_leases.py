@@ -8,10 +8,10 @@ import uuid
 
 import pytest
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from leases.api import lease_actions
 from leases.api.parsers import BoundedJSONParser
-from leases.errors import LeaseholdError
+from leases.domain.errors import LeaseholdError
 from leases.models import LeaseEvent
 from tests.api.helpers import API, DEV_ACCOUNT, lease, make_blob, make_container
 
@@ -327,7 +327,7 @@ def test_a_waiting_acquire_refused_for_a_held_lease_is_quiet_until_its_last_atte
     what to wait for; the last attempt's refusal is recorded; past the bound
     per principal, 429 and nothing recorded. Without the offer, answered at once."""
     from serving.waiting import Waiters
-    from leases.waiting import Wait
+    from leases.domain.waiting import Wait
 
     acquire(api, resource, 60)
     wait = Wait(Waiters(bound=1))

@@ -1,4 +1,4 @@
-"""One strict number parser for both doors (leases/lease_params.py): a
+"""One strict number parser for both doors (leases/domain/lease_params.py): a
 duration or break period that is no whole number in the range the history
 stores is 400 InvalidHeaderValue naming it, recorded as a refused attempt,
 and changes nothing -- never a 500 (issue 25, findings 4 and 5)."""

@@ -7,7 +7,9 @@ import base64
 
 import pytest
 
-from leases import fingerprints, services
+from leases.domain import fingerprints
+
+from leases import services
 from leases.models import Blob, Container, LeaseEvent
 from leases.services import ResourceRef
 from tests.api.helpers import API, DEV_ACCOUNT, OTHER_ACCOUNT, TEST_ACTOR, lease, make_blob, make_container
@@ -333,4 +335,4 @@ def test_the_schema_states_the_page_size_and_ordering_the_server_takes(api):
     assert parameters["ordering"] == {"type": "string", "enum": ["id", "-id"]}
     blob = next(p for p in schema["paths"][f"{API}/blobs/{{account}}/{{container}}/{{blob}}"]["get"]["parameters"]
                 if p["name"] == "blob")
-    assert blob["schema"]["pattern"] == r"^[\s\S]{1,1024}$"  # a longer name is refused (leases/names.py)
+    assert blob["schema"]["pattern"] == r"^[\s\S]{1,1024}$"  # a longer name is refused (leases/domain/names.py)

@@ -19,7 +19,7 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
                                                response_schema_conformance, status_code_conformance)
 
 from leases.models import Blob, Container
-from leases.tokens import ApiToken
+from leases.models.tokens import ApiToken
 from tests.api.helpers import API, DEV_ACCOUNT, make_blob, make_container, make_user
 
 NOT_OPERATIONS = {"schema/", "docs/", "redoc/", ""}  # the schema, its two viewers, the JSON 404

@@ -1,4 +1,4 @@
-"""The header rules both doors share (leases/client_headers.py): the client
+"""The header rules both doors share (leases/domain/client_headers.py): the client
 request id, echoed and recorded only when valid, on the Azure endpoint and
 the JSON API alike; metadata names as WSGI hands them over."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from leases import client_headers
-from leases.client_headers import API_CLIENT_REQUEST_ID, AZURE_CLIENT_REQUEST_ID
+from leases.domain import client_headers
+from leases.domain.client_headers import API_CLIENT_REQUEST_ID, AZURE_CLIENT_REQUEST_ID
 from leases.models import LeaseEvent
 
 from tests import azure_raw

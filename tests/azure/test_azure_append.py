@@ -10,7 +10,7 @@ import uuid
 import pytest
 from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
 
-from leases import blob_content
+from leases.storage import blob_content
 from leases.models import BlobContent, BlobPart, LeaseEvent
 
 from tests.azure.test_azure_blocks import MIB, WRITE_CELLS, Generated, _cell, _setup, bid, digest_of, downloaded_digest

@@ -18,8 +18,10 @@ import pytest
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobBlock
 
-from leases import blob_content, services
-from leases.errors import LeaseholdError
+from leases.storage import blob_content
+
+from leases import services
+from leases.domain.errors import LeaseholdError
 from leases.services import Actor, ResourceRef
 from leases.models import BlobBlock as BlockRow
 from leases.models import BlobContent, BlobPart, LeaseEvent

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from leases.models import LeaseEvent
-from leases.selectors import holder_at
+from leases.services.selectors import holder_at
 
 pytestmark = pytest.mark.also_postgres
 

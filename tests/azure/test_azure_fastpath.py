@@ -31,7 +31,7 @@ import pytest
 from django.core import signals
 from django.db import close_old_connections, transaction
 
-from leases import clock as lease_clock
+from leases.domain import clock as lease_clock
 from leases import services
 from leases.azure import fastpath
 from leases.azure.handler import AzureDoorHandler, LeaseholdWSGI
@@ -218,7 +218,7 @@ def script():
 
 
 def sas_steps():
-    """Lease requests under shared access signatures the SDK made (leases/sas.py)."""
+    """Lease requests under shared access signatures the SDK made (leases/auth/sas.py)."""
     from azure.storage.blob import (AccountSasPermissions, BlobSasPermissions, ContainerSasPermissions,
                                     ResourceTypes, generate_account_sas, generate_blob_sas, generate_container_sas)
 
@@ -365,7 +365,7 @@ def test_a_connection_an_outage_broke_is_replaced_before_the_checks():
     failover."""
     from django.db import connection
 
-    from leases import sharedkey
+    from leases.auth import sharedkey
 
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's connections, shut down by engines.postgres.drop_all")

@@ -12,7 +12,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobLeaseClient
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from leases.models import Blob, Container, LeaseEvent
 
 from tests import azure_raw

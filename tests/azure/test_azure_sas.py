@@ -20,7 +20,7 @@ from azure.storage.blob import (AccessPolicy, AccountSasPermissions, BlobClient,
                                 ContainerClient, ContainerSasPermissions, ResourceTypes, generate_account_sas,
                                 generate_blob_sas, generate_container_sas)
 
-from leases import sas
+from leases.auth import sas
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from leases.models import Blob, Container, LeaseEvent
 

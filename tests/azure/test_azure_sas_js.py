@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from leases import sas
+from leases.auth import sas
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from leases.models import LeaseEvent
 

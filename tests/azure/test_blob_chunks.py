@@ -1,4 +1,4 @@
-"""Large blob content in bounded pieces (leases/blob_content.py): uploads
+"""Large blob content in bounded pieces (leases/storage/blob_content.py): uploads
 staged chunk by chunk in short write transactions and made visible in one,
 downloads streamed a chunk (one short read) at a time, refused uploads
 storing nothing, replaced and dead content removed in bounded batches."""
@@ -17,8 +17,10 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError
 from django.db import connection
 
-from leases import blob_content, services
-from leases.blob_content import CHUNK_BYTES
+from leases.storage import blob_content
+
+from leases import services
+from leases.storage.blob_content import CHUNK_BYTES
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT
 from leases.models import Blob, BlobChunk, BlobContent, LeaseEvent
 from leases.services import Actor, ResourceRef

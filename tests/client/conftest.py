@@ -23,7 +23,7 @@ from .helpers import AZURITE_MAIN, Backend
 
 @pytest.fixture
 def mclock(clock):
-    """A ManualClock moving the frozen server clock (leases.clock) in step."""
+    """A ManualClock moving the frozen server clock (leases.domain.clock) in step."""
     clock.freeze()
     return ManualClock(on_advance=clock.advance)
 

@@ -8,8 +8,8 @@ import random
 import uuid
 from datetime import timedelta
 
-from leases import machine
-from leases.errors import LeaseholdError
+from leases.domain import machine
+from leases.domain.errors import LeaseholdError
 from tests.lincheck import EPOCH, Op, check
 
 A, B, C = (str(uuid.UUID(int=n)) for n in (1, 2, 3))

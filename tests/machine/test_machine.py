@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leases import machine as m
-from leases.errors import LeaseholdError
+from leases.domain import machine as m
+from leases.domain.errors import LeaseholdError
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 A, B, C, X = (uuid.UUID(int=i) for i in (0xA, 0xB, 0xC, 0xF))

@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from leases import machine as m
-from leases.errors import LeaseholdError
+from leases.domain import machine as m
+from leases.domain.errors import LeaseholdError
 from tests.machine import test_machine as machine_tests
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)

@@ -4,7 +4,7 @@ find an example that fails it. A property no mutant fails could pass
 whatever the machine did. docs/development/tests.md lists them, property by
 property, with the bug each kills.
 
-Every mutant is a small change to one function of leases/machine.py, put in
+Every mutant is a small change to one function of leases/domain/machine.py, put in
 place with monkeypatch (``m.apply`` looks its functions up when called), and
 hypothesis's ``find`` searches the property's own strategy, derandomized, so
 the check shows the property's inputs reach the bug, not only that a
@@ -19,7 +19,7 @@ import pytest
 from hypothesis import Phase, find, settings
 from hypothesis import strategies as st
 
-from leases import machine as m
+from leases.domain import machine as m
 from tests.machine import test_machine as current
 from tests.machine import test_machine_legacy as legacy
 

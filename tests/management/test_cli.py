@@ -7,7 +7,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from leases.models import LeaseEvent
 
 pytestmark = pytest.mark.also_postgres

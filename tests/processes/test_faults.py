@@ -143,7 +143,7 @@ def test_read_only_storage_is_503_and_the_server_recovers(postgres, running):
 def test_a_missing_table_is_503_on_both_doors_and_names_the_fix(tmp_path, running, request):
     """On the run's database: a SQLite file ("no such table"), or in the
     PostgreSQL pass a PostgreSQL database, whose SQLSTATE 42P01
-    (undefined_table) leases/faults.py maps to the same fault."""
+    (undefined_table) leases/operations/faults.py maps to the same fault."""
     on_pg = os.environ.get("LEASEHOLD_DATABASE", "").startswith("postgres")
     database = request.getfixturevalue("postgres")() if on_pg else tmp_path / "leasehold.sqlite3"
     server = running(database)

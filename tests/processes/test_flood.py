@@ -43,7 +43,7 @@ import django
 django.setup()
 from django.contrib.auth import get_user_model
 from leases.services import account_ensure
-from leases.tokens import ApiToken
+from leases.models.tokens import ApiToken
 account_ensure(name={OTHER!r}, key1={OTHER_KEY!r})
 print(ApiToken.issue(user=get_user_model().objects.get(username="admin"), name="burst")[1])
 """

@@ -22,7 +22,7 @@ import requests
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobServiceClient
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from tests import azure_raw
 from tests.server_process import ROOT, Instance, prepare
@@ -34,7 +34,7 @@ CONTAINER, BLOB, OTHER = "secrets", "job.lock", "other.lock"
 USERS = """
 import json
 from django.contrib.auth.models import Permission, User
-from leases.tokens import ApiToken
+from leases.models.tokens import ApiToken
 def user(name, *codenames, superuser=False):
     u = User.objects.create_user(name, password=None, is_superuser=superuser, is_staff=superuser)
     u.user_permissions.add(*Permission.objects.filter(content_type__app_label="leases", codename__in=codenames))

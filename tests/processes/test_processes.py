@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from tests import azure_raw
 from tests.lincheck import Recorder
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY

@@ -145,7 +145,7 @@ def test_front_refusals_are_counted_in_metrics_by_status_and_logged_as_warnings(
 
 
 def test_caches_keyed_by_client_input_keep_only_short_keys():
-    from leases import sharedkey
+    from leases.auth import sharedkey
 
     sharedkey._parse_date_cached.cache_clear()
     sharedkey._canonical_query_cached.cache_clear()

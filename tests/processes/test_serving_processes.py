@@ -26,7 +26,7 @@ from email.utils import formatdate
 
 import pytest
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from tests import azure_raw
 from .test_processes import ROOT, Server
 
@@ -301,7 +301,7 @@ def _export_request(s, fmt: str) -> str:
 def _token(s) -> str:
     out = subprocess.run([sys.executable, "manage.py", "shell", "-c",
                           "from django.contrib.auth import get_user_model\n"
-                          "from leases.tokens import ApiToken\n"
+                          "from leases.models.tokens import ApiToken\n"
                           "u = get_user_model().objects.get(username='admin')\n"
                           "print(ApiToken.issue(user=u, name='export')[1])"],
                          cwd=ROOT, env=s.env, check=True,

@@ -118,7 +118,7 @@ def test_a_missing_history_trigger_is_refused(tmp_path, request):
             conn.executescript(migration.SQLITE_UP)
     env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(tmp_path),
            "DJANGO_SETTINGS_MODULE": "config.settings"}
-    done = subprocess.run([sys.executable, "-m", "leases.startup"], cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "leases.operations.startup"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
 
 

@@ -1,4 +1,4 @@
-"""Acquires that wait for a held lease (serving/waiting.py, leases/waiting.py)
+"""Acquires that wait for a held lease (serving/waiting.py, leases/domain/waiting.py)
 on real server processes: granted at the release across two workers
 (SQLite) and two instances (PostgreSQL), the usual 409 once the wait
 runs out, one history event per request, 1,000 waiters on one worker

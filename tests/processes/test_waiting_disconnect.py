@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from leases import fingerprints
+from leases.domain import fingerprints
 from tests import azure_raw
 
 from .test_processes import Server

@@ -41,7 +41,9 @@ def _prune_history() -> None:
     """What the retention path does to old events: they are gone."""
     from datetime import timedelta
 
-    from leases import clock, retention
+    from leases.domain import clock
+
+    from leases.operations import retention
 
     everything = retention.Policy(renewals=timedelta(0), events=timedelta(0))
     retention.prune(everything, now=clock.now() + timedelta(days=1), pace=False)

@@ -12,7 +12,9 @@ from datetime import timedelta
 import pytest
 from django.db import DatabaseError, IntegrityError, ProgrammingError, connection, transaction
 
-from leases import retention, services
+from leases.operations import retention
+
+from leases import services
 from leases.models import HistoryHorizon, LeaseEvent
 from leases.services import Actor, ResourceRef
 from tests.api.helpers import API, DEV_ACCOUNT, make_container

@@ -1,4 +1,4 @@
-"""Lease id fingerprints (leases/fingerprints.py): what they are, that the
+"""Lease id fingerprints (leases/domain/fingerprints.py): what they are, that the
 history records them and never the ids, and that migration 0011 gives the
 events recorded before it their fingerprints, leaving the history
 append-only. Runs on SQLite and on PostgreSQL."""
@@ -13,8 +13,12 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
-from leases import fingerprints, history_triggers, services
-from leases.logformat import without_lease_ids
+from leases.domain import fingerprints
+
+from leases.models import history_triggers
+
+from leases import services
+from leases.operations.logformat import without_lease_ids
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 

@@ -1,4 +1,4 @@
-"""Lease time (leases/clock.py, leases/sql/dbclock.py): read once the
+"""Lease time (leases/domain/clock.py, leases/storage/dbclock.py): read once the
 row is locked, never earlier than the row's last decision, and on PostgreSQL
 the database's, floored by its high-water mark. On SQLite and PostgreSQL.
 Two instances on differing clocks, and a step of the database's own clock,

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from leases.models import Account, Blob, Container
-from leases.selectors import name_starts_with
+from leases.services.selectors import name_starts_with
 
 pytestmark = pytest.mark.also_postgres
 

@@ -12,11 +12,15 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from leases import duties, retention, selectors, services
+from leases.operations import duties, retention
+
+from leases.services import selectors
+
+from leases import services
 from leases.models import HistoryHorizon, LeaseEvent
 from leases import conf
-from leases.env import parse_duration
-from leases.retention import Policy
+from leases.conf.env import parse_duration
+from leases.operations.retention import Policy
 from leases.services import Actor, ResourceRef
 
 pytestmark = pytest.mark.also_postgres
@@ -278,7 +282,7 @@ def test_online_backup_while_leases_are_renewed(transactional_db, clock, tmp_pat
     least every event committed before it started."""
     import sqlite3
 
-    from leases import health
+    from leases.api import health
 
     services.account_ensure(name=ACCOUNT, key1="a2V5")
     services.container_create(account=ACCOUNT, name="box")

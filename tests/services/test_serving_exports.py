@@ -1,4 +1,4 @@
-"""The history's exports read in short keyset-paged queries (leases/keyset.py):
+"""The history's exports read in short keyset-paged queries (leases/services/keyset.py):
 the same rows in the same order as one query, whatever the ordering, ties
 included, and nothing recorded after the export began."""
 
@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from leases import services
-from leases.keyset import keyset_rows
+from leases.services.keyset import keyset_rows
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 

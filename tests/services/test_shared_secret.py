@@ -1,4 +1,4 @@
-"""One secret key per PostgreSQL database (leases/shared_secret.py): made
+"""One secret key per PostgreSQL database (leases/operations/shared_secret.py): made
 once by the first instance, read by the others; a configured key is kept
 as a fingerprint, and an instance with another key is refused."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from leases.models import SharedSecret
-from leases.shared_secret import DifferentKey, settle
+from leases.operations.shared_secret import DifferentKey, settle
 
 pytestmark = pytest.mark.also_postgres
 

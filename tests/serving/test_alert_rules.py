@@ -126,7 +126,7 @@ def test_renewal_refusals_fire(azure_server, service, clock, tmp_path):
 def test_an_instance_that_cannot_serve_fires(azure_server, transactional_db, tmp_path):
     from django.db import connection
 
-    from leases import history_triggers
+    from leases.models import history_triggers
 
     headers = bearer(superuser=True)
     ready = [scrape(azure_server, headers) for _ in range(5)]

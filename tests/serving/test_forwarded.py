@@ -9,7 +9,7 @@ import ipaddress
 import pytest
 
 from leases import conf
-from leases.env import SettingError
+from leases.conf.env import SettingError
 from serving.forwarded import client
 
 PROXIES = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("::1/128"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from leases import health
+from leases.api import health
 from engines.sqlite.base import DatabaseWrapper
 
 sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite files made by the test")
@@ -139,7 +139,7 @@ def _failure_record():
 
 @pytest.mark.parametrize("tracebacks", ["", "1"])
 def test_text_log_line_carries_the_cause(leasehold_env, tracebacks):
-    from leases.logformat import OneLineFormatter
+    from leases.operations.logformat import OneLineFormatter
 
     leasehold_env(LEASEHOLD_LOG_TRACEBACKS=tracebacks)
     text = OneLineFormatter().format(_failure_record())
@@ -152,7 +152,7 @@ def test_text_log_line_carries_the_cause(leasehold_env, tracebacks):
 def test_json_log_line(monkeypatch):
     import json
 
-    from leases.logformat import JsonFormatter
+    from leases.operations.logformat import JsonFormatter
 
     monkeypatch.delenv("LEASEHOLD_LOG_TRACEBACKS", raising=False)
     line = JsonFormatter().format(_failure_record())

@@ -63,8 +63,8 @@ def test_holder_changes_ran_out_breaks_and_refused_renewals(azure_server, servic
                                           ("InvalidHeaderValue", "InvalidHeaderValue"),
                                           ("LeaseAlreadyPresent", "other")])
 def test_refused_renewals_keep_to_a_fixed_set_of_reasons(code, reason):
-    from leases import metrics
-    from leases.errors import LeaseholdError
+    from leases.operations import metrics
+    from leases.domain.errors import LeaseholdError
 
     counter = metrics.RENEWALS_REFUSED.labels("blob", reason)
     before = counter._value.get()

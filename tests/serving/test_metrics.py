@@ -11,9 +11,9 @@ from azure.storage.blob import BlobLeaseClient
 from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
-from leases import metrics
+from leases.operations import metrics
 from leases.models import LeaseEvent
-from leases.tokens import ApiToken
+from leases.models.tokens import ApiToken
 from tests.api.helpers import make_user
 
 LEASE_ID_A = "aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"

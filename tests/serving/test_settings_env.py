@@ -1,5 +1,5 @@
 """LEASEHOLD_* variables are read once, into one typed object
-(leases/conf.py), through the parsers of leases/env.py: every bad value is
+(leases/conf/__init__.py), through the parsers of leases/conf/env.py: every bad value is
 refused with a message naming the variable, an unset or empty one takes the
 default, the settings module stops the start on a bad value, nothing else
 reads the environment, and the configuration reference lists exactly the
@@ -18,7 +18,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from leases import conf
-from leases.env import SettingError, env_bool, env_choice, env_float, env_int, env_log_level, env_str
+from leases.conf.env import SettingError, env_bool, env_choice, env_float, env_int, env_log_level, env_str
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -183,7 +183,7 @@ def test_load_refuses_a_bad_value_naming_it(name, value):
 
 def _reads_the_environment(path: Path) -> list[str]:
     """Places in ``path`` that read a LEASEHOLD_* variable, or use the
-    parsers of leases/env.py, other than through leases/conf.py."""
+    parsers of leases/conf/env.py, other than through leases/conf/__init__.py."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("env") and any(
@@ -203,14 +203,14 @@ def _reads_the_environment(path: Path) -> list[str]:
 
 def test_nothing_but_the_settings_object_reads_the_environment():
     sources = [p for top in ("leases", "serving", "config") for p in (REPO / top).rglob("*.py")
-               if p.relative_to(REPO).as_posix() not in ("leases/conf.py", "leases/env.py")]
+               if p.relative_to(REPO).as_posix() not in ("leases/conf/__init__.py", "leases/conf/env.py")]
     assert [hit for path in sources for hit in _reads_the_environment(path)] == []
 
 
 @pytest.mark.parametrize("source", ['import os\nx = os.environ.get("LEASEHOLD_X")\n',
                                     'import os\nx = os.getenv("LEASEHOLD_X", "1")\n',
                                     'import os\nx = os.environ["LEASEHOLD_X"]\n',
-                                    'from leases.env import env_int\n'])
+                                    'from leases.conf.env import env_int\n'])
 def test_a_stray_environment_read_is_found(tmp_path, source):
     (tmp_path / "stray.py").write_text(source)
     assert len(_reads_the_environment(tmp_path / "stray.py")) == 1

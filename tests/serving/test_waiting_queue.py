@@ -17,8 +17,8 @@ from django.db import connection
 
 from serving import waiting
 from serving.waiting import Waiters
-from leases import clock
-from leases.waiting import Wait
+from leases.domain import clock
+from leases.domain.waiting import Wait
 
 
 def _waiting(waiters: Waiters, key: str = "k", *, wait: float = 5.0, ends_at=None) -> Wait:
@@ -95,7 +95,7 @@ def test_on_postgresql_a_worker_listens_only_while_it_holds_waiters(monkeypatch)
     import psycopg
 
     from engines.postgres.base import side_connection
-    from leases import wakeups
+    from leases.services import wakeups
 
     monkeypatch.setattr(waiting, "LISTEN_LINGER", 0.3)
     monkeypatch.setattr(waiting, "LISTEN_CHECK", 0.05)

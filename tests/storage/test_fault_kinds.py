@@ -1,4 +1,4 @@
-"""Storage faults told apart from bugs (leases/faults.py): SQLite's transient
+"""Storage faults told apart from bugs (leases/operations/faults.py): SQLite's transient
 lock failures are 503 ServerBusy (retry), not 500."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from django.db import DatabaseError, OperationalError
 
-from leases import faults
+from leases.operations import faults
 
 
 def _as_django_raises(driver_error: Exception) -> Exception:

@@ -17,7 +17,7 @@ from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 from engines.sqlite.base import FlockWaiter, writer_lock_path
 from engines.busy import WriterBusy, is_writer_busy
-from leases.busy import server_busy
+from leases.storage.busy import server_busy
 from tests.storage import lock_is_free
 
 REF = ResourceRef("devstoreaccount1", "wait", "b")

@@ -1,8 +1,8 @@
 """The storage layer's contract with Django's internals.
 
-leases/sql/django_internals.py lists every Django name below the public
+leases/storage/django_internals.py lists every Django name below the public
 API that the project relies on: the ORM pieces the lease hot path compiles
-its statements with (leases/sql/statements.py), and the private hooks of
+its statements with (leases/storage/statements.py), and the private hooks of
 the database backend that engines.sqlite overrides. Each test here
 says, by its name and message, which of them a Django upgrade changed: that
 a name is gone, that the compiled SQL is no longer the SQL the ORM itself
@@ -24,13 +24,15 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.query import Query
 
-from leases import clock, fingerprints, services
+from leases.domain import clock, fingerprints
+
+from leases import services
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef
 from engines.sqlite.base import DatabaseWrapper as LeaseholdSQLite
 from engines import django_internals as engine_internals
-from leases.sql import django_internals, statements
-from leases.sql.transactions import write_transaction
+from leases.storage import django_internals, statements
+from leases.storage.transactions import write_transaction
 from tests.storage import lock_is_free
 
 pytestmark = pytest.mark.also_postgres
@@ -93,7 +95,7 @@ def test_every_django_internal_the_storage_layer_imports_still_exists():
                engine_internals.SQLiteDatabaseWrapper: engine_internals.PRIVATE_BACKEND_HOOKS}
     missing += [f"{cls.__name__}.{name}" for cls, names in methods.items() for name in names
                 if not hasattr(cls, name)]
-    assert not missing, f"Django no longer has {missing}: see leases/sql/ and engines/django_internals.py"
+    assert not missing, f"Django no longer has {missing}: see leases/storage/ and engines/django_internals.py"
 
 
 

@@ -1,4 +1,4 @@
-"""A service's write transaction (leases/sql/transactions.py), on both
+"""A service's write transaction (leases/storage/transactions.py), on both
 databases: a write whose COMMIT fails is answered with that failure, never
 with the result it had before the commit, and the connection writes
 durably after it. A server's lease batch on PostgreSQL waits for no row
@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from leases.models import Account, Blob, Container
-from leases.sql.transactions import RetryAlone, commits_together, write_together, write_transaction
+from leases.storage.transactions import RetryAlone, commits_together, write_together, write_transaction
 
 pytestmark = pytest.mark.also_postgres
 

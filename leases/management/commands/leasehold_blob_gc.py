@@ -1,16 +1,16 @@
 """manage.py leasehold_blob_gc: remove the stored content nothing needs any
 more, now, in the same bounded transactions the server uses after each Put
-Blob (leases/blob_content.py): versions no blob or snapshot names (after a
+Blob (leases/storage/blob_content.py): versions no blob or snapshot names (after a
 grace for downloads under way) and the staged pieces of uploads that died.
-One process at a time per database, as the server's pruner (leases/duties.py)."""
+One process at a time per database, as the server's pruner (leases/operations/duties.py)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from leases import blob_content
+from leases.storage import blob_content
 
-from .leasehold_prune import held_duty_lock
+from leases.management.commands.leasehold_prune import held_duty_lock
 
 
 class Command(BaseCommand):

@@ -6,8 +6,10 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from leases import clock, fingerprints, machine, services
-from leases.errors import LeaseholdError
+from leases.domain import clock, fingerprints, machine
+
+from leases import services
+from leases.domain.errors import LeaseholdError
 from leases.services import Actor, ResourceRef
 
 

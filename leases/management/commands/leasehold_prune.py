@@ -1,15 +1,17 @@
 """manage.py leasehold_prune: delete the lease history past the retention
 policy now, in the same small batches the server's pruner uses (as
 clearsessions does for sessions). The policy is LEASEHOLD_RETENTION_*
-(leases/retention.py); options override it for this run. It waits while a
-server's pruner is at work on the database (one at a time: leases/duties.py)."""
+(leases/operations/retention.py); options override it for this run. It waits while a
+server's pruner is at work on the database (one at a time: leases/operations/duties.py)."""
 
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from leases import clock, duties, retention
-from leases.env import parse_duration
+from leases.domain import clock
+
+from leases.operations import duties, retention
+from leases.conf.env import parse_duration
 
 
 class Command(BaseCommand):

@@ -12,8 +12,8 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from leases import clock
-from leases.tokens import ApiToken
+from leases.domain import clock
+from leases.models.tokens import ApiToken
 
 
 class Command(BaseCommand):

@@ -1,0 +1,251 @@
+"""Who is calling, known before a lease request queues (serving/admission.py).
+
+The server asks ``identify(environ)`` as soon as a lease request is received
+whole, on the event loop, before it takes a lease-lane slot or joins a lease
+batch: a request whose credentials fail, or that has none, is answered there
+and never reaches the lease lane or the writer. A request that passes gets
+its principal (``account:<name>``, ``token:<name>``, ``user:<name>``), which
+the lease lane shares fairly (serving/lanes.py).
+
+Each kind of credential is one check in ``CHECKS``, tried in the JSON API's
+order (a bearer token, SharedKey, a session; the Azure door accepts a SAS or
+SharedKey): a check answers None when the request does not carry its kind, a
+principal when it is valid, or raises ``Refused``. Another kind plugs in
+with ``register``. The doors still authenticate the request as they
+always did (this is a gate in front of them, not a replacement); a SharedKey
+verified here is not computed twice (``VERIFIED``).
+
+What a check reads from the database (an account's keys, a token's digest,
+a session) is remembered briefly for valid credentials only. A lookup for a
+credential never seen valid is what a flood of made-up credentials costs, so
+the server may forbid it (``may_look_up`` false: that address has used up
+its allowance of failed requests) and the request is then refused as
+throttled, without a lookup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from http.cookies import CookieError, SimpleCookie
+
+from django.conf import settings
+from django.core.handlers.wsgi import get_path_info
+
+from leases.auth import sas, sharedkey
+from leases.domain.errors import LeaseholdError
+from leases.models.tokens import ApiToken, digest
+
+VERIFIED = sharedkey.VERIFIED  # environ: the account whose SharedKey the server verified
+AUTH_CODES = frozenset({"AuthenticationFailed", "NoAuthenticationInformation", "InvalidAuthenticationInfo"})
+REMEMBER_SECONDS = 1.0  # a valid token or session is looked up again after this long
+KNOWN_SECONDS = 600.0  # a credential once valid is looked up whatever the address's allowance
+KNOWN_MAX = 10_000  # bound on the credentials remembered as once valid
+
+
+class Refused(Exception):
+    """Credentials that fail (or none): the door's status and error code.
+    ``throttled``: not checked at all (the address's allowance is used up)."""
+
+    def __init__(self, status: int, code: str, reason: str = "", *, throttled: bool = False,
+                 error: LeaseholdError | None = None):
+        super().__init__(code)
+        self.status, self.code, self.reason, self.throttled, self.error = status, code, reason, throttled, error
+
+
+class Throttled(Exception):
+    """A lookup the server forbade (``may_look_up`` false)."""
+
+
+class Unreadable(Exception):
+    """A lookup needed while the server reads nothing (``may_read`` false:
+    the database failed a moment ago, and a read on the loop might hang)."""
+
+
+class _Memory:
+    """Valid credentials remembered: ``fresh`` ones need no lookup for
+    REMEMBER_SECONDS; ``known`` ones (once valid) may always be looked up."""
+
+    def __init__(self):
+        self.fresh: dict[str, tuple[float, str]] = {}
+        self.known: dict[str, float] = {}
+
+    def get(self, key: str, now: float) -> str | None:
+        entry = self.fresh.get(key)
+        return entry[1] if entry is not None and now - entry[0] < REMEMBER_SECONDS else None
+
+    def put(self, key: str, principal: str, now: float) -> None:
+        if len(self.fresh) >= KNOWN_MAX:
+            self.fresh.clear()
+        self.fresh[key] = (now, principal)
+        if len(self.known) >= KNOWN_MAX:
+            self.known.clear()
+        self.known[key] = now
+
+    def may_look_up(self, key: str, now: float, allowed: Callable[[], bool]) -> bool:
+        seen = self.known.get(key)
+        return (seen is not None and now - seen < KNOWN_SECONDS) or allowed()
+
+
+_tokens = _Memory()
+_sessions = _Memory()
+_accounts = _Memory()
+
+
+class Request:
+    """What a check reads: the environ, the door, and whether it may look up
+    a credential never seen valid."""
+
+    __slots__ = ("environ", "door", "may_look_up", "may_read", "now")
+
+    def __init__(self, environ: dict, door: str, may_look_up: Callable[[], bool], may_read: bool = True):
+        self.environ, self.door, self.may_look_up, self.now = environ, door, may_look_up, time.monotonic()
+        self.may_read = may_read
+
+    def reading(self, memory: _Memory, key: str) -> None:
+        """Before a database read for credential ``key``: allowed?"""
+        if not self.may_read:
+            raise Unreadable
+        if not memory.may_look_up(key, self.now, self.may_look_up):
+            raise Throttled
+
+
+def check_shared_key(request: Request) -> str | None:
+    environ = request.environ
+    header = environ.get("HTTP_AUTHORIZATION", "")
+    if request.door == "api" and not header.startswith("SharedKey "):
+        return None
+
+    def lookup(name: str):
+        if sharedkey.cached_account_keys(name) is None:
+            request.reading(_accounts, name)
+        return sharedkey.account_keys(name)
+
+    try:
+        found = sharedkey.verify_shared_key(environ, get_path_info(environ), lookup)
+    except LeaseholdError as err:
+        if err.code not in AUTH_CODES:  # signed, but refused for something else (the door says what)
+            name = sharedkey.AUTH_RE.match(header.strip())
+            return f"account:{name.group(1)}" if name else None
+        if request.door == "azure":
+            raise Refused(err.status, err.code, error=err) from None
+        # The JSON API's SharedKey refusal (leases/api/authentication.py): 401, the detail as its reason.
+        raise Refused(401, "AuthenticationFailed", err.detail.get("AuthenticationErrorDetail", err.message)) from None
+    if found is None:  # no Authorization header: the Azure door has nothing else
+        if request.door == "azure":
+            raise Refused(401, "NoAuthenticationInformation", error=LeaseholdError("NoAuthenticationInformation"))
+        return None
+    _accounts.put(found, f"account:{found}", request.now)
+    environ[VERIFIED] = found
+    return f"account:{found}"
+
+
+def check_sas(request: Request) -> str | None:
+    """The Azure door's shared access signature (a query signed with an
+    account key, no Authorization header): its principal is the SAS itself
+    (``sas:<account>:<policy or signature fingerprint>``). What it permits
+    is the door's to check; here only that it holds."""
+    environ = request.environ
+    if request.door != "azure" or environ.get("HTTP_AUTHORIZATION") or not sas.is_sas(environ):
+        return None
+    _, account, container, blob = (get_path_info(environ).split("/", 3) + [None, None, None])[:4]
+
+    def keys(name: str):
+        if sharedkey.cached_account_keys(name) is None:
+            request.reading(_accounts, name)
+        return sharedkey.account_keys(name)
+
+    def policy(name: str, in_container: str, identifier: str):
+        if not request.may_read:
+            raise Unreadable
+        from leases.services.access_policies import stored_policy  # services import the models: not at start
+
+        found = stored_policy(name, in_container, identifier)
+        return None if found is None else sas.Policy(found.start, found.expiry, found.permission)
+
+    try:
+        grant = sas.verify(environ, account or "", container or None, blob, keys=keys, policy=policy)
+    except LeaseholdError as err:
+        raise Refused(err.status, err.code, error=err) from None
+    _accounts.put(grant.account, f"account:{grant.account}", request.now)
+    return grant.actor
+
+
+def check_bearer(request: Request) -> str | None:
+    if request.door != "api":
+        return None
+    scheme, _, raw = request.environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    key = digest(raw.strip())
+    principal = _tokens.get(key, request.now)
+    if principal is None:
+        request.reading(_tokens, key)
+        token = ApiToken.find_usable(raw.strip())
+        if token is None:
+            raise Refused(401, "AuthenticationFailed", "The token is unknown, expired or revoked.")
+        principal = token.actor_name
+        _tokens.put(key, principal, request.now)
+    return principal
+
+
+def check_session(request: Request) -> str | None:
+    if request.door != "api":
+        return None
+    try:
+        cookie = SimpleCookie(request.environ.get("HTTP_COOKIE", ""))
+    except CookieError:
+        return None
+    morsel = cookie.get(settings.SESSION_COOKIE_NAME)
+    if morsel is None or not morsel.value:
+        return None
+    key = morsel.value
+    principal = _sessions.get(key, request.now)
+    if principal is None:
+        request.reading(_sessions, key)
+        principal = _session_user(key)
+        if principal is None:
+            return None  # no session: no credentials at all, as DRF sees it
+        _sessions.put(key, principal, request.now)
+    return principal
+
+
+def _session_user(key: str) -> str | None:
+    """The user a live session is logged in as, read only (Django's get_user
+    may flush a session, a write; the door runs it, and checks the session's
+    hash, as it always did)."""
+    from importlib import import_module
+
+    from django.contrib.auth import SESSION_KEY
+
+    data = import_module(settings.SESSION_ENGINE).SessionStore(key).load()  # {} if missing or expired
+    user_id = data.get(SESSION_KEY)
+    return None if user_id is None else f"user-id:{user_id}"
+
+
+# The checks in the JSON API's order (leases/api/base.py): the first that
+# recognises the request's kind of credential decides.
+CHECKS: list[Callable[[Request], str | None]] = [check_bearer, check_sas, check_shared_key, check_session]
+
+
+def register(check: Callable[[Request], str | None], *, first: bool = True) -> None:
+    """Another kind of credential (a SAS): a check answering None (not its
+    kind), a principal, or raising Refused / Throttled."""
+    if check not in CHECKS:
+        CHECKS.insert(0 if first else len(CHECKS), check)
+
+
+def identify(environ: dict, *, door: str, may_look_up: Callable[[], bool], may_read: bool = True) -> str:
+    """The principal of a lease request (``door``: "azure" or "api"), or
+    Refused: failed credentials, none, or (``throttled``) a lookup the
+    server forbade. Unreadable if it needs a read and ``may_read`` is false."""
+    request = Request(environ, door, may_look_up, may_read)
+    try:
+        for check in CHECKS:
+            principal = check(request)
+            if principal is not None:
+                return principal
+    except Throttled:
+        raise Refused(503 if door == "azure" else 429, "ServerBusy" if door == "azure" else "TooManyRequests",
+                      throttled=True) from None
+    raise Refused(401, "NoAuthenticationInformation", error=LeaseholdError("NoAuthenticationInformation"))

@@ -1,0 +1,276 @@
+"""SharedKey: signing and verifying a request with a storage account's key,
+and the DRF authentication class both doors use (the Azure endpoint, and the
+JSON API for ``Authorization: SharedKey``). The string-to-sign is rebuilt
+from the *raw* request URI: Django's decoded path cannot reproduce the
+client's percent-encoding for every name."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hmac
+import re
+import time
+from collections import defaultdict
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from urllib.parse import parse_qsl, quote, urlsplit
+
+from django.conf import settings
+from django.db.models.signals import post_delete, post_save
+from rest_framework.authentication import BaseAuthentication
+
+from leases.domain import clock, client_headers
+from leases.domain.errors import LeaseholdError
+from leases.models import Account
+
+AUTH_RE = re.compile(r"^SharedKey ([a-z0-9]{1,64}):([A-Za-z0-9+/=]{20,128})$")
+STANDARD_HEADERS = ("CONTENT_ENCODING", "CONTENT_LANGUAGE", "CONTENT_LENGTH", "CONTENT_MD5", "CONTENT_TYPE",
+                    "DATE", "IF_MODIFIED_SINCE", "IF_MATCH", "IF_NONE_MATCH", "IF_UNMODIFIED_SINCE", "RANGE")
+# The WSGI environ keys of STANDARD_HEADERS (see _meta).
+_STANDARD_KEYS = tuple(name if name in ("CONTENT_LENGTH", "CONTENT_TYPE") else "HTTP_" + name
+                       for name in STANDARD_HEADERS)
+_LENGTH_SLOT = STANDARD_HEADERS.index("CONTENT_LENGTH")
+# The environ key of a SharedKey the server verified before the request
+# queued (leases/auth/principals.py): the account's name. Only the server sets
+# it (a client's headers become HTTP_* keys).
+VERIFIED = "leasehold.verified_account"
+
+
+class AccountPrincipal:
+    """request.user for a SharedKey request: the storage account."""
+
+    is_authenticated = True
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, name: str):
+        self.name = name
+        self.username = f"account:{name}"
+
+    def __str__(self) -> str:
+        return self.username
+
+
+def _meta(environ: dict, name: str) -> str:
+    if name in ("CONTENT_LENGTH", "CONTENT_TYPE"):
+        return environ.get(name, "")
+    return environ.get("HTTP_" + name, "")
+
+
+def _raw_path(environ: dict) -> str | None:
+    raw = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if raw:
+        return urlsplit(raw).path if "://" in raw else raw.split("?", 1)[0]
+    return None
+
+
+# How SDKs percent-encode a path they sign: the Python, .NET and Java SDKs
+# keep only RFC 3986's unreserved characters (and '/'); the JavaScript SDK
+# (encodeURIComponent) also keeps ! ' ( ) *.
+SDK_PATH_SAFE = ("/~", "/~!'()*")
+
+
+def raw_paths(environ: dict, decoded_path: str) -> list[str]:
+    """The path as the client encoded it, when the server passes it on
+    (RAW_URI, REQUEST_URI), then the decoded path re-quoted as the SDKs quote
+    it. granian, the production server, passes only the decoded path."""
+    paths = []
+    raw = _raw_path(environ)
+    if raw:
+        paths.append(raw)
+    for safe in SDK_PATH_SAFE:
+        requoted = quote(decoded_path, safe=safe)
+        if requoted not in paths:
+            paths.append(requoted)
+    return paths
+
+
+# Caches keyed by what a client sends keep only short keys: their bytes stay
+# bounded (entries x key size) whatever an unauthenticated client sends.
+CACHED_KEY_CHARS = 256
+
+
+def _canonical_query(query_string: str) -> str:
+    """The query part of the canonicalized resource (query strings repeat)."""
+    if len(query_string) > CACHED_KEY_CHARS:
+        return _canonical_query_of(query_string)
+    return _canonical_query_cached(query_string)
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical_query_cached(query_string: str) -> str:
+    return _canonical_query_of(query_string)
+
+
+def _canonical_query_of(query_string: str) -> str:
+    query = defaultdict(list)
+    for k, v in parse_qsl(query_string, keep_blank_values=True):
+        query[k.lower()].append(v)
+    return "".join(f"\n{k}:{','.join(sorted(query[k]))}" for k in sorted(query))
+
+
+def _canonical_ms_name(key: str, meta_dash: bool) -> str:
+    """The signed name of an HTTP_X_MS_* header. WSGI folded '-' into '_';
+    a metadata name's spelling is client_headers' rule."""
+    if key.startswith(client_headers.METADATA_PREFIX):
+        return client_headers.signed_metadata_header(key, dash=meta_dash)
+    return key[5:].lower().replace("_", "-")
+
+
+def string_to_sign(environ: dict, path: str, account: str, *, meta_dash: bool = False) -> str:
+    method = environ["REQUEST_METHOD"]
+    version = environ.get("HTTP_X_MS_VERSION", "")
+    get = environ.get
+    values = [get(key, "") for key in _STANDARD_KEYS]
+    if values[_LENGTH_SLOT] == "0" and (not version or version >= "2015-02-21"):
+        values[_LENGTH_SLOT] = ""
+    ms_headers = sorted(
+        (_canonical_ms_name(key, meta_dash), value.strip())
+        for key, value in environ.items() if key.startswith("HTTP_X_MS_"))
+    canon_headers = "".join(f"{k}:{v}\n" for k, v in ms_headers)
+    resource = f"/{account}{path}" + _canonical_query(environ.get("QUERY_STRING", ""))
+    return f"{method}\n" + "\n".join(values) + "\n" + canon_headers + resource
+
+
+@functools.lru_cache(maxsize=256)
+def _key_bytes(key: str) -> bytes:
+    return base64.b64decode(key)
+
+
+def sign(key: str, text: str) -> str:
+    digest = hmac.digest(_key_bytes(key), text.encode("utf-8"), "sha256")
+    return base64.b64encode(digest).decode()
+
+
+def _parse_date(value: str) -> datetime | None:
+    """Clients send the same date string for a second; parse it once (a
+    date is some 30 characters: a longer string is parsed, not kept)."""
+    if len(value) > 64:
+        return _parse_date_of(value)
+    return _parse_date_cached(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_date_cached(value: str) -> datetime | None:
+    return _parse_date_of(value)
+
+
+def _parse_date_of(value: str) -> datetime | None:
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return when if when.tzinfo is not None else None
+
+
+def _request_date(environ: dict) -> datetime:
+    value = environ.get("HTTP_X_MS_DATE") or environ.get("HTTP_DATE")
+    if not value:
+        raise LeaseholdError("AuthenticationFailed", detail={
+            "AuthenticationErrorDetail": "Request date header not specified."})
+    when = _parse_date(value)
+    if when is None:
+        raise LeaseholdError("AuthenticationFailed", detail={
+            "AuthenticationErrorDetail": f"The date header '{value[:100]}' is not in the correct format."})
+    return when
+
+
+def verify_shared_key(environ: dict, decoded_path: str, lookup):
+    """Check a SharedKey request. ``lookup(name)`` returns ``(keys, found)``
+    for the named account or None; answers ``found`` when a key signs the
+    request, None when it is not signed at all, and raises the Azure error
+    otherwise. The path as sent is tried first, then the re-quoted ones.
+    A request the server verified before it queued (leases/auth/principals.py)
+    carries its account in ``VERIFIED``: not computed twice."""
+    verified = environ.get(VERIFIED)
+    if verified is not None:
+        return verified
+    header = environ.get("HTTP_AUTHORIZATION")
+    if not header:
+        return None
+    match = AUTH_RE.match(header.strip())
+    if not match:
+        raise LeaseholdError("InvalidAuthenticationInfo")
+    name, signature = match.groups()
+    skew = abs((clock.now() - _request_date(environ)).total_seconds())
+    if skew > settings.LEASEHOLD_CLOCK_SKEW_SECONDS:
+        raise LeaseholdError("AuthenticationFailed", detail={
+            "AuthenticationErrorDetail": "Request date header too old or too far in the future."})
+    account = lookup(name)
+    raw = _raw_path(environ)
+    first = string_to_sign(environ, raw if raw else quote(decoded_path, safe="/~"), name)
+    if account is not None:
+        keys, found = account
+        for key in keys:
+            if hmac.compare_digest(sign(key, first), signature):
+                return found
+        for path in raw_paths(environ, decoded_path)[1:]:  # other encodings, if they differ
+            text = string_to_sign(environ, path, name)
+            for key in keys:
+                if hmac.compare_digest(sign(key, text), signature):
+                    return found
+        if client_headers.metadata_names_could_hold_dashes(environ):
+            # Signed with '-' in a metadata name: a name Azure refuses (400),
+            # which only the signature can tell apart from '_' under WSGI.
+            for path in raw_paths(environ, decoded_path):
+                text = string_to_sign(environ, path, name, meta_dash=True)
+                if any(hmac.compare_digest(sign(key, text), signature) for key in keys):
+                    raise client_headers.dash_in_metadata_name()
+    raise LeaseholdError("AuthenticationFailed", detail={
+        "AuthenticationErrorDetail": (
+            f"The MAC signature found in the HTTP request '{signature}' is not the same as any "
+            f"computed signature. Server used following string to sign: '{first}'.")})
+
+
+# Keys found are remembered this long in each process: a changed or removed
+# key stops working here at once (signals below) and in other worker
+# processes within this many seconds. Unknown names are never remembered.
+ACCOUNT_CACHE_SECONDS = 1.0
+_known_keys: dict[str, tuple[float, tuple]] = {}
+
+
+def _forget_account_keys(sender=None, instance=None, **kwargs) -> None:
+    _known_keys.clear()
+
+
+post_save.connect(_forget_account_keys, sender=Account, dispatch_uid="leasehold-forget-account-keys")
+post_delete.connect(_forget_account_keys, sender=Account, dispatch_uid="leasehold-forget-account-keys-delete")
+
+
+def account_keys(name: str):
+    """``(keys, name)`` of a storage account, or None. Every Azure request
+    asks, so the answer is remembered briefly (ACCOUNT_CACHE_SECONDS)."""
+    now = time.monotonic()
+    known = _known_keys.get(name)
+    if known is not None and now - known[0] < ACCOUNT_CACHE_SECONDS:
+        return known[1]
+    found = _query_account_keys(name)
+    if found is not None:
+        _known_keys[name] = (now, found)
+    return found
+
+
+def cached_account_keys(name: str):
+    """``account_keys(name)`` if it needs no database read now, else None."""
+    known = _known_keys.get(name)
+    if known is not None and time.monotonic() - known[0] < ACCOUNT_CACHE_SECONDS:
+        return known[1]
+    return None
+
+
+def _query_account_keys(name: str):
+    row = Account.objects.filter(name=name).values_list("key1", "key2").first()
+    return None if row is None else (tuple(k for k in row if k), name)
+
+
+class SharedKeyAuthentication(BaseAuthentication):
+    def authenticate(self, request):
+        name = verify_shared_key(request.META, request._request.path, account_keys)
+        if name is None:
+            return None
+        return AccountPrincipal(name), name
+
+    def authenticate_header(self, request):
+        return "SharedKey"

@@ -1,0 +1,263 @@
+"""History retention: the one path that deletes lease history.
+
+Policy (environment, read at start-up; a duration is a number with an
+optional unit s, m, h or d -- a bare number is days; empty or "forever" keeps
+those events for ever, the default, so nothing surprising happens):
+
+    LEASEHOLD_RETENTION_RENEWALS   successful renewals (the bulk of history)
+    LEASEHOLD_RETENTION_EVENTS     everything else: acquires, changes,
+                                   releases, breaks, writes that ended a
+                                   lease, and every refusal
+
+Pruning deletes in short write transactions sized by time, not by count:
+each batch's DELETE should take about its database's ``HOLD_TARGET``, so
+the batch shrinks when the deletes run slow (a cold cache, a busy disk, a
+slow machine) and grows, up to ``LEASEHOLD_RETENTION_BATCH`` rows, when
+they run fast. On SQLite the deletes hold the one writer lock every lease
+write waits for: 2 ms (a few lease transactions' worth), at most 100 rows
+(each row costs its indexes and the append-only trigger). On
+PostgreSQL they lock only the rows deleted, which no lease request touches,
+and a statement's fixed cost (a round trip, a plan, the dead index entries
+of earlier batches to skip) can pass 2 ms on its own: 20 ms, at most 2,000
+rows. Between batches the pruner rests at least
+``LEASEHOLD_RETENTION_PAUSE`` seconds (default 0.01) and at least twice as
+long as the batch took, so lease operations get two thirds of the lock's
+(or a core's) time or more while a backlog is worked off; at the targets
+that still deletes thousands of events a second, more than full-speed
+traffic inserts (bench/README.md, "How fast does history pruning keep up?").
+
+One process prunes at a time among all that share the database, whichever
+holds its duty lock (leases/operations/duties.py), round by round.
+
+The database allows the deletes: its triggers (migration 0005) refuse to
+delete any event that did not occur before the horizon in
+leases_historyhorizon, a row that only moves forwards; each batch moves it
+to now minus the shortest retention, in the batch's own transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from leases.storage import blob_content
+
+from leases.domain import clock
+
+from leases.operations import duties, metrics
+from leases import conf
+from leases.models import HistoryHorizon, LeaseEvent
+
+log = logging.getLogger("leasehold.retention")
+
+# Seconds a batch's deletes should take, and the most rows a batch deletes
+# unless LEASEHOLD_RETENTION_BATCH says otherwise, by database (module docstring).
+HOLD_TARGET = 0.002
+PG_HOLD_TARGET = 0.020
+MOST_ROWS = {"sqlite": 100, "postgresql": 2000}
+
+@dataclass(frozen=True)
+class Policy:
+    renewals: timedelta | None = None  # successful renewals
+    events: timedelta | None = None  # everything else
+    batch: int | None = None  # most rows per transaction (None: MOST_ROWS); fewer when slow to delete
+    pause: float = 0.01
+
+    @classmethod
+    def from_settings(cls, settings: conf.Settings) -> "Policy":
+        return cls(renewals=settings.retention_renewals, events=settings.retention_events,
+                   batch=settings.retention_batch, pause=settings.retention_pause)
+
+    def most_rows(self, vendor: str) -> int:
+        return self.batch or MOST_ROWS.get(vendor, MOST_ROWS["sqlite"])
+
+    @property
+    def prunes(self) -> bool:
+        return self.renewals is not None or self.events is not None
+
+    def horizon(self, now: datetime) -> datetime | None:
+        """Events before this may go: now minus the shortest retention."""
+        kept = [d for d in (self.renewals, self.events) if d is not None]
+        return now - min(kept) if kept else None
+
+
+def policy() -> Policy:
+    return getattr(settings, "LEASEHOLD_RETENTION", None) or Policy.from_settings(conf.current())
+
+
+# ------------------------------------------------------------------ the deletes
+
+_RENEWAL = "action = 'renew' AND outcome = 'success'"
+
+
+def _statements(policy: Policy, now: datetime, floors: dict | None = None) -> list[tuple[int, str, list]]:
+    """(kind, DELETE of up to N rows, its parameters but N) per kind of event
+    that is pruned, oldest first through the (action, occurred_at) or
+    occurred_at index. On PostgreSQL a statement answers (rows deleted,
+    newest deleted), and the next batch of the same run starts from that
+    newest (``floors``): the index entries of rows deleted before stay, dead,
+    until a vacuum, and a scan from the oldest end walks through every one
+    of them (docs/decisions/0021)."""
+    table = LeaseEvent._meta.db_table
+    pg = connection.vendor == "postgresql"
+    out = []
+    for kind, (where, kept) in enumerate(((_RENEWAL, policy.renewals), (f"NOT ({_RENEWAL})", policy.events))):
+        if kept is None:
+            continue
+        floor = (floors or {}).get(kind)
+        select = (f"SELECT id FROM {table} WHERE {where}{' AND occurred_at >= %s' if floor else ''} "
+                  f"AND occurred_at < %s ORDER BY occurred_at LIMIT %s")
+        sql = (f"WITH gone AS (DELETE FROM {table} WHERE id IN ({select}) RETURNING occurred_at) "
+               f"SELECT count(*), max(occurred_at) FROM gone" if pg
+               else f"DELETE FROM {table} WHERE id IN ({select})")
+        out.append((kind, sql, [*([floor] if floor else []), now - kept]))
+    return out
+
+
+def advance_horizon(to: datetime) -> datetime:
+    """Move the horizon forwards to ``to`` (never backwards: a retention
+    made longer keeps the horizon where it was). In the caller's
+    transaction. Returns the horizon now in force."""
+    current = HistoryHorizon.objects.filter(pk=1).values_list("delete_before", flat=True).first()
+    if current is None:
+        HistoryHorizon.objects.create(pk=1, delete_before=to)
+        return to
+    if to > current:
+        HistoryHorizon.objects.filter(pk=1).update(delete_before=to)
+        return to
+    return current
+
+
+def prune_batch(policy: Policy, now: datetime | None = None, limit: int | None = None) -> int:
+    """One short transaction: advance the horizon, delete up to ``limit``
+    (default ``policy.most_rows``) events past it. Returns how many were deleted."""
+    return _prune_batch(policy, now or clock.now(), limit or policy.most_rows(connection.vendor))[0]
+
+
+def _prune_batch(policy: Policy, now: datetime, limit: int, floors: dict | None = None) -> tuple[int, float]:
+    """(events deleted, seconds the deletes took under the write lock);
+    ``floors``: where this run's previous batches stopped, kept up to date."""
+    horizon = policy.horizon(now)
+    if horizon is None:
+        return 0, 0.0
+    deleted, held = 0, 0.0
+    with transaction.atomic():
+        advance_horizon(horizon)
+        with connection.cursor() as cursor:
+            for kind, sql, params in _statements(policy, now, floors):
+                if deleted >= limit:
+                    break
+                started = time.perf_counter()
+                cursor.execute(sql, [*params, limit - deleted])
+                if connection.vendor == "postgresql":
+                    count, newest = cursor.fetchone()
+                    if newest is not None and floors is not None:
+                        floors[kind] = newest
+                else:
+                    count = max(cursor.rowcount, 0)
+                held += time.perf_counter() - started
+                deleted += count
+    metrics.PRUNED.inc(deleted)
+    return deleted, held
+
+
+def next_batch_size(size: int, held: float, most: int, target: float = HOLD_TARGET) -> int:
+    """The next batch's size: scaled towards ``target`` seconds, by at most a
+    factor of two either way (one slow batch, a page fault or a preempted
+    thread, must not collapse it), between 1 and ``most``."""
+    if held <= 0:
+        return min(most, size * 2)
+    scaled = int(size * target / held)
+    return max(1, min(most, size * 2, max(size // 2, scaled)))
+
+
+def prune(policy: Policy, *, now: datetime | None = None, pace: bool = True,
+          stop: threading.Event | None = None) -> int:
+    """Batches until nothing is left past the horizon (or ``stop`` is set);
+    returns the number of events deleted. Unpaced (a one-off run on a
+    server that is not running) every batch is ``policy.most_rows`` rows."""
+    total = 0
+    most = policy.most_rows(connection.vendor)
+    target = HOLD_TARGET if connection.vendor == "sqlite" else PG_HOLD_TARGET
+    size = min(most, 25) if pace else most
+    floors: dict = {}
+    while not (stop and stop.is_set()):
+        deleted, held = _prune_batch(policy, now or clock.now(), size, floors)
+        total += deleted
+        if deleted < size:
+            break
+        if pace:
+            size = next_batch_size(size, held, most, target)
+            rest = max(policy.pause, 2 * held)
+            if stop is not None:
+                stop.wait(rest)
+            else:
+                time.sleep(rest)
+    if total:
+        log.info("retention: pruned %d lease events", total)
+    return total
+
+
+# ------------------------------------------------------------------ continuously, in one process
+
+class Pruner(threading.Thread):
+    """Prunes every ``idle`` seconds, a round at a time, in whichever
+    process holds the database's duty lock for that round (leases/operations/duties.py:
+    one among every process and instance sharing the database; the others
+    find it taken and try next round, so another takes over if one dies)."""
+
+    def __init__(self, policy: Policy, idle: float = 10.0, lock: duties.DutyLock | None = None):
+        super().__init__(name="leasehold-retention", daemon=True)
+        self.policy, self.idle = policy, idle
+        self.lock = lock or duties.DutyLock()
+        self.stopping = threading.Event()
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        from django.db import close_old_connections
+
+        while not self.stopping.is_set():
+            try:
+                if self.lock.acquire():
+                    try:
+                        prune(self.policy, stop=self.stopping)
+                        if not self.stopping.is_set():
+                            # Large blobs' released and abandoned chunks, in the same bounded batches
+                            # (they are also collected after every Put Blob).
+                            blob_content.prune()
+                    finally:
+                        self.lock.release()
+            except Exception:  # a locked or full disk must not end pruning for good
+                log.exception("retention: pruning failed; retrying in %.0f s", self.idle)
+            finally:
+                close_old_connections()
+            self.stopping.wait(self.idle)
+
+
+_pruner: Pruner | None = None
+_pruner_lock = threading.Lock()
+
+
+def start_pruner() -> Pruner | None:
+    """Start this process's pruner if the policy prunes anything (idempotent)."""
+    global _pruner
+    active = policy()
+    if not active.prunes:
+        return None
+    with _pruner_lock:
+        if _pruner is None or not _pruner.is_alive():
+            _pruner = Pruner(active, idle=conf.current().retention_idle)
+            _pruner.start()
+    return _pruner
+
+
+def oldest_event_at():
+    return LeaseEvent.objects.order_by("occurred_at").values_list("occurred_at", flat=True).first()

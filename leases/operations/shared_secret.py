@@ -1,0 +1,76 @@
+"""One secret key for every instance of a PostgreSQL database, so that an
+admin login (a session signed with the key) made on one instance works on
+all of them.
+
+The server settles the key at start (serving/server.py), before its workers
+start, and hands it to them:
+
+* no ``LEASEHOLD_SECRET_KEY``: the database keeps the key. The first
+  instance to start makes one and stores it (one row, leases_sharedsecret,
+  written once); every later one reads it. Whoever can read the database
+  could read the key, but could as well read the sessions themselves.
+* ``LEASEHOLD_SECRET_KEY`` set: that key, and the database keeps only its
+  fingerprint. An instance with another key, or with none while the others
+  have one, is refused at start: its logins would fail on the others.
+
+To change the key on purpose: stop every instance, delete the row
+(``DELETE FROM leases_sharedsecret``), start them with the new key (admin
+sessions end). On SQLite (one machine, one var dir) the key stays in
+``var/secret_key`` or ``LEASEHOLD_SECRET_KEY`` (config/settings.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.db import connection
+from django.utils import timezone
+
+from leases.models import SharedSecret
+
+REFUSED = "Leasehold will not start: "
+HOW_TO_CHANGE = ("to change the key on purpose, stop every instance, run DELETE FROM leases_sharedsecret, "
+                 "and start them with the new key")
+
+
+class DifferentKey(Exception):
+    """This instance's key is not the one the database's other instances use."""
+
+
+def fingerprint(key: str) -> str:
+    return hashlib.sha256(b"leasehold secret key\0" + key.encode()).hexdigest()
+
+
+def settle(configured: str | None) -> str:
+    """The key this instance must use (``configured``: LEASEHOLD_SECRET_KEY,
+    or None); DifferentKey if it may not serve with it."""
+    made = configured or secrets.token_urlsafe(50)
+    SharedSecret.objects.bulk_create([SharedSecret(pk=1, key="" if configured else made,
+                                                   fingerprint=fingerprint(made), created_at=timezone.now())],
+                                     ignore_conflicts=True)  # the first instance's row stays
+    row = SharedSecret.objects.get(pk=1)
+    if configured is None:
+        if not row.key:
+            raise DifferentKey("the other instances of this database use LEASEHOLD_SECRET_KEY (the database keeps "
+                               "only its fingerprint): set the same LEASEHOLD_SECRET_KEY here")
+        return row.key
+    if row.fingerprint != fingerprint(configured):
+        held = "a key of its own" if row.key else "another LEASEHOLD_SECRET_KEY"
+        raise DifferentKey(f"LEASEHOLD_SECRET_KEY is not the key the other instances of this database use ({held},"
+                           f" fingerprint {row.fingerprint[:12]}): set the same key on every instance; "
+                           f"{HOW_TO_CHANGE}")
+    return configured
+
+
+def for_workers(configured: str | None) -> str | None:
+    """At the server's start: on PostgreSQL the settled key (SystemExit with
+    one line if refused); on SQLite None (the settings' own key stands)."""
+    if connection.vendor != "postgresql":
+        return None
+    try:
+        return settle(configured)
+    except DifferentKey as err:
+        raise SystemExit(REFUSED + str(err)) from None
+    finally:
+        connection.close()  # the server's workers make their own

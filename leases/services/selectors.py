@@ -1,0 +1,136 @@
+"""Read-only queries (the selectors half of services/selectors). None of
+these take a write lock; lease state is derived from the row and the clock."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Q
+from django.db.models.functions import Left
+from django.db.models.lookups import Exact
+
+from leases.models import Blob, Container
+
+MAX_RESULTS = 5000
+
+
+def name_starts_with(prefix: str, field: str = "name") -> Q:
+    """``field`` starts with ``prefix``, case-sensitively, as Azure's
+    ``prefix`` (the one prefix filter of every door: listings, the JSON API).
+    Django's ``startswith`` is a LIKE, which ignores ASCII case on SQLite; a
+    bare range ``[prefix, successor)`` is exact only under a binary
+    collation. Comparing the first ``len(prefix)`` characters is exact on
+    SQLite and PostgreSQL alike, and the ``>=`` lets the name index narrow
+    the scan."""
+    return Q(**{f"{field}__gte": prefix}) & Q(Exact(Left(field, len(prefix)), prefix))
+
+
+def list_containers(*, account: str, prefix: str = "", marker: str = "", maxresults: int = MAX_RESULTS):
+    """Containers in name order after ``marker``; returns (page, next_marker)."""
+    qs = Container.objects.filter(account__name=account).order_by("name")
+    if prefix:
+        qs = qs.filter(name_starts_with(prefix))
+    if marker:
+        qs = qs.filter(name__gte=marker)
+    page = list(qs[: maxresults + 1])
+    next_marker = page[maxresults].name if len(page) > maxresults else ""
+    return page[:maxresults], next_marker
+
+
+def list_blobs(*, container: Container, prefix: str = "", delimiter: str = "", marker: str = "",
+               maxresults: int = MAX_RESULTS, snapshots: bool = False):
+    """Blobs (and, with a delimiter, collapsed BlobPrefixes) in name order.
+    Returns (blobs, prefixes, next_marker); content is never loaded."""
+    qs = Blob.objects.filter(container=container).defer("content").order_by("name", "snapshot")
+    if not snapshots:
+        qs = qs.filter(snapshot="")
+    if prefix:
+        qs = qs.filter(name_starts_with(prefix))
+    if marker:
+        qs = qs.filter(name__gte=marker)
+    blobs: list[Blob] = []
+    prefixes: list[str] = []
+    count = 0
+    for blob in qs.iterator(chunk_size=1000):
+        entry = blob.name
+        if delimiter:
+            cut = blob.name.find(delimiter, len(prefix))
+            if cut >= 0:
+                entry = blob.name[: cut + len(delimiter)]
+                if prefixes and prefixes[-1] == entry:
+                    continue
+        if count == maxresults:
+            return blobs, prefixes, entry
+        count += 1
+        if entry != blob.name:
+            prefixes.append(entry)
+        else:
+            blob.container = container
+            blobs.append(blob)
+    return blobs, prefixes, ""
+
+
+HOLDING_ACTIONS = ("acquire", "renew", "change", "release", "break", "ended-by-write", "ended-by-delete")
+
+
+def holder_at(*, account: str, container: str, blob: str = "", when):
+    """Who held the lease on a resource at time ``when``, from the history:
+    the last successful lease event at or before ``when``, if it left the
+    lease locked and its deadline had not passed. Returns None or a dict with
+    the lease id, the holder (actor of the acquire that started this lease),
+    since, until (None: infinite), state and generation. The lease id is
+    its fingerprint (the history keeps no more)."""
+    from leases.models import LeaseEvent
+
+    events = LeaseEvent.objects.filter(account=account, container=container, blob=blob,
+                                       outcome=LeaseEvent.Outcome.SUCCESS, action__in=HOLDING_ACTIONS)
+    last = events.filter(occurred_at__lte=when).order_by("-occurred_at", "-id").first()
+    if last is None or last.state_after not in ("leased", "breaking"):
+        return None
+    if last.expires_at is not None and when >= last.expires_at:
+        return None
+    start = events.filter(action="acquire", generation=last.generation,
+                          occurred_at__lte=last.occurred_at).order_by("-occurred_at", "-id").first() or last
+    return {
+        "lease_fingerprint": last.proposed_lease_fingerprint if last.action == "change" else last.lease_fingerprint,
+        "holder": start.actor,
+        "client_request_id": start.client_request_id,
+        "remote_addr": start.remote_addr,
+        "since": start.occurred_at,
+        "until": last.expires_at,
+        "state": last.state_after,
+        "generation": last.generation,
+    }
+
+
+def lease_unheld_since(*, account: str, container: str, blob: str = "",
+                       now: datetime) -> tuple[bool, datetime | None]:
+    """For a watched lease (leases.operations.metrics): (True, None) while the lease has
+    a holder (leased or breaking), else (False, since when it has had none),
+    the time None if nothing says (no such resource, no history). One read of
+    the row; for a lease released, broken at once or ended by a write or
+    delete, the last two successful lease events (the resource's index)."""
+    from leases.domain import machine
+    from leases.models import LeaseEvent
+
+    rows = (Blob.objects.filter(container__account__name=account, container__name=container, name=blob,
+                                snapshot="") if blob
+            else Container.objects.filter(account__name=account, name=container))
+    row = rows.only(*rows.model.LEASE_COLUMNS, "created_at").first()
+    state = row.effective_lease_state(now) if row is not None else machine.AVAILABLE
+    if state in machine.LOCKED_STATES:
+        return True, None
+    if state == machine.EXPIRED:
+        return False, row.lease_expires_at
+    if state == machine.BROKEN and row.lease_break_at is not None:  # its break period ended
+        return False, row.lease_break_at
+    last, *before = (LeaseEvent.objects.filter(account=account, container=container, blob=blob,
+                                               outcome=LeaseEvent.Outcome.SUCCESS, action__in=HOLDING_ACTIONS)
+                     .order_by("-occurred_at", "-id").only("occurred_at", "state_before", "state_after",
+                                                            "expires_at")[:2]) or [None]
+    if last is None:  # never leased since it was created (or its history pruned)
+        return False, row.created_at if row is not None else None
+    if last.state_before in (machine.EXPIRED, machine.BROKEN) and before:  # it had ended before ``last``:
+        end = before[0].expires_at if before[0].state_after in machine.LOCKED_STATES else before[0].occurred_at
+        return False, min(end or last.occurred_at, last.occurred_at)  # at the deadline the event before set
+    return False, last.occurred_at

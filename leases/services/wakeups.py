@@ -1,0 +1,101 @@
+"""Telling acquires that wait (``wait`` seconds, serving/waiting.py) that a
+lease may have become free: a release or a break publishes the resource's
+key, and every server process on the same database wakes its waiters for it.
+
+* PostgreSQL: ``NOTIFY`` in the lease action's own transaction, so it is
+  delivered at the commit (never for a rolled-back action), in one
+  statement, to every worker of any instance that listens: one that holds
+  waiters (serving/waiting.py);
+* SQLite: after the commit, one datagram to each server process on the same
+  database file. Each process listens on a unix datagram
+  socket in the abstract namespace (no path length limit, nothing to clean
+  up) and leaves a marker file named by its pid in ``<database>.wake/``;
+  a datagram to a process gone removes its marker.
+
+A lost wake-up costs latency, never correctness: waiters also wake at the
+blocking lease's own deadline and at the end of their wait.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+
+from django.db import connections
+
+from leases.models import FencingGeneration
+
+CHANNEL = "leasehold_wake"  # the PostgreSQL channel
+FREEING = ("release", "break")  # successful actions after which a waiting acquire may succeed
+
+_sender: socket.socket | None = None
+
+
+def key(account: str, container: str, blob: str | None) -> str:
+    """A resource's key (the hash of its names: fixed length, any characters)."""
+    return FencingGeneration.key_for(account, container, blob)
+
+
+def in_transaction(resource_key: str, conn, cursor) -> None:
+    """In the freeing action's transaction: PostgreSQL's NOTIFY."""
+    if conn.vendor == "postgresql":
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, resource_key])
+
+
+def at_delete(resource_key: str) -> None:
+    """In the transaction of a delete that ends a lease: its waiters are
+    woken at the commit, try again and are answered (404, the resource gone)
+    instead of holding their connections to the end of their wait."""
+    from functools import partial
+
+    from django.db import connection, transaction
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            in_transaction(resource_key, connection, cursor)
+    else:
+        transaction.on_commit(partial(after_commit, resource_key))
+
+
+def after_commit(resource_key: str, using: str = "default") -> None:
+    """After the freeing action's commit: SQLite's datagrams."""
+    folder = marker_dir(using)
+    if folder is None:
+        return
+    try:
+        pids = os.listdir(folder)
+    except OSError:  # no process waits
+        return
+    global _sender
+    if _sender is None:
+        _sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        _sender.setblocking(False)
+    payload = resource_key.encode()
+    for pid in pids:
+        try:
+            _sender.sendto(payload, address(folder, pid))
+        except (ConnectionRefusedError, FileNotFoundError):  # that process is gone
+            try:
+                os.unlink(os.path.join(folder, pid))
+            except OSError:
+                pass
+        except OSError:  # its queue is full: it wakes at the deadlines instead
+            pass
+
+
+def marker_dir(using: str = "default") -> str | None:
+    """``<database>.wake/`` of a SQLite database on a file; None otherwise."""
+    settings = connections[using].settings_dict  # no connection opened
+    if "sqlite" not in settings["ENGINE"]:
+        return None
+    name = str(settings["NAME"])
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return None
+    return os.path.abspath(name) + ".wake"
+
+
+def address(folder: str, pid: str | int) -> bytes:
+    """The abstract socket address of server process ``pid`` on the database of ``folder``."""
+    digest = hashlib.sha256(folder.encode()).hexdigest()[:24]
+    return f"\0leasehold-wake-{digest}-{pid}".encode()

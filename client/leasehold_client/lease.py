@@ -1,30 +1,10 @@
-"""AutoRenewLease: a blob (or container) lease held for as long as a block runs.
-
-    with AutoRenewLease(blob_client, duration=15) as lease:
-        if lease.has_lease:
-            for item in work:
-                lease.check()          # raises LeaseLostError once the lease may be gone
-                handle(item, fencing_token=lease.generation)
-
-Non-blocking by default, as in the seed: if someone else holds the lease the
-block still runs, with ``has_lease`` False. ``timeout=`` waits up to that many
-seconds (None: for ever), polling with jittered back-off, or after the
-refusal's Retry-After where the server sends one.
-
-While held, a background thread renews the lease every ``renew_interval``
-(a third of the duration by default), retrying network and server errors
-while time remains. Its local deadline is the monotonic time at which the
-last successful acquire/renew request was *sent*, plus the duration, minus
-``safety_margin``: the server started its own countdown no earlier, so
-``check()`` starts raising strictly before the server could grant the lease
-to anyone else (barring a clock that runs more than margin/duration slower
-than the server's). When the lease is lost (renewal refused, e.g. after a
-break; or the deadline passed without a renewal) the ``lost`` event is set,
-``on_lost(lease)`` is called once, and ``check()`` raises.
-
-The blob (and its container) are created when missing. The lease is released
-on exit, also when the block raises.
-"""
+"""AutoRenewLease: a blob (or container) lease held, and renewed by a
+background thread, for as long as a ``with`` block runs; ``check()`` raises
+LeaseLostError strictly before the server could grant the lease to anyone
+else (client/README.md has the rules). This is the sync shell: it sends the
+requests and runs the threads, while ``core.LeaseCore`` decides (when to
+renew, what a failure means, when the lease is lost); ``LeaseHandle`` is what
+the sync and asyncio shells share above the core."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""AutoRenewLease for asyncio (azure.storage.blob.aio clients).
-
-    async with AutoRenewLease(blob_client, duration=15) as lease:
-        if lease.has_lease:
-            lease.check()
-            ...
-
-The same semantics as ``leasehold_client.AutoRenewLease`` (see there):
-non-blocking by default, ``timeout=`` to wait, renewal and deadline watch in
-background tasks, ``lost`` is an asyncio.Event, ``on_lost`` may be a plain
-function or a coroutine function, release on exit.
-"""
+"""AutoRenewLease for asyncio (``azure.storage.blob.aio`` clients, ``async
+with``): the same decisions (``core.LeaseCore``) and checks (``LeaseHandle``)
+as ``leasehold_client.lease``, with renewal and the deadline watch in tasks,
+``lost`` an asyncio.Event and ``on_lost`` a plain or coroutine function."""
 
 from __future__ import annotations
 

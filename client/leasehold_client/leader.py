@@ -1,62 +1,69 @@
-"""Leader election on a blob lease.
-
-Whoever holds the blob's lease leads. Followers wait for the lease: on
-Leasehold the server holds their acquire until it is free (x-leasehold-wait),
-so a release is taken over at once; elsewhere they poll (jittered, every
-``poll_interval`` at most). The leader renews it in the background. A
-leader that dies stops renewing, its lease runs out and a follower takes over
-within the lease duration plus one poll interval; a leader whose renewals
-stop while it lives (partition, pause) sees ``term.check()`` raise and
-``term.lost`` set *before* the lease runs out on the server, so it can stop
-acting as leader before the next one starts. Each term carries Leasehold's
-fencing generation (``term.generation``; None on Azurite/Azure): pass it to
-the resources the leader writes, so they can refuse an older leader.
-
-Iterator form (each term is an AutoRenewLease, released when the loop moves on):
-
-    election = LeaderElection(blob_client, duration=15)
-    for term in election.terms():
-        while not term.lost.wait(1.0):
-            lead(fencing_token=term.generation)
-
-Callback form (blocks until ``election.stop()``):
-
-    election.run(on_elected=start_leading, on_deposed=stop_leading)
-"""
+"""Leader election on a blob lease: whoever holds the blob's lease leads,
+followers wait for it (held on the server by Leasehold, polled elsewhere), and
+a leader whose renewals stop sees ``term.check()`` raise before the lease runs
+out on the server; each term carries Leasehold's fencing generation
+(client/README.md). This is the sync shell, and what both shells share
+(``Leadership``); the election's state is ``core.Election``."""
 
 from __future__ import annotations
 
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from .clock import SYSTEM_CLOCK, SystemClock
+from .core import Election
 from .lease import AutoRenewLease
 
 
-class Leadership:
-    """What an election says about this process, for its logs and metrics:
-    ``is_leader``, ``transitions`` (elections plus terms ended) and
-    ``elected_at`` (when the current term began, Unix time; None between terms)."""
+class Leadership(Election):
+    """What the sync and asyncio elections share: their options, stop(),
+    ``is_leader``, the next candidate lease, and a Prometheus collector of the
+    election's state."""
 
-    term = None
-    transitions = 0
-    elected_at: float | None = None
-    clock: SystemClock  # set by the election
+    LEASE: Any = AutoRenewLease
+    EVENT: Any = threading.Event
+    term: Any
+
+    def __init__(self, client, *, duration: int = 15, poll_interval: float | None = None,
+                 clock: SystemClock = SYSTEM_CLOCK, **lease_options):
+        super().__init__()
+        self.client = client
+        self.duration = duration
+        self.poll_interval = poll_interval
+        self.clock = clock
+        self.lease_options = lease_options
+        self._stop = self.EVENT()
+        self._wake = self.EVENT()  # stop, or the current term lost
+
+    def stop(self) -> None:
+        """End the election: a follower stops waiting, a leader steps down."""
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
 
     @property
     def is_leader(self) -> bool:
+        """Whether this process leads now: a term whose ``lost`` is not set."""
         term = self.term
         return term is not None and not term.lost.is_set()
 
+    def _candidate(self):
+        """The lease to campaign with (waits until acquired or stopped), or None once stopped."""
+        if self._stop.is_set():
+            return None
+        self._wake.clear()
+        return self.LEASE(self.client, self.duration, timeout=None, cancel=self._stop,
+                          poll_interval=self.poll_interval, clock=self.clock,
+                          on_lost=lambda _: self._wake.set(), **self.lease_options)
+
     def _elected(self, term) -> None:
-        self.term = term
-        self.elected_at = self.clock.time()
-        self.transitions += 1
+        self.elected(term, self.clock.time())
 
     def _deposed(self) -> None:
-        self.term = None
-        self.elected_at = None
-        self.transitions += 1
+        self.deposed()
 
     def collector(self, name: str):
         """A prometheus_client collector (register it) of this election:
@@ -87,36 +94,14 @@ class Leadership:
 
 
 class LeaderElection(Leadership):
-    def __init__(self, client, *, duration: int = 15, poll_interval: float | None = None,
-                 clock: SystemClock = SYSTEM_CLOCK, **lease_options):
-        self.client = client
-        self.duration = duration
-        self.poll_interval = poll_interval
-        self.clock = clock
-        self.lease_options = lease_options
-        self._stop = threading.Event()
-        self._wake = threading.Event()  # stop, or the current term lost
-        self.term: AutoRenewLease | None = None
-        self.transitions = 0
+    """Leader election with threads: ``terms()`` (an iterator) or ``run()`` (callbacks)."""
 
-    def stop(self) -> None:
-        """End the election: a follower stops waiting, a leader steps down."""
-        self._stop.set()
-        self._wake.set()
-
-    @property
-    def stopped(self) -> bool:
-        return self._stop.is_set()
+    term: AutoRenewLease | None
 
     def campaign(self) -> AutoRenewLease | None:
         """Wait until elected (the lease acquired) or stopped (None)."""
-        if self._stop.is_set():
-            return None
-        self._wake.clear()
-        term = AutoRenewLease(self.client, self.duration, timeout=None, cancel=self._stop,
-                              poll_interval=self.poll_interval, clock=self.clock,
-                              on_lost=lambda _: self._wake.set(), **self.lease_options)
-        if not term.acquire():
+        term = self._candidate()
+        if term is None or not term.acquire():
             return None
         if self._stop.is_set():
             term.release()

@@ -1,29 +1,19 @@
-"""do_once: run an initialisation exactly once across all instances.
-
-The seed's pattern: the blob's metadata records progress (``progress=done``);
-whoever gets the lease runs the function and marks the blob done, under the
-lease; everyone else polls (with jittered back-off) until it is done. If the
-runner crashes, its lease runs out and the next instance to get it runs the
-function again (so the function should tolerate a partial earlier run).
-
-    from azure.storage.blob import BlobServiceClient
-    from leasehold_client import do_once
-
-    service = BlobServiceClient.from_connection_string("UseDevelopmentStorage=true")
-    blob = service.get_blob_client("init", deployment_id)   # one blob per deployment
-    do_once(blob, load_initial_data)
-"""
+"""do_once: run an initialisation exactly once across all instances, the seed's
+pattern on a blob whose metadata records progress (``progress=done``): whoever
+gets the lease runs the function and marks the blob done under the lease,
+everyone else waits until it is done (client/README.md). This is the sync
+shell; what to do next is decided by ``core.Once``."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from ._common import SERVER_WAIT, backoff, is_not_found
+from ._common import is_not_found
 from .clock import SYSTEM_CLOCK, SystemClock
+from .core import DONE, PROGRESS_KEY, Once
 from .lease import AutoRenewLease
 
-PROGRESS_KEY = "progress"  # lower case: metadata names lose their case on some servers
-DONE = "done"
+__all__ = ["DONE", "PROGRESS_KEY", "do_once", "read_metadata"]
 
 
 def read_metadata(blob_client) -> dict | None:
@@ -42,28 +32,20 @@ def do_once(blob_client, fn: Callable[[], object], *, duration: int = 60, poll_i
     and return only when it has been run (by anyone). Returns True if this
     call ran it. If ``fn`` raises, the error propagates, the blob is not
     marked done and another caller (or a later call) runs it instead."""
-    attempt = 0
-    waits = False  # Leasehold holds an acquire until the runner releases: no polling then
-    while True:
-        metadata = read_metadata(blob_client)
-        if metadata is not None and metadata.get(key) == DONE:
-            return False
-        options = lease_options
-        if waits:  # the acquire waits on the server, polling only where it cannot
-            options = {"timeout": SERVER_WAIT, "poll_interval": poll_interval, **lease_options}
-        with AutoRenewLease(blob_client, duration, clock=clock, **options) as lease:
+    once = Once(key=key, poll_interval=poll_interval, lease_options=lease_options)
+    while not once.done(read_metadata(blob_client)):
+        with AutoRenewLease(blob_client, duration, clock=clock, **once.options()) as lease:
             if lease.has_lease:
                 # Read again under the lease: another runner may have finished
                 # between our read and our acquire.
                 metadata = read_metadata(blob_client) or {}
-                if metadata.get(key) == DONE:
+                if once.done(metadata):
                     return False
                 fn()
-                metadata[key] = DONE
                 # Under the lease: refused (412) if it was lost meanwhile.
-                blob_client.set_blob_metadata(metadata, lease=lease.lease_id)
+                blob_client.set_blob_metadata(once.finished(metadata), lease=lease.lease_id)
                 return True
-        waits = lease.server_waits
-        if not waits:
-            clock.sleep(backoff(attempt, first=0.5, cap=poll_interval))
-            attempt += 1
+        delay = once.not_acquired(lease.server_waits)
+        if delay:
+            clock.sleep(delay)
+    return False

@@ -1,10 +1,6 @@
-"""Leader election for asyncio: see leasehold_client.leader.
-
-    election = LeaderElection(blob_client, duration=15)
-    async for term in election.terms():
-        while not term.lost.is_set():
-            await lead(fencing_token=term.generation)
-"""
+"""Leader election for asyncio: ``leasehold_client.leader``'s election
+(``Leadership``) on asyncio events and the aio AutoRenewLease, with
+``terms()`` as an async iterator and callbacks that may be coroutine functions."""
 
 from __future__ import annotations
 
@@ -12,36 +8,20 @@ import asyncio
 import inspect
 from typing import AsyncIterator, Callable
 
-from ..clock import SYSTEM_CLOCK, SystemClock
 from ..leader import Leadership
 from .lease import AutoRenewLease
 
 
 class LeaderElection(Leadership):
-    def __init__(self, client, *, duration: int = 15, poll_interval: float | None = None,
-                 clock: SystemClock = SYSTEM_CLOCK, **lease_options):
-        self.client = client
-        self.duration = duration
-        self.poll_interval = poll_interval
-        self.clock = clock
-        self.lease_options = lease_options
-        self._stop = asyncio.Event()
-        self._wake = asyncio.Event()
-        self.term: AutoRenewLease | None = None
-        self.transitions = 0
+    """Leader election with asyncio: ``async for term in election.terms()`` or ``await election.run(...)``."""
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
+    LEASE = AutoRenewLease
+    EVENT = asyncio.Event
+    term: AutoRenewLease | None
 
     async def campaign(self) -> AutoRenewLease | None:
-        if self._stop.is_set():
-            return None
-        self._wake.clear()
-        term = AutoRenewLease(self.client, self.duration, timeout=None, cancel=self._stop,
-                              poll_interval=self.poll_interval, clock=self.clock,
-                              on_lost=lambda _: self._wake.set(), **self.lease_options)
-        if not await term.acquire():
+        term = self._candidate()
+        if term is None or not await term.acquire():
             return None
         if self._stop.is_set():
             await term.release()

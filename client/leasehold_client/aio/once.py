@@ -1,14 +1,14 @@
-"""do_once for asyncio: see leasehold_client.once. ``fn`` may be a plain
-function or a coroutine function."""
+"""do_once for asyncio: the same decisions (``core.Once``) as
+``leasehold_client.once``, with ``fn`` a plain or coroutine function."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Callable
 
-from .._common import SERVER_WAIT, backoff, is_not_found
+from .._common import is_not_found
 from ..clock import SYSTEM_CLOCK, SystemClock
-from ..once import DONE, PROGRESS_KEY
+from ..core import PROGRESS_KEY, Once
 from .lease import AutoRenewLease
 
 
@@ -29,25 +29,17 @@ async def call(fn):
 async def do_once(blob_client, fn: Callable, *, duration: int = 60, poll_interval: float = 5.0,
                   key: str = PROGRESS_KEY, clock: SystemClock = SYSTEM_CLOCK, **lease_options) -> bool:
     """Run ``fn()`` once across every caller sharing the blob; True if this call ran it."""
-    attempt = 0
-    waits = False  # Leasehold holds an acquire until the runner releases: no polling then
-    while True:
-        metadata = await read_metadata(blob_client)
-        if metadata is not None and metadata.get(key) == DONE:
-            return False
-        options = lease_options
-        if waits:  # the acquire waits on the server, polling only where it cannot
-            options = {"timeout": SERVER_WAIT, "poll_interval": poll_interval, **lease_options}
-        async with AutoRenewLease(blob_client, duration, clock=clock, **options) as lease:
+    once = Once(key=key, poll_interval=poll_interval, lease_options=lease_options)
+    while not once.done(await read_metadata(blob_client)):
+        async with AutoRenewLease(blob_client, duration, clock=clock, **once.options()) as lease:
             if lease.has_lease:
                 metadata = await read_metadata(blob_client) or {}
-                if metadata.get(key) == DONE:
+                if once.done(metadata):
                     return False
                 await call(fn)
-                metadata[key] = DONE
-                await blob_client.set_blob_metadata(metadata, lease=lease.lease_id)
+                await blob_client.set_blob_metadata(once.finished(metadata), lease=lease.lease_id)
                 return True
-        waits = lease.server_waits
-        if not waits:
-            await clock.sleep_async(backoff(attempt, first=0.5, cap=poll_interval))
-            attempt += 1
+        delay = once.not_acquired(lease.server_waits)
+        if delay:
+            await clock.sleep_async(delay)
+    return False

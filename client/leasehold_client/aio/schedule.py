@@ -1,53 +1,23 @@
-"""once_per for asyncio: see leasehold_client.schedule."""
+"""once_per for asyncio: the same decisions (``core.Periods``) as
+``leasehold_client.schedule``, with ``fn`` a plain or coroutine function."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-from datetime import datetime, timezone
-from typing import Callable
 
-from .._common import jittered
-from ..clock import SYSTEM_CLOCK, SystemClock
-from ..schedule import LAST_RUN_KEY
+from ..schedule import OncePerJob
 from .lease import AutoRenewLease
 from .once import call, read_metadata
 
 log = logging.getLogger("leasehold_client")
 
 
-class OncePer:
+class OncePer(OncePerJob):
     """Run ``fn`` (plain or coroutine function) once per ``period`` across instances."""
 
-    def __init__(self, blob_client, period: float, fn: Callable, *, duration: int = 60,
-                 poll_interval: float | None = None, key: str = LAST_RUN_KEY,
-                 clock: SystemClock = SYSTEM_CLOCK, **lease_options):
-        if period <= 0:
-            raise ValueError("period must be positive")
-        self.blob_client = blob_client
-        self.period = float(period)
-        self.fn = fn
-        self.duration = duration
-        self.poll_interval = poll_interval if poll_interval is not None else min(self.period / 4, 15.0)
-        self.key = key
-        self.clock = clock
-        self.lease_options = lease_options
-        self.runs = 0
-        self.running_slot: int | None = None
-
-    def slot(self) -> int:
-        return math.floor(self.clock.time() / self.period)
-
-    def _last(self, metadata: dict | None) -> int | None:
-        try:
-            return int(metadata[self.key]) if metadata and self.key in metadata else None
-        except ValueError:
-            return None
-
     async def due(self) -> bool:
-        last = self._last(await read_metadata(self.blob_client))
-        return last is None or last < self.slot()
+        return self.is_due(await read_metadata(self.blob_client), self.slot())
 
     async def tick(self) -> bool:
         slot = self.slot()
@@ -57,14 +27,12 @@ class OncePer:
             if not lease.has_lease:
                 return False
             metadata = await read_metadata(self.blob_client) or {}
-            last = self._last(metadata)
-            if last is not None and last >= slot:
+            if not self.is_due(metadata, slot):
                 return False
-            self.running_slot = slot  # the period being run, for fn to read
+            self.running_slot = slot
             await call(self.fn)
-            metadata[self.key] = str(slot)
-            metadata[self.key + "at"] = datetime.fromtimestamp(self.clock.time(), timezone.utc).isoformat()
-            await self.blob_client.set_blob_metadata(metadata, lease=lease.lease_id)
+            await self.blob_client.set_blob_metadata(self.record(metadata, slot, self.clock.time()),
+                                                     lease=lease.lease_id)
             self.runs += 1
             return True
 
@@ -76,9 +44,7 @@ class OncePer:
             except Exception:  # noqa: BLE001
                 log.exception("once_per job failed")
                 pending = True
-            to_next = (self.slot() + 1) * self.period - self.clock.time()
-            wait = min(to_next, jittered(self.poll_interval)) if pending else to_next
-            await self.clock.wait_async(stop, max(0.0, wait) + (0 if pending else jittered(min(1.0, self.period / 20))))
+            await self.clock.wait_async(stop, self.pause(pending, self.clock.time()))
 
     __call__ = tick
 

@@ -15,10 +15,8 @@ from rest_framework.response import Response
 from leases.domain import clock
 
 from leases.services import selectors
-
 from leases import services
 from leases.services.keyset import keyset_rows
-
 from leases.api import schema
 from leases.api.base import ApiGenericView, ApiListView, ApiMixin, ApiView, validated_query
 from leases.api.filters import EventFilter, QueryFilterBackend, StrictOrderingFilter

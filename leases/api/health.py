@@ -26,7 +26,6 @@ from rest_framework.permissions import BasePermission
 from engines import postgres
 
 from leases.operations import clockwatch, faults, metrics
-
 from leases.models import history_triggers
 from leases.api.base import ApiView
 

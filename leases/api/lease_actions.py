@@ -19,7 +19,6 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 
 from leases.domain import clock, lease_params, waiting
-
 from leases import services
 from leases.domain.errors import LeaseholdError
 from leases.services import ResourceRef

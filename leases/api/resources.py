@@ -13,7 +13,6 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.response import Response
 
 from leases.domain import clock, lease_params, machine
-
 from leases import services
 from leases.services import ResourceRef
 from leases.api import schema

@@ -10,7 +10,6 @@ from datetime import datetime, timezone
 from django.http import HttpResponse
 
 from leases.auth import sas
-
 from leases import services
 from leases.domain.errors import LeaseholdError
 from leases.azure import inputs, wire

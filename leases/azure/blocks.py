@@ -15,7 +15,6 @@ from django.conf import settings
 from django.http import HttpResponse
 
 from leases.domain import checksums, machine
-
 from leases import services
 from leases.domain.errors import LeaseholdError
 from leases.services import ResourceRef

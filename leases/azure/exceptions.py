@@ -9,7 +9,6 @@ import uuid
 from rest_framework import exceptions as drf
 
 from leases.domain import clock
-
 from leases.operations import faults
 from leases.operations.logformat import mark_fault_logged
 from leases.domain.errors import LeaseholdError

@@ -35,7 +35,6 @@ from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
 
 from leases import services
-
 from leases.domain import waiting
 from leases.services import ResourceRef
 from leases.storage.transactions import RetryAlone

@@ -9,7 +9,6 @@ from __future__ import annotations
 from django.http import HttpResponse
 
 from leases.domain import client_headers, clock, lease_params, waiting
-
 from leases import services
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError

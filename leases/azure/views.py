@@ -12,11 +12,8 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
 from leases.storage import blob_content
-
 from leases.domain import client_headers, clock, lease_params, machine
-
 from leases.services import selectors
-
 from leases import services
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError

@@ -9,6 +9,8 @@ ones that name the resource come in a blob and a container variant.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 MESSAGES = {
     "LeaseAlreadyPresent": "There is already a lease present.",
     "LeaseIdMismatchWithLeaseOperation": "The lease ID specified did not match the lease ID for the {noun}.",
@@ -140,7 +142,7 @@ class LeaseholdError(Exception):
     # A refused acquire that will wait (leases/domain/waiting.py): what for, and when it ends by itself.
     waiting: bool = False
     wait_key: str | None = None
-    ends_at = None
+    ends_at: datetime | None = None
 
     def __init__(self, code: str, *, noun: str = "blob", field: str | None = None,
                  value: str | None = None, message: str | None = None,

@@ -23,7 +23,6 @@ from django.db.models import F, Q
 from engines import postgres
 
 from leases.domain import clock
-
 from leases.operations import faults
 from leases.models import LeaseClock
 from leases.storage import dbclock

@@ -18,7 +18,6 @@ from datetime import datetime, timezone
 from urllib.parse import unquote
 
 from leases import conf
-
 from leases.domain import fingerprints
 
 

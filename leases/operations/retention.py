@@ -47,9 +47,7 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from leases.storage import blob_content
-
 from leases.domain import clock
-
 from leases.operations import duties, metrics
 from leases import conf
 from leases.models import HistoryHorizon, LeaseEvent

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
+from typing import NoReturn
 
 from django.db import transaction
 
 from leases.domain import machine
-
 from leases.operations import metrics
-
 from leases.services import wakeups
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob
 from leases.services.common import Actor, ResourceRef
-from leases.services.history import _record
+from leases.services.history import _event_start, _record, record_refusal
 
 
 # ------------------------------------------------------------------ use under a lease
@@ -29,25 +27,21 @@ def _check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_i
     try:
         machine.check_access(obj.lease_record, now, lease_id=lease_id, write=write, noun=ref.noun)
     except LeaseholdError as err:
-        # Inside a write service this is a savepoint of its transaction; for a
-        # read, the only write transaction the read opens.
-        with _recording_refusal(err), transaction.atomic():
-            _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
-                    lease_id=lease_id, state_before=obj.effective_lease_state(now),
-                    state_after=obj.effective_lease_state(now), generation=obj.lease_generation)
-        raise _Recorded(err) from None
+        state = obj.effective_lease_state(now)
+        refuse(err, ref=ref, actor=actor, operation=operation, now=now, lease_id=lease_id, state_before=state,
+               state_after=state, generation=obj.lease_generation)
 
 
-@contextmanager
-def _recording_refusal(err: LeaseholdError):
-    """A refusal whose event cannot be written (a full disk, ...) fails
-    with the database's error, which the doors answer as a storage fault;
-    the note puts the refusal it hid in that log line."""
-    try:
-        yield
-    except Exception as exc:  # the driver's own error on the hot path, Django's elsewhere
-        exc.add_note(f"while recording the refusal {err.status} {err.code}, which is not in the history")
-        raise
+def refuse(error: LeaseholdError, *, ref: ResourceRef, actor: Actor, operation: str, now: datetime,
+           **outcome) -> NoReturn:
+    """Record ``error`` in a savepoint of the caller's transaction (inside a
+    write service; for a read, the only write transaction it opens) and
+    raise it so that the service's transaction commits the event before
+    the error goes out (``_committing_refusals``, ``_reading``)."""
+    with transaction.atomic():
+        values = _event_start(ref=ref, actor=actor, action=operation, now=now, conn=transaction.get_connection())
+        record_refusal(error, values, **outcome)
+    raise _Recorded(error) from None
 
 
 class _Recorded(Exception):

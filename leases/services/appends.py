@@ -14,7 +14,6 @@ import functools
 import uuid
 
 from leases.storage import blob_content
-
 from leases.domain import clock, machine
 from leases.domain import metadata as metadata_rules
 from leases.domain.conditions import Conditions

@@ -9,7 +9,6 @@ import uuid
 from django.db import IntegrityError, transaction
 
 from leases.storage import blob_content
-
 from leases.domain import clock, machine, names
 from leases.domain import metadata as metadata_rules
 from leases.domain.conditions import Conditions

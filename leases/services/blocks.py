@@ -19,7 +19,6 @@ import uuid
 from django.db import IntegrityError, transaction
 
 from leases.storage import blob_content
-
 from leases.domain import clock, machine
 from leases.domain import metadata as metadata_rules
 from leases.domain.checksums import Crc64
@@ -27,10 +26,9 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, BlobBlock, BlobContent, BlobPart, Container, new_etag
 from leases.storage import dbclock
-from leases.services.access import _after_blob_write, _check_access, _committing_refusals, _reading, _Recorded, _recording_refusal
+from leases.services.access import _after_blob_write, _check_access, _committing_refusals, _reading, refuse
 from leases.services.blobs import _blob_for_write, _last_generation, validate_blob_name
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
-from leases.services.history import _record
 
 MAX_COMMITTED = 50_000  # blocks in a committed list (Azure's limit)
 MAX_UNCOMMITTED = 100_000  # uncommitted blocks of one blob name (Azure's limit)
@@ -183,11 +181,8 @@ def _lease_for_write(blob: Blob | None, *, ref: ResourceRef, actor: Actor, now, 
     if blob is not None:
         _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation=operation)
     elif lease_id is not None:
-        err = LeaseholdError("LeaseNotPresentWithBlobOperation")
-        with _recording_refusal(err), transaction.atomic():
-            _record(ref=ref, actor=actor, action=operation, now=now, status=err.status, error=err,
-                    lease_id=lease_id, state_before="available", state_after="available")
-        raise _Recorded(err)
+        refuse(LeaseholdError("LeaseNotPresentWithBlobOperation"), ref=ref, actor=actor, operation=operation,
+               now=now, lease_id=lease_id, state_before="available", state_after="available")
 
 
 # ------------------------------------------------------------------ Put Block List

@@ -52,6 +52,19 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
     EVENTS.insert(values, conn=conn, cursor=cursor, saving=saving)
 
 
+def record_refusal(error: LeaseholdError, values: list, **outcome) -> None:
+    """Append a refused action's event (``values`` from ``_event_start``) in
+    the caller's transaction: the one way every service records a refusal.
+    If it cannot be written (a full disk, ...) the database's error goes
+    out, which the doors answer as a storage fault, with a note naming the
+    refusal it hid."""
+    try:
+        _event_finish(values, status=error.status, error=error, **outcome)
+    except Exception as exc:  # the driver's own error on the hot path, Django's elsewhere
+        exc.add_note(f"while recording the refusal {error.status} {error.code}, which is not in the history")
+        raise
+
+
 def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
             **outcome) -> None:
     """Append one history event in the caller's transaction."""

@@ -6,24 +6,22 @@ import dataclasses
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import cast
 
 from django.db import transaction
 
 from leases.domain import machine
-
 from leases.operations import metrics
-
 from leases.services import wakeups
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
-from leases.models import Blob, Container, FencingGeneration
+from leases.models import Blob, Container
 from leases.storage import dbclock, statements
 from leases.storage.transactions import RetryAlone, write_together, write_transaction
-from leases.services.access import _recording_refusal
-from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
-from leases.services.history import EVENTS, _event_finish, _event_start
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef
+from leases.services.lease_rows import _lease_saved, _load_for_lease, _next_generation
+from leases.services.history import EVENTS, _event_finish, _event_start, record_refusal
 
 
 @dataclass(frozen=True)
@@ -50,67 +48,6 @@ def _with_generation(outcome: machine.Outcome, generation: int) -> machine.Outco
     if generation == outcome.record.generation:
         return outcome
     return dataclasses.replace(outcome, record=dataclasses.replace(outcome.record, generation=generation))
-
-
-# ------------------------------------------------------------------ the lease row, through compiled statements
-
-_LOOKUPS = {Container: ("account__name", "name"),
-            Blob: ("container__account__name", "container__name", "name", "snapshot")}
-_DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease action reads neither
-
-
-def _load_for_lease(ref: ResourceRef, conn, cursor):
-    """``_load(ref, for_update=True)`` in one compiled statement, and the
-    time of the decision, read once the row is locked (on PostgreSQL by
-    that same statement: leases.storage.dbclock): (row, time)."""
-    also = dbclock.lock_columns(conn)
-    if ref.blob is None:
-        obj, extra = _locked(Container, (ref.account, ref.container), also, conn, cursor)
-        if obj is None:
-            raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
-    else:
-        obj, extra = _locked(Blob, (ref.account, ref.container, ref.blob, ref.snapshot), also, conn, cursor)
-        if obj is None:
-            _container_must_exist(ref)
-            raise LeaseholdError("BlobNotFound")
-    return obj, dbclock.decided(extra, floor=_decided_at_least(obj))
-
-
-def _decided_at_least(obj) -> datetime | None:
-    """A time the last decisions on the row used (its last new lease, its
-    last acquire or renew: expiry minus duration), which the next one may
-    not precede, so a step back of the clock shortens no lease."""
-    floor = obj.lease_acquired_at
-    if obj.lease_expires_at is not None and obj.lease_duration is not None and obj.lease_duration > 0:
-        renewed = obj.lease_expires_at - timedelta(seconds=obj.lease_duration)
-        floor = renewed if floor is None or renewed > floor else floor
-    return floor
-
-
-def _locked(model, values: tuple, also: tuple[str, ...], conn, cursor):
-    if also:
-        return statements.load_locked(model, _LOOKUPS[model], values, deferred=_DEFERRED[model], also=also,
-                                      conn=conn, cursor=cursor)
-    return statements.load_locked(model, _LOOKUPS[model], values, deferred=_DEFERRED[model],
-                                  conn=conn, cursor=cursor), ()
-
-
-def _lease_saved(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> tuple | None:
-    """``record`` set on ``obj``; what its history event saves with it
-    (history._event_finish's ``saving``): ``obj.save(update_fields=[changed
-    lease columns, *extra])`` as one compiled UPDATE; None if nothing changed."""
-    columns = (*obj.set_lease_record(record), *extra)
-    return (obj, columns) if columns else None
-
-
-def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
-    """The fencing token of a new lease on ``ref``, recorded for its name in
-    the lease transaction: one statement, run only when a lease is new (not
-    on renew, change, release or break)."""
-    return statements.next_generation(
-        FencingGeneration, key=FencingGeneration.key_for(ref.account, ref.container, ref.blob),
-        account=ref.account, container=ref.container, blob=ref.blob or "", proposed=proposed,
-        conn=conn, cursor=cursor)
 
 
 # ------------------------------------------------------------------ lease actions
@@ -152,92 +89,138 @@ def _committed(written: tuple, action: str | None, ref: ResourceRef) -> LeaseRes
     return LeaseResult(resource=obj, outcome=outcome)
 
 
-def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions, reason: str,
-                 legacy: bool, lease_id, proposed_id, duration, break_period, unparsed, wait: bool = False):
-    """A lease action up to its write: the checks that need no database
-    (a failed one is the refusal the write records) and the event's known
-    values; returned is the write, to run in a write transaction, which
-    returns (resource, outcome, refusal, previous lease id) and raises only on a storage fault."""
+@dataclass
+class _Plan:
+    """A lease action as far as it is checked before the database: its
+    parameters, what its event records so far, or the refusal those checks
+    made (which the write records)."""
+
+    action: str | None
+    params: dict
+    conditions: Conditions
+    new_id: uuid.UUID
+    facts: dict = dataclasses.field(default_factory=dict)  # what the event records, filled in as it becomes known
+    refusal: LeaseholdError | None = None
+
+
+@dataclass
+class _Attempt:
+    """What the write learns under the lock: the row, the time of the
+    decision, the machine's outcome or the refusal."""
+
+    refusal: LeaseholdError | None
+    obj: Container | Blob | None = None
+    now: datetime | None = None
+    outcome: machine.Outcome | None = None
+    previous_id: uuid.UUID | None = None
+
+
+def _plan(action: str | None, *, ref: ResourceRef, conditions: Conditions, legacy: bool, unparsed,
+          **params) -> _Plan:
+    """The checks that need no database, in Azure's order: the action before
+    its parameters, then the parameters, then a snapshot (never leased)."""
     noun = ref.noun
-    facts: dict = {}  # what the event records, filled in as it becomes known
-    refusal = None
+    plan = _Plan(action, params, conditions.dates_only() if noun == machine.CONTAINER else conditions, uuid.uuid4())
     try:
-        action = machine.check_action(action, noun=noun, legacy=legacy)  # before the parameters, as on Azure
+        plan.action = machine.check_action(action, noun=noun, legacy=legacy)
         if unparsed is not None:
             raise unparsed
-        params = {"lease_id": lease_id, "proposed_id": proposed_id, "duration": duration,
-                  "break_period": break_period}
-        facts.update(lease_id=params["lease_id"], proposed_id=params["proposed_id"],
-                     duration=params["duration"], break_period=params["break_period"])
-        machine.validate(action, noun=noun, legacy=legacy, **params)
+        plan.facts.update(params)
+        machine.validate(plan.action, noun=noun, legacy=legacy, **params)
         if ref.snapshot:
             raise LeaseholdError("InvalidOperation", noun=noun)
-        new_id = uuid.uuid4()
-        checked = conditions.dates_only() if noun == machine.CONTAINER else conditions
     except LeaseholdError as err:
-        refusal = err
-    event = _event_start(ref=ref, actor=actor, action=action, now=None, reason=reason,
+        plan.refusal = err
+    return plan
+
+
+def _decide(plan: _Plan, attempt: _Attempt, *, ref: ResourceRef, legacy: bool, conn, cursor) -> None:
+    """Read the row locked and the time of the decision, check the
+    conditions, apply the machine; a new lease takes the next fencing
+    token. Raises the refusal; ``attempt`` keeps what was read before it.
+    The time is read once the row is locked (SQLite: the writer lock, taken
+    at BEGIN; PostgreSQL: FOR UPDATE), not when the request arrived, so a
+    request that waited for the lock does not decide with a stale clock."""
+    assert plan.action is not None  # the checks before the write passed
+    attempt.obj, attempt.now = obj, now = _load_for_lease(ref, conn, cursor)
+    plan.facts.update(state_before=obj.effective_lease_state(now), generation=obj.lease_generation)
+    plan.conditions.check_write(obj.etag, obj.last_modified, noun=ref.noun)
+    outcome = machine.apply(plan.action, obj.lease_record, now, noun=ref.noun, new_id=plan.new_id, legacy=legacy,
+                            **plan.params)
+    if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
+        outcome = _with_generation(outcome, _next_generation(ref, outcome.record.generation, conn=conn, cursor=cursor))
+    attempt.outcome = outcome
+
+
+def _refused(plan: _Plan, attempt: _Attempt, event: list, *, ref: ResourceRef, wait: bool, conn, cursor) -> None:
+    """Record the refusal (not a waiting acquire's: its last attempt records
+    it); a refusal because the lease is held says why and, for a waiting
+    acquire, what it waits for and when that state ends by itself."""
+    refusal, obj, now = attempt.refusal, attempt.obj, attempt.now
+    assert refusal is not None and now is not None
+    held = refusal.code in REFUSAL_DETAIL_CODES and obj is not None
+    if not (held and wait):
+        record_refusal(refusal, event, state_after=plan.facts.get("state_before", ""), cursor=cursor, conn=conn,
+                       **plan.facts)
+    if held:
+        assert obj is not None  # held says so
+        refusal.detail.update(_refusal_detail(obj, now))
+        refusal.waiting = wait
+        refusal.wait_key = wakeups.key(ref.account, ref.container, ref.blob)
+        refusal.ends_at = machine.deadline(obj.lease_record, now)
+
+
+def _granted(plan: _Plan, attempt: _Attempt, event: list, *, ref: ResourceRef, actor: Actor, conn, cursor) -> None:
+    """Save the row and append the event in one statement; a new lease
+    records its holder; a release or break tells the acquires waiting."""
+    action, obj, now, outcome = plan.action, attempt.obj, attempt.now, attempt.outcome
+    assert action is not None and obj is not None and now is not None and outcome is not None
+    attempt.previous_id = obj.lease_id
+    holder: tuple[str, ...] = ()
+    if action == "acquire" and outcome.state_before != machine.LEASED:  # a new lease
+        obj.lease_acquired_at = now
+        obj.lease_holder = actor.name[:200]
+        obj.lease_holder_address = actor.remote_addr[:64]
+        obj.lease_holder_request_id = actor.client_request_id[:1024]
+        holder = obj.HOLDER_COLUMNS
+    plan.facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
+                      lease_time=outcome.lease_time, expires_at=machine.deadline(outcome.record, now),
+                      lease_id=plan.params["lease_id"] or outcome.lease_id or attempt.previous_id,
+                      duration=outcome.record.duration if action != "break" else None)
+    _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn,
+                  saving=_lease_saved(obj, outcome.record, *holder), **plan.facts)
+    if action in wakeups.FREEING:
+        wakeups.in_transaction(wakeups.key(ref.account, ref.container, ref.blob), conn, cursor)
+
+
+def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions, reason: str,
+                 legacy: bool, lease_id, proposed_id, duration, break_period, unparsed, wait: bool = False):
+    """A lease action up to its write: the checks that need no database and
+    the event's known values, before the write lock; returned is the write,
+    to run in a write transaction, which returns (resource, outcome,
+    refusal, previous lease id) and raises only on a storage fault."""
+    plan = _plan(action, ref=ref, conditions=conditions, legacy=legacy, unparsed=unparsed, lease_id=lease_id,
+                 proposed_id=proposed_id, duration=duration, break_period=break_period)
+    event = _event_start(ref=ref, actor=actor, action=plan.action, now=None, reason=reason,
                          conn=transaction.get_connection())
 
-    def write(refusal=refusal):
-        obj = outcome = now = previous_id = None
+    def write():
+        attempt = _Attempt(refusal=plan.refusal)
         conn = transaction.get_connection()
         with statements.driver_cursor(conn) as cursor:
-            if refusal is None:
-                assert action is not None  # not refused before the write: check_action passed
+            if attempt.refusal is None:
                 try:
-                    # The time of the decision is read once the row is locked
-                    # (SQLite: the writer lock, taken at BEGIN; PostgreSQL: FOR
-                    # UPDATE), not when the request arrived: a request that
-                    # waited for the lock would otherwise decide with a stale
-                    # clock -- its lease would start (and end) in the past.
-                    obj, now = _load_for_lease(ref, conn, cursor)
-                    facts["state_before"] = obj.effective_lease_state(now)
-                    facts["generation"] = obj.lease_generation
-                    checked.check_write(obj.etag, obj.last_modified, noun=noun)
-                    outcome = machine.apply(action, obj.lease_record, now, noun=noun, new_id=new_id,
-                                            legacy=legacy, **params)
-                    if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
-                        outcome = _with_generation(outcome, _next_generation(
-                            ref, outcome.record.generation, conn=conn, cursor=cursor))
+                    _decide(plan, attempt, ref=ref, legacy=legacy, conn=conn, cursor=cursor)
                 except LeaseholdError as err:
-                    refusal = err
-            if now is None:  # refused before the row was read
-                now = dbclock.transaction_now(conn, cursor)
-            EVENTS.set(event, conn, occurred_at=now)
-            if refusal is not None:
-                held = refusal.code in REFUSAL_DETAIL_CODES and obj is not None
-                if not (held and wait):  # a waiting acquire's refusal is recorded by its last attempt
-                    with _recording_refusal(refusal):
-                        _event_finish(event, status=refusal.status, error=refusal,
-                                      state_after=facts.get("state_before", ""), cursor=cursor, conn=conn, **facts)
-                if held:
-                    assert obj is not None  # held says so
-                    refusal.detail.update(_refusal_detail(obj, now))
-                    # for a waiting acquire: what it waits for, and when that state ends by itself
-                    refusal.waiting = wait
-                    refusal.wait_key = wakeups.key(ref.account, ref.container, ref.blob)
-                    refusal.ends_at = machine.deadline(obj.lease_record, now)
+                    attempt.refusal = err
+            if attempt.now is None:  # refused before the row was read
+                attempt.now = dbclock.transaction_now(conn, cursor)
+            EVENTS.set(event, conn, occurred_at=attempt.now)
+            if attempt.refusal is not None:
+                _refused(plan, attempt, event, ref=ref, wait=wait, conn=conn, cursor=cursor)
             else:
-                # not refused: the checks passed (action is known), the row was read and the action applied
-                assert action is not None and obj is not None and outcome is not None
-                previous_id = obj.lease_id
-                holder = ()
-                if action == "acquire" and outcome.state_before != machine.LEASED:  # a new lease
-                    obj.lease_acquired_at = now
-                    obj.lease_holder = actor.name[:200]
-                    obj.lease_holder_address = actor.remote_addr[:64]
-                    obj.lease_holder_request_id = actor.client_request_id[:1024]
-                    holder = obj.HOLDER_COLUMNS
-                saving = _lease_saved(obj, outcome.record, *holder)
-                facts.update(state_after=outcome.state_after, generation=outcome.record.generation,
-                             lease_time=outcome.lease_time, expires_at=machine.deadline(outcome.record, now),
-                             lease_id=params["lease_id"] or outcome.lease_id or previous_id,
-                             duration=outcome.record.duration if action != "break" else None)
-                _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn, saving=saving, **facts)
-                if action in wakeups.FREEING:
-                    wakeups.in_transaction(wakeups.key(ref.account, ref.container, ref.blob), conn, cursor)
-        return obj, outcome, refusal, previous_id
+                _granted(plan, attempt, event, ref=ref, actor=actor, conn=conn, cursor=cursor)
+        return attempt.obj, attempt.outcome, attempt.refusal, attempt.previous_id
 
     return write
 

@@ -13,7 +13,6 @@ from datetime import timedelta, timezone
 import pytest
 
 from leases.domain import fingerprints, spreadsheet
-
 from leases import services
 from leases.api.serializers import EVENT_FIELDS
 from leases.models import LeaseEvent

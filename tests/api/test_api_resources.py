@@ -8,7 +8,6 @@ import base64
 import pytest
 
 from leases.domain import fingerprints
-
 from leases import services
 from leases.models import Blob, Container, LeaseEvent
 from leases.services import ResourceRef

@@ -19,7 +19,6 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from azure.storage.blob import BlobBlock
 
 from leases.storage import blob_content
-
 from leases import services
 from leases.domain.errors import LeaseholdError
 from leases.services import Actor, ResourceRef

@@ -18,7 +18,6 @@ from azure.core.exceptions import HttpResponseError
 from django.db import connection
 
 from leases.storage import blob_content
-
 from leases import services
 from leases.storage.blob_content import CHUNK_BYTES
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT

@@ -13,7 +13,6 @@ import pytest
 from django.db import DatabaseError, IntegrityError, ProgrammingError, connection, transaction
 
 from leases.operations import retention
-
 from leases import services
 from leases.models import HistoryHorizon, LeaseEvent
 from leases.services import Actor, ResourceRef

@@ -14,9 +14,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 
 from leases.domain import fingerprints
-
 from leases.models import history_triggers
-
 from leases import services
 from leases.operations.logformat import without_lease_ids
 from leases.models import LeaseEvent

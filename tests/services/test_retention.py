@@ -13,9 +13,7 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 
 from leases.operations import duties, retention
-
 from leases.services import selectors
-
 from leases import services
 from leases.models import HistoryHorizon, LeaseEvent
 from leases import conf

@@ -25,7 +25,6 @@ from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.query import Query
 
 from leases.domain import clock, fingerprints
-
 from leases import services
 from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef

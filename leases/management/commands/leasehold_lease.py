@@ -7,7 +7,6 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from leases.domain import clock, fingerprints, machine
-
 from leases import services
 from leases.domain.errors import LeaseholdError
 from leases.services import Actor, ResourceRef

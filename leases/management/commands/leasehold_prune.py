@@ -9,7 +9,6 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from leases.domain import clock
-
 from leases.operations import duties, retention
 from leases.conf.env import parse_duration
 

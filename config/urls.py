@@ -4,24 +4,23 @@ from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 
 from leases.api import health
+from leases.domain import paths
 from leases.azure.fallback import invalid_uri
 from leases.azure.views import AzureBlobView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     # The JSON API, its OpenAPI schema (/api/v1/schema/) and docs (/api/v1/docs/).
-    path("api/v1/", include("leases.api.urls")),
+    path(paths.API_PREFIX, include("leases.api.urls")),
     # Operators: liveness, readiness, Prometheus metrics (leases/api/health.py).
     path("health/live", health.live, name="health-live"),
     path("health/ready", health.ready, name="health-ready"),
     path("metrics", health.MetricsView.as_view(), name="metrics"),
     # Browsers ask for it on every admin page; "favicon.ico" can name no account.
     path("favicon.ico", RedirectView.as_view(url=static("leases/favicon.svg"))),
-    # Everything else is the Azure Blob endpoint, path-style:
-    # /{account}[/{container}[/{blob}]]. "admin", "api", "static", "health" and "metrics" are
-    # therefore not usable as account names.
-    # [\s\S]: a blob name may hold a line break, refused by the view in XML.
-    re_path(r"^(?P<account>[a-z0-9]{3,24})(?:/(?P<rest>[\s\S]*))?$", AzureBlobView.as_view()),
+    # Everything else is the Azure Blob endpoint, path-style: /{account}[/{container}[/{blob}]]
+    # (the site's own first segments are not account names: leases/domain/paths.py).
+    re_path(paths.ACCOUNT_URL, AzureBlobView.as_view()),
     # Any other path there (an upper-case or malformed account): Azure's XML error.
-    re_path(r"^(?!(?:admin|api|static)(?:/|$))[\s\S]*$", invalid_uri),
+    re_path(paths.OTHER_URL, invalid_uri),
 ]

@@ -39,6 +39,7 @@ from django import db
 from serving import answers
 from leases.auth import principals
 from leases.azure import fastpath
+from leases.domain import paths
 from leases.domain.errors import MESSAGES, LeaseholdError
 
 log = logging.getLogger("leasehold.admission")
@@ -51,7 +52,7 @@ PAUSE_SECONDS = 1.0  # most an answer past an address's bound is held back
 UNREAD_SECONDS = 1.0  # after a failed read, the checks read nothing for this long
 LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
 MAX_ADDRESSES = 65536  # buckets and log marks kept; past it the full ones are forgotten
-API_LEASES = "/api/v1/leases/"
+API_LEASES = paths.API_LEASES
 
 
 class FailedRequests:

@@ -70,7 +70,7 @@ from leases.operations import clockwatch, retention, timing
 from leases import conf
 from leases.domain import waiting
 from leases.azure import fastpath
-from leases.azure.handler import AZURE_PATH
+from leases.domain import paths
 from leases.storage.transactions import RetryAlone, commits_together
 
 # The event loop writes lean lease batches itself when the writer is free
@@ -80,8 +80,8 @@ from leases.storage.transactions import RetryAlone, commits_together
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 # A server process: on PostgreSQL every statement and lock wait is bounded (engines/postgres/).
 
-API_LEASES = "/api/v1/leases/"
-API_BLOBS = "/api/v1/blobs/"  # the JSON API's uploads: the blob size cap, as Put Blob
+API_LEASES = paths.API_LEASES
+API_BLOBS = paths.API_BLOBS  # the JSON API's uploads: the blob size cap, as Put Blob
 UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.storage.blob_content.CHUNK_BYTES)
 
 
@@ -182,7 +182,7 @@ class LeaseholdASGI:
         path = scope["path"]
         if path.startswith(API_LEASES):
             return "lease"
-        if b"comp=lease" in scope["query_string"] and AZURE_PATH.match(path):
+        if b"comp=lease" in scope["query_string"] and paths.AZURE_PATH.match(path):
             return "lease"
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return "read"

@@ -17,7 +17,9 @@ import collections
 import contextlib
 from concurrent.futures import ThreadPoolExecutor
 
-API_LEASES = "/api/v1/leases/"
+from leases.domain import paths
+
+API_LEASES = paths.API_LEASES
 PRINCIPAL = "leasehold.principal"  # environ: who sent a lease request (serving/admission.py)
 
 

@@ -53,11 +53,12 @@ import tempfile
 import threading
 
 from leases import conf
+from leases.domain import paths
 
 APPLICATION = "config.asgi"  # the module whose ``application`` the helper serves
 
 # The long reads, by path (GET only): the JSON API's export and the admin's.
-LONG_READ_PATHS = ("/api/v1/events/export/", "/admin/leases/leaseevent/export.csv")
+LONG_READ_PATHS = (paths.API_EVENTS_EXPORT, "/admin/leases/leaseevent/export.csv")
 START_SECONDS = 60  # a helper not ready by then (Django set-up on a saturated machine) is a 503
 HEADER = struct.Struct(">I")
 log = logging.getLogger("leasehold.long_reads")

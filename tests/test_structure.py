@@ -512,6 +512,46 @@ def test_public_django_and_our_own_names_pass(tmp_path, source):
     assert private_django_outside_storage(root) == []
 
 
+# ------------------------------------------------------------------ one routing source
+
+ROUTING_SOURCE = "leases/domain/paths.py"
+# What only the routing source spells: the account name's pattern, the
+# site's reserved first segments, the JSON API's prefix.
+ROUTING_SPELLINGS = ("{3,24}", "admin|api", "api/v1/")
+
+
+def routing_spelled_elsewhere(root: Path = REPO) -> list[str]:
+    found = []
+    for path in source_files(root, *PACKAGES):
+        where = rel(path, root)
+        if where == ROUTING_SOURCE:
+            continue
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                found += [f"{where}:{node.lineno}: {spelling!r}" for spelling in ROUTING_SPELLINGS
+                          if spelling in node.value and not is_docstring(path, node)]
+    return found
+
+
+def is_docstring(path: Path, node: ast.Constant) -> bool:
+    return any(isinstance(body, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+               and ast.get_docstring(body, clean=False) is not None and body.body[0].value is node  # type: ignore[attr-defined]
+               for body in ast.walk(parsed(path)))
+
+
+def test_routing_is_spelled_in_one_place():
+    found = routing_spelled_elsewhere()
+    assert not found, f"routing spelled outside {ROUTING_SOURCE}; build it from there:\n" + "\n".join(
+        f"  {hit}" for hit in found)
+
+
+def test_routing_spelled_twice_is_found(tmp_path):
+    root = source_tree(tmp_path, {"leases/azure/handler.py": 'import re\nP = re.compile(r"^/[a-z0-9]{3,24}/")\n',
+                                  "config/urls.py": 'X = "api/v1/"\n', ROUTING_SOURCE: 'A = "[a-z0-9]{3,24}"\n'})
+    assert routing_spelled_elsewhere(root) == ["config/urls.py:1: 'api/v1/'",
+                                               "leases/azure/handler.py:2: '{3,24}'"]
+
+
 # ------------------------------------------------------------------ the diagram in docs/development/architecture.md
 
 DIAGRAM_DOC = REPO / "docs" / "development" / "architecture.md"

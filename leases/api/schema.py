@@ -8,8 +8,9 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 
 from leases.api.serializers import ErrorSerializer
+from leases.domain import paths
 
-PREFIX = "/api/v1/"
+PREFIX = "/" + paths.API_PREFIX
 
 
 def only_json_api(endpoints):
@@ -86,10 +87,10 @@ def response_headers(result, generator, request, public):
 
 def path_parameters(*, blob: bool) -> list[OpenApiParameter]:
     parameters = [
-        OpenApiParameter("account", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=r"^[a-z0-9]{3,24}$",
+        OpenApiParameter("account", OpenApiTypes.STR, OpenApiParameter.PATH, pattern=paths.ACCOUNT_PARAMETER,
                          description="Storage account name."),
         OpenApiParameter("container", OpenApiTypes.STR, OpenApiParameter.PATH,
-                         pattern=r"^(\$root|\$logs|\$web|[a-z0-9](-?[a-z0-9])*)$",
+                         pattern=paths.CONTAINER_PARAMETER,
                          description="Container name: 3 to 63 lower-case letters, digits and single hyphens."),
     ]
     if blob:

@@ -35,7 +35,7 @@ from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
 
 from leases import services
-from leases.domain import waiting
+from leases.domain import paths, waiting
 from leases.services import ResourceRef
 from leases.storage.transactions import RetryAlone
 from leases.auth.sas import SAS_PARAMETERS
@@ -43,9 +43,7 @@ from leases.azure import inputs, lease_request, wire
 from leases.azure.auth import actor_name, credentials, lease_operation, permit
 from leases.azure.exceptions import azure_exception_handler
 
-# ``/account/container[/blob]``: the account as config/urls.py's Azure route
-# has it; a container name is never empty here (that is the account's URL).
-PATH = re.compile(r"/([a-z0-9]{3,24})/([^/]+)(?:/([\s\S]+))?\Z")
+PATH = paths.RESOURCE_PATH  # /account/container[/blob]
 # Query values that need no decoding and that check_query would accept as
 # they are (XML-safe, timeout in digits): anything else goes the general way.
 PLAIN = re.compile(r"[A-Za-z0-9]{1,32}\Z")

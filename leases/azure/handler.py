@@ -15,7 +15,6 @@ the private middleware lists of Django's own handler.
 
 from __future__ import annotations
 
-import re
 
 from django.conf import settings
 from django.core import signals
@@ -25,13 +24,12 @@ from django.urls import resolve, set_script_prefix, set_urlconf
 from django.utils.log import log_response
 
 from leases.azure import fastpath
+from leases.domain import paths
 from leases.azure.fallback import invalid_uri
 
-# The first path segment of an Azure request is an account name (see
-# config/urls.py); these prefixes belong to the other doors.
-AZURE_PATH = re.compile(r"^/(?!(?:admin|api|static|health|metrics)(?:/|$))[a-z0-9]{3,24}(?:/|$)")
-# The site's own paths (config/urls.py); every other path is the Azure door's.
-SITE_PATH = re.compile(r"^/(?:admin|api|static|health|metrics|favicon\.ico)(?:/|$)")
+# The first path segment of an Azure request is an account name; the site's
+# own paths belong to the other doors; every other path is the Azure door's.
+AZURE_PATH, SITE_PATH = paths.AZURE_PATH, paths.SITE_PATH
 
 
 class AzureDoorHandler:

@@ -1,0 +1,36 @@
+"""Where a request goes by its path, the one source of it: the URLs
+(config/urls.py), the Azure door's router and lean path, the server's
+recognition of a lease request and the JSON API's schema all build their
+patterns from these. The site's own first segments are never account names."""
+
+from __future__ import annotations
+
+import re
+
+ACCOUNT = r"[a-z0-9]{3,24}"  # an account name, the first segment of every Azure path
+CONTAINER = r"\$root|\$logs|\$web|[a-z0-9](?:-?[a-z0-9])*"  # what a container name may look like
+SITE_SEGMENTS = ("admin", "api", "static", "health", "metrics")  # first segments of the site's own pages
+SITE_FILES = ("favicon.ico",)
+API_PREFIX = "api/v1/"  # the JSON API, under the site's "api"
+
+_SITE = "|".join(SITE_SEGMENTS)
+_NOT_SITE = rf"(?!(?:{_SITE})(?:/|$))"
+
+# Django's URL patterns (no leading slash): an account's path, and any other
+# path that is not the site's (an upper-case or malformed account).
+ACCOUNT_URL = rf"^{_NOT_SITE}(?P<account>{ACCOUNT})(?:/(?P<rest>[\s\S]*))?$"
+OTHER_URL = rf"^{_NOT_SITE}[\s\S]*$"
+# A request path (leading slash): the Azure door's, or the site's own.
+AZURE_PATH = re.compile(rf"^/{_NOT_SITE}{ACCOUNT}(?:/|$)")
+SITE_PATH = re.compile(rf"^/(?:{_SITE}|{'|'.join(re.escape(f) for f in SITE_FILES)})(?:/|$)")
+# /account/container[/blob] as the lean lease path reads it: groups account,
+# container, blob; a container name is never empty there (that is the account's URL).
+RESOURCE_PATH = re.compile(rf"/({ACCOUNT})/([^/]+)(?:/([\s\S]+))?\Z")
+# Path parameters as the JSON API's schema states them.
+ACCOUNT_PARAMETER = rf"^{ACCOUNT}$"
+CONTAINER_PARAMETER = rf"^({CONTAINER})$"
+# The JSON API's paths the server schedules by: lease actions (the lease
+# lane), uploads (the blob size cap) and the history export (a long read).
+API_LEASES = f"/{API_PREFIX}leases/"
+API_BLOBS = f"/{API_PREFIX}blobs/"
+API_EVENTS_EXPORT = f"/{API_PREFIX}events/export/"

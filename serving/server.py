@@ -52,7 +52,7 @@ def main() -> None:
         django_settings.SECRET_KEY = key  # and this process's, which serves itself with one worker
     if settings.front == "uvicorn":
         _serve_uvicorn(host, port, workers, level)
-    else:  # loses metadata name case (module docstring)
+    else:  # loses metadata name case (_serve_granian)
         _serve_granian(host, port, workers, level)
 
 

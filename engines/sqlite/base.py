@@ -51,7 +51,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
         options = self.settings_dict["OPTIONS"]
         if self._writer_lock_path() is None:
             return conn
-        # No statement waits longer than a writer may (module docstring).
+        # No statement waits longer than a writer may (writer_lock.py).
         self._busy_ms = int(min(float(conn_params.get("timeout", 5)), self.write_wait) * 1000)
         conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
         synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
@@ -67,7 +67,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
 
     def group_commit(self, fn):
         """Run ``fn`` in a write transaction shared with the other threads of
-        this process that write at the same time (see the module docstring);
+        this process that write at the same time (group_commit.py);
         outside any transaction of the caller's. On an in-memory database,
         whose connections do not share data, a transaction of its own."""
         if self._writer_lock_path() is None:

@@ -79,7 +79,8 @@ def _index_fd(path: str) -> int:
 
 class Checkpointer(threading.Thread):
     """PASSIVE WAL checkpoints of one database file, every ``interval``
-    seconds, on a connection of its own (see the module docstring)."""
+    seconds, on a connection of its own (docs/development/architecture.md,
+    "WAL checkpoints")."""
 
     def __init__(self, path: str, interval: float, synchronous: str):
         super().__init__(name=f"wal-checkpoint {os.path.basename(path)}", daemon=True)

@@ -52,7 +52,7 @@ CONFIG_LINES = 400  # config/ is wiring: settings, URLs, entry points of a few l
 OVERSIZED_ALLOWED = {
     # 418: the whole pure state machine (states, actions, legacy versions,
     # reads and writes under a lease) in one file a reader checks against
-    # Azure's tables; "about 400" (issue 16), not worth splitting the table.
+    # Azure's tables; "about 400", not worth splitting the table.
     "leases/domain/machine.py",
 }
 

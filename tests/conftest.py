@@ -147,7 +147,7 @@ class _Handler(WSGIRequestHandler):
 class _ThreadingServer(WSGIServer):
     """wsgiref's server, each request on a thread of its own as with
     ThreadingMixIn, but threads are kept and reused: a new thread opens a new
-    database connection (connect and PRAGMAs, about half of an in-process
+    database connection (connect and PRAGMAs, a large part of an in-process
     request's time), and the suite makes tens of thousands of requests. A
     request that finds every thread busy gets a new one, so any number run
     at once."""

@@ -98,8 +98,8 @@ checks: $(BIN)/.installed debian
 #
 # Bytecode is written even where the environment asks Python not to: without
 # it every test process compiles our modules and pytest rewrites the
-# asserts of hypothesis's and schemathesis's modules anew (10 s of each
-# worker's start against 4.5 s).
+# asserts of hypothesis's and schemathesis's modules anew, which doubles each
+# worker's start (docs/development/tests.md).
 FULL_RUN = $(if $(strip $(PYTEST_ARGS))$(filter-out -m also_postgres,$(PG_TESTS)),,1)
 test: export PYTHONDONTWRITEBYTECODE =
 test: export LEASEHOLD_FULL_RUN = $(FULL_RUN)
@@ -117,8 +117,8 @@ test:
 # browser, PostgreSQL, or the slow scale and fuzz runs.
 FAST_SKIP := -m "not processes and not browser and not postgres and not slow" \
 	--ignore=tests/processes --ignore=tests/client
-# One worker more than the 2 cores it was measured on: the tests wait on
-# fsync about as much as they compute (on 2 cores, 3 workers finish first).
+# One worker more than the cores of the machine it was chosen on (2): the tests
+# wait on fsync about as much as they compute (docs/development/tests.md).
 FAST_WORKERS ?= 3
 
 test-fast: export PYTHONDONTWRITEBYTECODE =

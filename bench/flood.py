@@ -1,4 +1,4 @@
-"""The flood scenario of bench/run.py (issue 34): one bystander renews its
+"""The flood scenario of bench/run.py: one bystander renews its
 lease back to back (a 15-s lease on the Azure door, every ``--flood-every``
 seconds) while a flood of requests without valid credentials arrives over
 many connections at once: by default 6,000 JSON lease acquires with made-up

@@ -1,4 +1,4 @@
-"""Robustness scenarios of bench/run.py (issue 11): lease holders under a
+"""Robustness scenarios of bench/run.py: lease holders under a
 hostile load, and under a stuck writer. Each prints what the holders saw.
 
 * ``hostile``: 16 holders of 15-second leases renew every 5 s, each on its
@@ -226,7 +226,7 @@ def grow_history(db: str, events: int) -> int:
     # The copies went into the WAL (hundreds of MB): copy them into the
     # database now, as the end of any bulk load would, so that the scenario
     # is not charged with this set-up's checkpoint (the server's first
-    # commit found the WAL far past its bound and checkpointed 160 ms).
+    # commit would find the WAL far past its bound and checkpoint it all).
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     con.close()
     return count

@@ -1,4 +1,4 @@
-"""What hostile requests cost other clients (issue 25).
+"""What hostile requests cost other clients.
 
     .venv/bin/python bench/hostile_input.py [--rounds 3] [--seconds 8]
 

@@ -14,11 +14,11 @@ the pruner (leases.operations.retention.prune, paced as the server's) works off 
 backlog of old events, refilled before every window, with one of three arms:
 
 * ``none``: no pruning (the traffic's own pace);
-* ``2ms``: the pruner every database had before (batches aimed at 2 ms, at
-  most 100 rows: the SQLite writer lock's budget; every batch's scan from
-  the oldest event);
-* ``pg``: PostgreSQL's now (retention.PG_HOLD_TARGET, MOST_ROWS, each batch
-  starting where the previous one stopped).
+* ``2ms``: SQLite's pruner on PostgreSQL (batches aimed at
+  retention.HOLD_TARGET, at most 100 rows: the SQLite writer lock's budget;
+  every batch's scan from the oldest event);
+* ``pg``: PostgreSQL's pruner (retention.PG_HOLD_TARGET, MOST_ROWS, each
+  batch starting where the previous one stopped).
 
 The arms alternate round by round in one run (the machine is shared). Per
 arm: lease requests/s, lease p99, events pruned/s, and the batch sizes the

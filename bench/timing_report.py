@@ -1,4 +1,4 @@
-"""Where the renewals' time went inside the server (issue 11): reads the
+"""Where the renewals' time went inside the server: reads the
 logs a server writes with ``LEASEHOLD_TIMING_LOG=<prefix>`` (leases/operations/timing.py)
 and prints, for the renewals of bench/hostile.py's holders, the median, p99
 and max of each step, and the steps of the slowest renewals; then the event

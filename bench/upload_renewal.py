@@ -1,4 +1,4 @@
-"""What large uploads cost lease renewals, and nothing else (issue 11).
+"""What large uploads cost lease renewals, and nothing else.
 
     .venv/bin/python bench/upload_renewal.py [--mib 64] [--uploads 4] [--rounds 3]
     .venv/bin/python bench/upload_renewal.py --compare-env NAME=VALUE   # a variant, paired

@@ -43,7 +43,7 @@ _ask = common.ServerWait.options
 
 
 def mode(polling: bool) -> None:
-    """Polling: the helpers never ask the server to wait (as before)."""
+    """Polling: the helpers never ask the server to wait (as with Azure or Azurite)."""
     common.ServerWait.options = (lambda self, left, now: {}) if polling else _ask
 
 

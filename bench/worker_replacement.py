@@ -1,4 +1,4 @@
-"""How long a worker killed with SIGKILL under load takes to be replaced (issue 27).
+"""How long a worker killed with SIGKILL under load takes to be replaced.
 
     .venv/bin/python bench/worker_replacement.py [--kills 10] [--holders 16]
 

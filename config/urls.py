@@ -1,3 +1,7 @@
+"""The URLs of the three doors and their pages: the admin, the JSON API under /api/v1/, /health and
+/metrics, and the Azure wire protocol (accounts' containers and blobs) at the root, where the SDKs
+send it."""
+
 from django.contrib import admin
 from django.templatetags.static import static
 from django.urls import include, path, re_path

@@ -1,3 +1,7 @@
+"""Django's WSGI application, the one every server of Leasehold runs (serving/ calls it in its
+lanes): Django's handler with the Azure door's requests taken through a handler of their own
+(leases/azure/handler.py), its 503 answers counted for /metrics."""
+
 import os
 
 import django

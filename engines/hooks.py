@@ -1,9 +1,6 @@
-"""What the engines report, to whoever listens.
-
-The engines import nothing of Leasehold: the server's metrics and the
-benchmarks' request timings register their functions here when Django's
-apps are ready (leases/apps.py). Unset, nothing is reported.
-"""
+"""What the engines report, to whoever listens: the engines import nothing of Leasehold, so the
+server's metrics and the benchmarks' request timings register their functions here when Django's
+apps are ready (leases/apps.py); unset, nothing is reported."""
 
 from __future__ import annotations
 

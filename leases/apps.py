@@ -1,3 +1,8 @@
+"""The ``leases`` Django app, and what it wires when Django's apps are ready: the history's
+append-only triggers put back after every ``migrate``, and the database engines' reports (writer
+lock waits, fsyncs, bench timings) routed to the metrics and the timing log, since the engines
+import nothing of Leasehold."""
+
 from django.apps import AppConfig
 
 

@@ -1,28 +1,10 @@
-"""A lease request's credentials, checked before it queues (serving/asgi.py).
-
-Every lease request (Azure ``comp=lease``, JSON ``/api/v1/leases/``) is
-identified on the event loop as soon as it is received whole
-(leases/auth/principals.py): one that fails, or carries no credentials, is
-answered here, in its door's shape, and never takes a lease-lane slot, joins
-a lease batch or reaches the writer. One that passes carries its principal,
-by which the lease lane is shared (serving/lanes.py: ``FairGate``, and the
-batches, serving/lease_batch.py).
-
-Refused requests have a bound of their own per client address: a token
-bucket (``LEASEHOLD_UNAUTHENTICATED_RATE``, per worker process). While an
-address has tokens each refusal is the door's own answer (403
-AuthenticationFailed, 401 ...); once it has none, refusals are answered 503
-ServerBusy (Azure) or 429 TooManyRequests (JSON) with Retry-After, built
-here without Django, and credentials that would need a database read (a
-token, an account name or a session never seen valid) are not looked up.
-Credentials once valid are always checked, so a tenant behind a flooding
-address still gets through. Such an answer is sent after a pause of a
-second (``Admission.pause``): uvicorn reads a connection's next request only
-once its answer is sent, so a flooding connection costs a worker one request
-a second, not as many as it can send. Refusals are logged at most once per ``LOG_INTERVAL`` per address,
-one WARNING line with their count: a flood writes a line a minute, not one
-per request.
-"""
+"""A lease request's credentials, checked on the event loop before it queues (serving/asgi.py), so
+that no client can take the lease lane or the writer from others with requests that fail: one that
+fails, or carries none, is answered here in its door's shape, and refusals are bounded per client
+address by a token bucket (``LEASEHOLD_UNAUTHENTICATED_RATE``), past which they are answered 503/429
+without Django, after a pause, and logged at most once per ``LOG_INTERVAL``;
+docs/development/architecture.md ("Credentials before the lease lane") tells how,
+docs/decisions/0031 why."""
 
 from __future__ import annotations
 

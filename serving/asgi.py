@@ -1,48 +1,10 @@
-"""The served application (python -m config.serve): an ASGI front that
-receives every request whole before it takes a Python thread, then runs
-Django's WSGI handler (config.wsgi) in a bounded lane of threads chosen by
-the request's class.
-
-Why: under a WSGI server a worker thread is given a request as soon as its
-headers are in, and then blocks reading the body; two clients trickling a
-body (one byte every few seconds) held both workers of the server and every
-lease holder waited. Here the event loop reads the body (headers are read by
-the front, serving/front.py, with its header timeout) without holding any thread:
-
-* a body must keep coming: no silence longer than ``LEASEHOLD_BODY_IDLE_TIMEOUT``
-  seconds, and after that many seconds at least ``LEASEHOLD_BODY_MIN_RATE``
-  bytes/s on average; otherwise 408 and the connection is closed;
-* it may not exceed the largest accepted blob (``LEASEHOLD_MAX_BLOB_BYTES``)
-  plus 1 MiB; else 413 before any of it is read (when Content-Length says
-  so) or as soon as it passes the bound;
-* it is kept in memory up to 1 MiB, then in a temporary file: a slow upload
-  costs a file, not RAM or a thread.
-
-Lanes (serving/lanes.py): a lease action (Azure ``comp=lease``, JSON
-``/api/v1/leases/``) runs in the ``lease`` lane; other GET/HEAD requests in
-the ``read`` lane; all else (uploads, creates, deletes, admin forms) in the
-``other`` lane. Each lane has its own threads per worker process
-(``LEASEHOLD_THREADS``, ``LEASEHOLD_READ_THREADS``,
-``LEASEHOLD_OTHER_THREADS``, one each by default; on PostgreSQL, whose
-writes wait for a row's lock, 4 lease and 2 other threads, each row's
-requests one at a time), so an export, a listing or an upload never queues
-ahead of a renewal: at worst they share the cores and the writer lock.
-(Azure lease requests of the usual shape are batched, serving/lease_batch.py,
-and a lone one, with nothing else in flight, is written by the loop itself
-when the writer is free.) A request sticks to one thread of its lane for
-its whole life (Django keeps the database connection and transaction per
-thread), but a streamed response (an export) gives the thread back between pieces: each piece (at most about 64 KiB, one
-short database read) is one task, so other requests of the lane run between
-an export's pieces, and a slow reader of an export holds no thread at all.
-
-A writer's wait for the database (LEASEHOLD_WRITE_WAIT) counts from when the
-request was received whole, so time queued in a lane behind writers that
-wait is part of it: every writer is answered (503 ServerBusy at worst)
-within the wait of its arrival.
-
-Durability is unchanged: the WSGI handler returns only after the request's
-commit (and its fsync), and the answer is sent only after it returns.
-"""
+"""The served application (python -m config.serve): an ASGI front that receives every request whole
+on the event loop before it takes a Python thread, then runs Django's WSGI handler (config.wsgi) in
+a bounded lane of threads chosen by the request's class (serving/lanes.py), so that a client
+trickling a body costs memory or a temporary file, never a thread, and an export, a listing or an
+upload never queues ahead of a renewal. docs/development/architecture.md ("Requests whole, in
+lanes") tells the body's limits, the lanes and how a streamed response gives its thread back;
+docs/decisions/0003 says why."""
 
 from __future__ import annotations
 

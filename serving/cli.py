@@ -1,16 +1,11 @@
-"""The ``leasehold`` command of an installed server (``pip install .``).
-
-    leasehold [--data-dir DIR] serve       migrate, collect static files, set up, then serve
-    leasehold [--data-dir DIR] migrate     the database's schema up to date
-    leasehold [--data-dir DIR] setup       the development account, the admin user
-    leasehold [--data-dir DIR] COMMAND ... any management command (leasehold_prune, createsuperuser, ...)
-
-It runs from any directory: the data directory (the SQLite file, the
-secret key, collected static files) is ``--data-dir``, else
-``LEASEHOLD_VAR_DIR``, else ``var`` in the current directory. Every other
-setting is a LEASEHOLD_* variable, as for ``make run``
-(docs/reference/configuration.md).
-"""
+"""The ``leasehold`` command of an installed server (``pip install .``), so that a server runs from
+any directory without a checkout: ``leasehold [--data-dir DIR] serve`` migrates, collects static
+files, sets up and serves; ``migrate`` brings the schema up to date, ``setup`` makes the development
+account and the admin user, and any other name runs that management command (leasehold_prune,
+createsuperuser, ...). The data directory (the SQLite file, the secret key, collected static files)
+is ``--data-dir``, else ``LEASEHOLD_VAR_DIR``, else ``var`` in the current directory; every other
+setting is a LEASEHOLD_* variable, as for ``make run`` (docs/reference/configuration.md,
+docs/guide/install.md)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
-"""The client's address and scheme behind a reverse proxy
-(LEASEHOLD_TRUSTED_PROXIES, docs/guide/tls.md).
-
-A request that comes from a trusted proxy names its client in ``Forwarded``
-(RFC 7239: ``for=`` and ``proto=``) or, if it has none, in
-``X-Forwarded-For`` / ``X-Forwarded-Proto``. The addresses are read from the
-right (the nearest hop first), skipping trusted proxies: the first one that
-is not trusted is the client, whatever it claims further left (nginx's
-``$proxy_add_x_forwarded_for`` appends to what the client sent). From any
-other peer the headers are ignored: anyone can write them. A list that
-cannot be read (a name, ``unknown``, garbage) changes nothing.
-"""
+"""The client's address and scheme behind a reverse proxy (LEASEHOLD_TRUSTED_PROXIES,
+docs/guide/tls.md). A request that comes from a trusted proxy names its client in ``Forwarded`` (RFC
+7239: ``for=`` and ``proto=``) or, if it has none, in ``X-Forwarded-For`` / ``X-Forwarded-Proto``.
+The addresses are read from the right (the nearest hop first), skipping trusted proxies: the first
+one that is not trusted is the client, whatever it claims further left (nginx's
+``$proxy_add_x_forwarded_for`` appends to what the client sent). From any other peer the headers are
+ignored: anyone can write them. A list that cannot be read (a name, ``unknown``, garbage) changes
+nothing."""
 
 from __future__ import annotations
 

@@ -1,41 +1,9 @@
-"""The HTTP front of the production server: uvicorn's httptools protocol
-(llhttp, Node's HTTP parser, the one Azurite reads requests with), on
-uvloop, with what Leasehold needs on top (see serving/server.py for why this
-front and not granian):
-
-* **Header names as the client sent them.** Azure keeps the case of
-  metadata names (``x-ms-meta-BuildId`` comes back as ``BuildId``).
-  uvicorn, like every ASGI server, lower-cases ``scope["headers"]``; this
-  protocol also keeps the pairs as they came, in order, in
-  ``scope["extensions"]["leasehold.raw_headers"]`` (serving/asgi.py hands
-  them on to Django as ``environ["leasehold.raw_headers"]``).
-  On the way out uvicorn lower-cases response header names with
-  ``bytes.lower()``; a name whose case matters is given to it as a
-  ``CaseKept`` (serving/asgi.py), whose ``lower()`` keeps it.
-* **A header read timeout** (uvicorn has none: a client that connects and
-  trickles its headers would hold a connection for ever): a request's
-  headers must all be in within ``LEASEHOLD_HEADER_TIMEOUT`` seconds of
-  the connection opening or of the request's first byte, else the
-  connection is closed. The body's limits are serving/asgi.py's; an idle
-  keep-alive connection is closed after ``KEEP_ALIVE_SECONDS``.
-
-* **Limits where the bytes arrive**, before any parsing by Django or any
-  authentication: the request line and headers together at most
-  ``LEASEHOLD_MAX_HEADER_BYTES``, at most ``LEASEHOLD_MAX_HEADERS`` header
-  lines, the URL at most ``LEASEHOLD_MAX_URL_BYTES``. A request past one is
-  answered 431 or 414 in its door's shape (JSON under /api/, Azure's XML
-  elsewhere) and its connection closed, having cost the server no more than
-  the bytes allowed (and one read).
-
-Every refusal here and of a body (serving/bodies.py: 413, 408, 400) is
-counted in /metrics by status and logged at WARNING, at most once a minute
-per status (``refused_at_front``).
-
-The additions are small overrides of documented extension points
-(uvicorn's ``http=`` setting takes a protocol class); tests through the
-real server process (tests/test_serving_header_case.py) keep them honest
-across uvicorn versions.
-"""
+"""The HTTP front of the server: uvicorn's httptools protocol (llhttp, the parser Azurite reads
+requests with) on uvloop, with what Leasehold needs on top: header names kept as the client sent
+them (Azure keeps the case of metadata names), a header read timeout (uvicorn has none), and limits
+on the request line, the headers and the URL where the bytes arrive, before any parsing by Django or
+any authentication. docs/development/architecture.md ("The front") tells how; docs/decisions/0002
+and 0011 say why."""
 
 from __future__ import annotations
 

@@ -1,14 +1,11 @@
-"""The threads that serve requests (serving/asgi.py).
-
-A lane is a fixed set of single-thread executors for one kind of request
-(lease actions, reads, other writes, uploads), so that no kind queues
-behind another. On PostgreSQL a write waits for its row's lock, not the
-database's, and a lane's thread waiting on a row that another session
-keeps locked (an operator's open transaction, a stuck client) waits up to
-LEASEHOLD_WRITE_WAIT: requests for that row then queue here (``OnePerRow``),
-on the event loop, holding no thread; the row takes one thread of its
-lane, and requests for other rows get the others. They would have waited
-for each other on the row lock anyway."""
+"""The threads that serve requests (serving/asgi.py). A lane is a fixed set of single-thread
+executors for one kind of request (lease actions, reads, other writes, uploads), so that no kind
+queues behind another. On PostgreSQL a write waits for its row's lock, not the database's, and a
+lane's thread waiting on a row that another session keeps locked (an operator's open transaction, a
+stuck client) waits up to LEASEHOLD_WRITE_WAIT: requests for that row then queue here
+(``OnePerRow``), on the event loop, holding no thread; the row takes one thread of its lane, and
+requests for other rows get the others. They would have waited for each other on the row lock
+anyway."""
 
 from __future__ import annotations
 

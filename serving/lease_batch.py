@@ -1,55 +1,9 @@
-"""Lease requests that a worker receives together are committed together,
-and when the writer is free the event loop writes them itself.
-
-A lease holder's renewal is a tiny write whose cost, at synchronous=FULL, is
-mostly the commit: taking the writer lock, BEGIN, COMMIT and the fsync of the
-WAL, each once per request. Here the event loop queues the lean lease
-requests (leases/azure/fastpath.py) as they arrive whole, and whatever is
-queued is checked (SharedKey, headers: no lock) and written in one batch:
-one write transaction, each request in a savepoint of its own, one commit
-and one fsync (fastpath.write_together). Nobody is answered before the
-commit that covers their request, so every acknowledged lease is on disk as
-before; a request that arrives while a batch runs goes into the next one, so
-under load batches grow by themselves and with one client nothing waits for
-company.
-
-Who writes a batch: the event loop itself when the batch is one request and
-the worker serves no other (nothing else in flight, so the loop has nothing
-else to do) and the writer is free this moment (busy.at_once(): our writer lock,
-SQLite's own lock, and no other thread of this process committing); else
-the lease lane's thread, which may wait for the writer (bounded, 503
-ServerBusy). Handing a request to a thread and its answer back costs two
-thread wake-ups and a GIL hand-over each way, a large part of one client's
-latency on a virtual machine. The loop never waits for a lock, so a stuck
-writer elsewhere costs it nothing; it does wait for the fsync of its own
-commit, which is why it writes only when nothing else waits for it: under
-load the lane's thread writes while the loop reads the next requests, and
-the thread takes what is queued when it starts, so batches grow. The loop's
-batch is started with ``call_soon`` after the first request is queued, so
-that requests read in the same turn of the loop join it (it then goes to
-the thread: a lone request written in its own task would leave each of a
-burst's requests a batch of its own).
-
-A batch holds at most ``MAX_BATCH`` requests, so that the writer lock is
-held for a bounded time (about a millisecond of work per request). A batch
-handed to the lane's thread is one task there, queued behind whatever else
-the lane has to run (the JSON API's lease requests, lease requests of an
-unusual shape): a stream of batches cannot starve them.
-
-The write wait (LEASEHOLD_WRITE_WAIT) counts from the arrival of the batch's
-oldest request: the batch gives up, every request answered 503 ServerBusy,
-within the wait of that arrival.
-
-The loop's database work runs in one context of its own (``self.context``):
-Django keeps connections in context variables, and each request's task has
-its own copy, so without it every task would open a connection.
-
-On PostgreSQL a batch is one transaction too, but it waits for no row
-another transaction holds (leases.storage.transactions.write_together): such a
-request is answered RetryAlone, and the server sends it alone in its row's
-turn (serving/asgi.py). The loop never writes there. On an in-memory SQLite
-database each request has its own transaction, in the lane's threads.
-"""
+"""Lease requests that a worker receives together are committed together (one write transaction, a
+savepoint each, one commit and one fsync), and when the batch is one request, nothing else is in
+flight and the writer is free, the event loop writes it itself, because a renewal's cost is mostly
+its commit and a lone request's latency mostly the hand-over to a thread; nobody is answered before
+the commit that covers their request. docs/development/architecture.md ("Lease batches") tells who
+writes a batch, its bounds and PostgreSQL's case; docs/decisions/0007, 0008 and 0024 say why."""
 
 from __future__ import annotations
 

@@ -1,41 +1,9 @@
-"""Long reads (the history's CSV and NDJSON exports) run in a helper process
-of their own, at a lower CPU priority, streaming to the client through the
-worker's event loop.
-
-Why (docs/decisions/0010, "Where the time went"):
-with full exports running, a renewal spent most of its time in its lane
-thread waiting to get the GIL back: an export is Python (a CSV row per
-event, all of it CPU) in the same process
-as the lease thread, and every time the lease thread lets the GIL go (each
-SQL statement, the fsync, the writer lock) it waits for the export's thread
-to give it back. Lanes separate threads, not the GIL or the cores.
-
-How: each worker process starts, on its first long read, one helper
-(``python -m serving.long_reads SOCKET``) that lowers its own priority
-(``LEASEHOLD_LONG_READ_NICE``, default 10: the kernel gives the lease
-workers the cores first) and serves over a Unix socket in a private
-directory. The worker hands it the request whole (the environ's plain values
-and the body, which the event loop has already received); the helper runs
-Django's WSGI handler on it in a thread of its own (the same code as in a
-lane: ``LeaseholdASGI.call``) and sends back the status and headers, then
-the body in length-prefixed pieces of ~64 KiB, a zero-length piece at the
-end; the worker relays each piece to the client as it comes. Flow control
-holds both ways: a slow client holds up the helper's thread (its socket
-buffer fills), never a worker's thread, and a client that goes away closes
-the helper's connection, which ends its export. A response that breaks off
-(the helper died, a database error mid-export) is cut short on the client's
-connection too, never ended as if complete. The helper exits when its
-worker does (its stdin, a pipe from the worker, closes). At most
-``LEASEHOLD_LONG_READS`` (default 2) long reads run at once per worker;
-more wait, holding nothing but their connection.
-
-The helper runs without a WAL checkpointer (a low-priority process must
-never hold the writer lock) and writes nothing to the lease database: an
-export only reads (its API token is checked by a read; the API's rate
-counter is in the throttle database, one short write).
-``LEASEHOLD_LONG_READ_PROCESS=0`` runs long reads in the worker's ``read``
-lane instead, as before.
-"""
+"""Long reads (the history's CSV and NDJSON exports) run in a helper process of the worker's, at a
+lower CPU priority, streaming to the client through the worker's event loop, because an export's
+Python in the worker's own process takes the GIL from the lease thread every time that thread lets
+it go (docs/decisions/0010); ``LEASEHOLD_LONG_READ_PROCESS=0`` runs them in the worker's ``read``
+lane instead. docs/development/architecture.md ("The export helper") tells how the helper is
+started, fed and bounded."""
 
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
-"""The server (`make run`, `leasehold serve`): uvicorn serving serving.asgi.
-
-    python -m config.serve        # settings from LEASEHOLD_* variables
-
-uvicorn's httptools protocol on uvloop, subclassed in serving/front.py to
-keep header name case as Azure does and to bound what a request's head may
-be (docs/decisions/0002, 0011). The interface is ASGI so that each worker's
-event loop receives a body whole before a thread of its lane runs the
-request (docs/decisions/0003). ``LEASEHOLD_FRONT=granian`` serves with
-granian instead (faster, loses metadata name case). uvicorn's supervisor
-restarts a worker that dies; SIGTERM stops the workers gracefully.
-"""
+"""The server (``make run``, ``leasehold serve``, ``python -m config.serve`` with settings from
+LEASEHOLD_* variables): uvicorn serving serving.asgi on uvloop, with its protocol subclassed in
+serving/front.py to keep header name case as Azure does and to bound what a request's head may be
+(docs/decisions/0002, 0011), ASGI so that each worker's event loop receives a body whole before a
+thread of its lane runs the request (docs/decisions/0003); uvicorn's supervisor restarts a worker
+that dies, and SIGTERM stops the workers gracefully. ``LEASEHOLD_FRONT=granian`` serves with granian
+instead, kept to measure against (docs/decisions/0002)."""
 
 from __future__ import annotations
 
@@ -57,7 +52,7 @@ def main() -> None:
         django_settings.SECRET_KEY = key  # and this process's, which serves itself with one worker
     if settings.front == "uvicorn":
         _serve_uvicorn(host, port, workers, level)
-    else:  # loses metadata name case (module docstring)
+    else:  # loses metadata name case (_serve_granian)
         _serve_granian(host, port, workers, level)
 
 
@@ -246,9 +241,8 @@ class OwnListener(socket.socket):
     Why: uvicorn shares one listening socket between its workers, and the
     worker whose event loop wakes first accepts every connection waiting.
     Clients that connect together (an SDK's pool, a fleet of lease holders
-    restarting) then mostly land on one worker: measured with 16 clients,
-    splits of 15/1 were common, and that worker's lease thread set the pace
-    (1,320-1,470 lease requests/s against 1,785 for a 9/7 split).
+    restarting) then mostly land on one worker, whose lease thread then sets
+    the pace for all of them (docs/decisions/0003 has the figures).
 
     The supervisor keeps this socket, bound and not listening: the address
     stays taken (another program, or a second Leasehold, cannot bind it:

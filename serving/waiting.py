@@ -1,34 +1,9 @@
-"""Acquires that wait for a held lease, held by a worker's event loop (the
-doors' part, and the wire: leases/domain/waiting.py).
-
-A waiting request is a coroutine: it holds its connection and a little
-memory, no thread and no lane. When its first attempt is refused because
-someone holds the lease, it waits for one of
-
-* a signal that the lease was released or broken, from any process or
-  instance (leases/services/wakeups.py: a unix datagram on SQLite, NOTIFY on
-  PostgreSQL, listened for only while the worker holds waiters; received
-  here by the loop, no thread);
-* the known end of the blocking state (the lease's expiry, the break's
-  end), a timer of the loop;
-* the end of its own wait,
-
-then tries again through the door and the service, in the lease lane, like
-any request. The end of its wait is the final attempt, whose refusal (409
-with retry_after) is recorded and answered.
-
-Per resource the waiters of a worker queue in arrival order, and a signal
-or timer wakes only the first: after a grant, or any answer other than
-"still held", the next is woken to learn the new state. So a release costs
-each worker one or two attempts, not one per waiter; a waiter woken that
-loses the race (another worker's waiter won) waits again in its place.
-A signal that arrives while a waiter is between attempts is not lost: the
-recent signals are kept with a count, and a waiter checks them before it
-sleeps.
-
-Waiters are bounded per principal and worker (LEASEHOLD_WAITERS_PER_PRINCIPAL):
-past it the doors refuse (JSON 429, Azure 503 ServerBusy, Retry-After: 1).
-"""
+"""Acquires that wait for a held lease, held by a worker's event loop (the doors' part, and the
+wire: leases/domain/waiting.py): a waiting request is a coroutine that holds its connection and a
+little memory, no thread and no lane, woken by a release or break signalled from any process or
+instance, by the known end of the blocking state, or by the end of its own wait, and then tried
+again in the lease lane like any request; docs/development/architecture.md ("Waiting acquires")
+tells the order of waiters and the bounds per principal."""
 
 from __future__ import annotations
 

@@ -62,13 +62,13 @@ def _flush_as_the_tests_need_it():
       with the rest, so the next test starts with nothing deletable, as
       production does;
     * a flush then sends post_migrate, which reads and writes back the
-      content types and permissions: 63 queries, 40 of the 44 ms a flush
-      took (about a minute of the suite). Those two tables are left alone
+      content types and permissions, most of a flush's time
+      (docs/development/tests.md has the figures). Those two tables are left alone
       (migrate made them; no test leaves them changed) and no post_migrate
       is sent (our one receiver puts back the history's triggers, which a
       flush does not drop);
     * on PostgreSQL the tables are emptied with DELETE, not TRUNCATE, which
-      makes new files for every table: 12% of the PostgreSQL pass."""
+      makes new files for every table and slows the whole PostgreSQL pass."""
     from django.core.management.commands import flush
     from django.db import connections
 
@@ -147,10 +147,10 @@ class _Handler(WSGIRequestHandler):
 class _ThreadingServer(WSGIServer):
     """wsgiref's server, each request on a thread of its own as with
     ThreadingMixIn, but threads are kept and reused: a new thread opens a new
-    database connection (connect and PRAGMAs, about half of an in-process
+    database connection (connect and PRAGMAs, a large part of an in-process
     request's time), and the suite makes tens of thousands of requests. A
     request that finds every thread busy gets a new one, so any number run
-    at once, as before."""
+    at once."""
 
     allow_reuse_address = True
 

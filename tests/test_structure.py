@@ -1,5 +1,5 @@
-"""The shape of the code, checked on every run (issue 16), so that it stays
-a house a newcomer can find their way in:
+"""The shape of the code, checked on every run, so that it stays a house a
+newcomer can find their way in:
 
 (a) no module under leases/, engines/, serving/, config/ or client/leasehold_client/
     is over MAX_LINES lines (migrations excepted: Django writes them), and
@@ -13,7 +13,12 @@ a house a newcomer can find their way in:
     import each other in a circle;
 (c) no private Django name (an underscore name Django defines, or its
     internal SQL compiler and database backend modules) outside the storage
-    layer, so that a Django upgrade breaks in one place.
+    layer, so that a Django upgrade breaks in one place;
+(d) every module of those packages says what it is and why in a docstring of
+    one paragraph (the longer story is docs/development/architecture.md's),
+    and no comment or docstring carries the history of a choice or a
+    benchmark figure (NOT_IN_COMMENTS: they belong in docs/decisions/ and
+    bench/).
 
 Today's exceptions are listed in the allowlists below, each with its reason.
 A new violation fails with the file, the line and what to do; an allowlist
@@ -25,7 +30,9 @@ Everything is read from the source with ``ast``; none of it is imported.
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -45,7 +52,7 @@ CONFIG_LINES = 400  # config/ is wiring: settings, URLs, entry points of a few l
 OVERSIZED_ALLOWED = {
     # 418: the whole pure state machine (states, actions, legacy versions,
     # reads and writes under a lease) in one file a reader checks against
-    # Azure's tables; "about 400" (issue 16), not worth splitting the table.
+    # Azure's tables; "about 400", not worth splitting the table.
     "leases/domain/machine.py",
 }
 
@@ -597,6 +604,94 @@ def test_the_architecture_diagram_matches_the_imports():
     assert documented_diagram() == layer_diagram(), (
         "docs/development/architecture.md's layer diagram no longer matches the imports: "
         "run `python tests/test_structure.py` to write it again")
+
+
+# ------------------------------------------------------------------ (d) docstrings and comments
+
+# What a comment or docstring may not carry: the history of a choice and benchmark figures belong in
+# docs/decisions/ and bench/, where they are told whole; code says what it does and why.
+NOT_IN_COMMENTS = {
+    "history": re.compile(r"\b(stop|issue|session) \d+|\bsince session\b|\bpreviously\b|\bdays? ago\b"
+                          r"|\bas before\b", re.IGNORECASE),
+    "a figure": re.compile(r"\d\s*%|\brequests?/s\b|\bmeasured\b|\b\d+(\.\d+)?\s*(ms|µs)\b"
+                           r"|\b\d+(\.\d+)?\s*(x|×)\s+(faster|slower|more|less|fewer)\b", re.IGNORECASE),
+}
+
+
+def module_docstring(path: Path) -> str | None:
+    return ast.get_docstring(parsed(path), clean=False)
+
+
+def docstrings_and_comments(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every comment (``tokenize``: code and strings that are data stay out) and every
+    line of every docstring of the file."""
+    source = path.read_text(encoding="utf-8")
+    found = [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+             if tok.type == tokenize.COMMENT]
+    for node in ast.walk(parsed(path)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None:
+                first = node.body[0].lineno
+                found += [(first + i, line) for i, line in enumerate(doc.splitlines())]
+    return found
+
+
+def essays(root: Path = REPO) -> list[str]:
+    """Modules (empty ones aside) whose docstring is missing or longer than one paragraph."""
+    found = []
+    for path in source_files(root, *PACKAGES):
+        if "migrations" in path.parts or not path.read_text(encoding="utf-8").strip():
+            continue  # an empty __init__.py only makes a package
+        doc = module_docstring(path)
+        if doc is None or not doc.strip():
+            found.append(f"{rel(path, root)}: no module docstring (one paragraph: what the module is and why)")
+        elif re.search(r"\n\s*\n", doc.strip()):
+            found.append(f"{rel(path, root)}: a module docstring of more than one paragraph "
+                         "(the longer story goes to docs/development/architecture.md)")
+    return found
+
+
+def test_module_docstrings_are_one_paragraph():
+    found = essays()
+    assert not found, "\n".join(found)
+
+
+def history_and_figures(root: Path = REPO) -> list[str]:
+    found = []
+    for path in source_files(root, *PACKAGES):
+        if "migrations" in path.parts:
+            continue
+        for line, text in docstrings_and_comments(path):
+            for what, pattern in NOT_IN_COMMENTS.items():
+                if match := pattern.search(text):
+                    found.append(f"{rel(path, root)}:{line}: {what} ({match.group(0)!r}) in: {text.strip()}")
+    return found
+
+
+def test_no_comment_carries_history_or_figures():
+    found = history_and_figures()
+    assert not found, ("history and benchmark figures go to docs/decisions/ (and bench/), not into code:\n"
+                       + "\n".join(found))
+
+
+def test_essays_history_and_figures_are_found(tmp_path):
+    root = source_tree(tmp_path, {
+        "leases/domain/a.py": '"""One.\n\nTwo."""\n',
+        "leases/domain/b.py": "x = 1\n",
+        "leases/domain/c.py": '"""Fine, one paragraph\nover two lines."""\nx = "%d%% done" % 5  # why, not when\n',
+        "engines/d.py": '"""Fast (stop 21)."""\n',
+        "serving/e.py": '"""E."""\n# +12-16% lease requests/s\ny = 2  # 0.18 ms\n',
+        "config/f.py": '"""F."""\ndef f():\n    """As before, but 3x faster."""\n',
+    })
+    assert essays(root) == [
+        "leases/domain/a.py: a module docstring of more than one paragraph "
+        "(the longer story goes to docs/development/architecture.md)",
+        "leases/domain/b.py: no module docstring (one paragraph: what the module is and why)"]
+    assert [hit.split(" in: ")[0] for hit in history_and_figures(root)] == [
+        "config/f.py:3: history ('As before')", "config/f.py:3: a figure ('3x faster')",
+        "engines/d.py:1: history ('stop 21')",
+        "serving/e.py:2: a figure ('6%')", "serving/e.py:3: a figure ('0.18 ms')"]
 
 
 if __name__ == "__main__":  # python tests/test_structure.py: write the diagram into the architecture page

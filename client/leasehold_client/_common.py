@@ -126,7 +126,7 @@ class ServerWait:
     """Whether an acquire loop asks the server to hold the request until the
     lease is free, and whether it may then try again at once. Asked until
     the answers show a server that does not hold it (Azure and Azurite ignore
-    the header and answer at once): from then on it polls, as before."""
+    the header and answer at once): from then on it polls, as it would against Azure."""
 
     def __init__(self):
         self.leasehold: bool | None = None  # a refusal's Server header said so

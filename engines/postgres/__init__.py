@@ -1,21 +1,9 @@
-"""Leasehold's PostgreSQL engine (settings' ENGINE for a postgresql:// LEASEHOLD_DATABASE):
-Django's PostgreSQL backend, with every database call bounded and connections that fail replaced.
-
-- The URL is handed to libpq whole (several hosts, target_session_attrs, sslmode, ...); what it does
-  not set is derived from ``LEASEHOLD_WRITE_WAIT`` (W): connect_timeout, TCP keepalives and
-  tcp_user_timeout, and in a server process (``serving()``) lock_timeout W and statement_timeout W + 1 s.
-- A wait for the server is bounded on the client's side too (base.BoundedConnection): a hung server
-  (SIGSTOP, a frozen VM) answers nothing and enforces no timeout of its own. Past the bound the
-  connection is closed and the call fails as "the database did not answer" (503 ServerBusy).
-- A connection is checked at every request's start and end without a round trip (its socket, its
-  status, whether the server is a standby) and replaced if it failed; ``drop_all()`` (leases/clockwatch
-  calls it when the database stops answering) breaks every connection of the process at once, so no
-  thread waits on a hung primary.
-- A new connection tries the host that last accepted one first (a failover then costs one
-  connect_timeout, not one per connection).
-
-This module imports no driver: ``serving()`` and ``drop_all()`` are safe to call on SQLite.
-"""
+"""Leasehold's PostgreSQL engine (settings' ENGINE for a postgresql:// LEASEHOLD_DATABASE): Django's
+PostgreSQL backend with every database call bounded, on the server's side and on the client's, and
+connections that fail replaced, so that a hung or failed-over database costs a request a bounded
+wait (503 ServerBusy), never a stuck thread; docs/development/architecture.md ("The PostgreSQL
+engine") tells how. This module imports no driver: ``serving()`` and ``drop_all()`` are safe to call
+on SQLite."""
 
 from __future__ import annotations
 
@@ -26,7 +14,7 @@ SERVING = False  # a server process: the session timeouts apply (not to manage.p
 
 
 def serving() -> None:
-    """This process serves requests: bound every statement and lock wait (module docstring)."""
+    """This process serves requests: bound every statement and lock wait (lock_timeout, statement_timeout)."""
     global SERVING
     SERVING = True
 

@@ -1,37 +1,9 @@
-"""Leasehold's SQLite engine: Django's SQLite backend plus a fair writer lock across processes.
-
-Every write transaction first takes an exclusive ``flock`` on
-``<db>.writer-lock`` and then ``BEGIN IMMEDIATE`` (writer_lock.py says why:
-SQLite's own busy handler lets processes starve each other).
-
-Its parts: writer_lock.py (the lock, and bounded waits for it),
-group_commit.py (one commit for the write transactions of a process's
-threads), checkpoints.py (WAL checkpoints off the request path), and here
-the DatabaseWrapper that ties them into Django's transactions.
-
-The fsync after the writer lock (``sync_outside_lock`` in OPTIONS, with
-synchronous=FULL): SQLite fsyncs the WAL inside COMMIT, so every other
-writer waits for that fsync too; it was the largest part of a lease
-transaction's time under the lock. Instead, a write transaction runs at
-synchronous=NORMAL (SQLite writes the WAL frames but does not fsync them),
-the writer lock is released after COMMIT, and then the connection fsyncs the
-WAL itself before the commit returns -- so, as with FULL, nobody is answered
-before their transaction is on disk, while the next writer already works
-under the lock; and one fsync flushes every frame written before it, by any
-process. Everything else on the connection stays at FULL. The difference
-from FULL: another connection can read the transaction during that fsync,
-before it is on disk (SQLite makes it visible on COMMIT). Any write that
-follows such a read is appended after it in the WAL, so its own fsync makes
-what it read durable first; only a pure read can report a state that a power
-cut within that fraction of a millisecond takes back, never a lease granted
-to the client who acquired it. ``sync_outside_lock: False`` keeps SQLite's
-own fsync under the lock.
-
-The wrapper overrides private hooks of Django's backend
-(``_start_transaction_under_autocommit``, ``_commit``, ``_rollback``,
-``_close``): engines/django_internals.py says what Django uses each for,
-and tests/storage/test_storage_contract.py checks that Django still calls them so.
-"""
+"""Leasehold's SQLite engine: the DatabaseWrapper that ties the writer lock (writer_lock.py), group
+commit (group_commit.py) and WAL checkpoints off the request path (checkpoints.py) into Django's
+transactions, and fsyncs the WAL after the writer lock is let go (``sync_outside_lock`` in OPTIONS),
+so that the next writer does not wait for this one's fsync; docs/development/architecture.md ("The
+fsync outside the lock") says why that is as durable as synchronous=FULL. The private hooks of
+Django's backend it overrides are listed with their use in engines/django_internals.py."""
 
 from __future__ import annotations
 
@@ -79,7 +51,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
         options = self.settings_dict["OPTIONS"]
         if self._writer_lock_path() is None:
             return conn
-        # No statement waits longer than a writer may (module docstring).
+        # No statement waits longer than a writer may (writer_lock.py).
         self._busy_ms = int(min(float(conn_params.get("timeout", 5)), self.write_wait) * 1000)
         conn.execute(f"PRAGMA busy_timeout={self._busy_ms}")
         synchronous = conn.execute("PRAGMA synchronous").fetchone()[0]
@@ -95,7 +67,7 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
 
     def group_commit(self, fn):
         """Run ``fn`` in a write transaction shared with the other threads of
-        this process that write at the same time (see the module docstring);
+        this process that write at the same time (group_commit.py);
         outside any transaction of the caller's. On an in-memory database,
         whose connections do not share data, a transaction of its own."""
         if self._writer_lock_path() is None:

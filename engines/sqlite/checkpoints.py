@@ -1,29 +1,8 @@
-"""WAL checkpoints off the request path.
-
-SQLite copies the WAL back into the
-database (a checkpoint, with fsyncs of its own) inside the commit that pushes
-the WAL past ``wal_autocheckpoint`` pages -- a request's commit, under the
-writer lock, so that request and every writer behind it wait
-(docs/decisions/0005). With ``checkpoint_interval`` set
-(OPTIONS), a daemon thread per process and database file checkpoints at that
-interval on a connection of its own: first beside the writers (PASSIVE),
-then, holding the writer lock for a moment, the few frames committed during
-that first pass, so the WAL is fully copied and the next writer starts it
-over instead of growing it. The request connections keep
-``wal_autocheckpoint`` only as a bound on the WAL should the thread fall
-behind or stop. Durability does not depend on it: commits still fsync the WAL.
-
-The pass under the writer lock is bounded: it copies only what was committed
-during the first pass, and under a stream of large writes (a 64 MiB upload
-is 64 commits of 1 MiB) that was tens of MiB, holding every lease commit
-behind it (docs/decisions/0005). So, with
-the lock taken, the round first reads from the WAL index (the ``-shm`` file,
-whose layout SQLite documents and keeps: walformat.html) how many frames
-that pass would copy; over ``LOCKED_FRAMES`` it lets the lock go at once,
-copies beside the writers again and looks again, a few times, then leaves it
-to the next round. The WAL then grows while large writes keep coming, and is
-started over at the first quiet moment.
-"""
+"""WAL checkpoints off the request path: with ``checkpoint_interval`` set (OPTIONS), a daemon thread
+per process and database file copies the WAL back into the database on a connection of its own, so
+that no request's commit pays for a checkpoint under the writer lock, and its pass under the writer
+lock is bounded (``LOCKED_FRAMES``) so that large writes do not hold lease commits behind it;
+docs/development/architecture.md ("WAL checkpoints") tells how, and docs/decisions/0005 why."""
 
 from __future__ import annotations
 
@@ -76,8 +55,8 @@ def _index_fd(path: str) -> int:
     process's connections held on it, among them the one that tells
     another process's first connection that the index is in use: that
     connection then took itself for the only one and truncated the index
-    under everybody's memory maps (both workers died of SIGBUS in the
-    hostile bench, stop 21) -- and the read locks that keep a checkpoint
+    under everybody's memory maps (every worker dies of SIGBUS:
+    docs/decisions/0005) -- and the read locks that keep a checkpoint
     from overwriting pages a reader still needs were gone too. A
     descriptor of a file that has since been deleted (a test database
     dropped) is closed when the path is next opened: no connection can
@@ -100,7 +79,8 @@ def _index_fd(path: str) -> int:
 
 class Checkpointer(threading.Thread):
     """PASSIVE WAL checkpoints of one database file, every ``interval``
-    seconds, on a connection of its own (see the module docstring)."""
+    seconds, on a connection of its own (docs/development/architecture.md,
+    "WAL checkpoints")."""
 
     def __init__(self, path: str, interval: float, synchronous: str):
         super().__init__(name=f"wal-checkpoint {os.path.basename(path)}", daemon=True)

@@ -1,15 +1,7 @@
-"""Group commit: one commit for the write transactions of a process's threads.
-
-With synchronous=FULL every commit waits for an fsync, and the
-writer lock is held meanwhile, so on a slow disk writers queue behind one
-fsync each. ``group_commit(fn)`` runs write transactions of the threads of
-one process together: whoever finds no transaction running takes the lock,
-runs every transaction queued by then -- each inside its own savepoint, so
-one's failure undoes only its own writes -- and commits them all with one
-fsync; nobody's call returns before the commit that covers it. Each caller
-still gets its own result or exception, and every acknowledged write is as
-durable as with one transaction each.
-"""
+"""Group commit: ``group_commit(fn)`` runs the write transactions of one process's threads that
+arrive together in one database transaction, each in a savepoint of its own, committed with one
+fsync, so that on a slow disk writers do not queue behind one fsync each; every caller gets its own
+result or exception, and none returns before the commit that covers it."""
 
 from __future__ import annotations
 

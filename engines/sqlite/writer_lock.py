@@ -1,24 +1,8 @@
-"""The writer lock: fair hand-over between the processes writing one file.
-
-SQLite's busy handler polls with growing sleeps, so under load two processes
-writing to one file can starve each other for seconds. Here every write
-transaction first takes an exclusive ``flock`` on ``<db>.writer-lock`` and
-then ``BEGIN IMMEDIATE``: waiters block in the kernel and are woken as soon as
-the holder commits, so hand-over is prompt and nobody spins. The lock is
-released on commit, rollback or close, and by the kernel if the process dies.
-
-Bounded waits: a writer that cannot take the writer lock within
-``write_wait`` seconds (OPTIONS, LEASEHOLD_WRITE_WAIT) gets ``WriterBusy``
-(engines.busy; the doors answer 503 ServerBusy), and so does
-one whose ``BEGIN IMMEDIATE`` finds SQLite's own lock held by another program
-past what is left of that wait. flock() cannot time out, so a contended lock
-is waited for by a helper thread of the connection, blocked in the kernel as
-before (hand-over stays prompt and fair); the writer waits for the helper at
-most the rest of its time. The wait counts from when the server had the
-whole request (``busy.received_at``, set by serving/asgi.py), so time spent
-queued behind other waiting writers is part of it. Reads take no lock and
-never wait for a writer (WAL); their busy timeout is bounded by the same wait.
-"""
+"""The writer lock: an exclusive ``flock`` on ``<db>.writer-lock`` taken before ``BEGIN IMMEDIATE``,
+so that writers in several processes queue in the kernel and are handed the lock promptly and fairly
+instead of starving each other in SQLite's busy handler, with the wait bounded by ``write_wait``
+(OPTIONS, LEASEHOLD_WRITE_WAIT) counted from the request's arrival, past which the writer gets
+``WriterBusy`` (503 ServerBusy); docs/development/architecture.md ("The writer lock") tells how."""
 
 from __future__ import annotations
 

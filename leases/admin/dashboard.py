@@ -1,10 +1,7 @@
-"""The dashboard on the admin index: how many leases are in each state, which
-end within the minute, and the latest breaks and refusals.
-
-The admin index is Django's own view, so the index template loads this panel
-from its own URL (and refreshes it); without script it is a page of its own.
-Every number is an indexed read: state counts stop at the list pages' cap.
-"""
+"""The dashboard on the admin index: how many leases are in each state, which end within the minute,
+and the latest breaks and refusals. The admin index is Django's own view, so the index template
+loads this panel from its own URL (and refreshes it); without script it is a page of its own. Every
+number is an indexed read: state counts stop at the list pages' cap."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""HTML fragments shared by the lease pages.
-
-Times are rendered in the server's time zone with seconds and re-rendered in
-the operator's by the script in ``admin/base_site.html``. A countdown carries
-the seconds left when the page was rendered, so the browser's clock never has
-to agree with the server's (nor with a test's moved clock)."""
+"""HTML fragments shared by the lease pages. Times are rendered in the server's time zone with
+seconds and re-rendered in the operator's by the script in ``admin/base_site.html``. A countdown
+carries the seconds left when the page was rendered, so the browser's clock never has to agree with
+the server's (nor with a test's moved clock)."""
 
 from __future__ import annotations
 

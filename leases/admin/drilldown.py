@@ -1,12 +1,9 @@
-"""The history's date drill-down, cheap at a million events.
-
-Django's ``date_hierarchy`` tag reads MIN and MAX in one query (a full scan
-on SQLite, which only shortcuts a lone MIN or MAX) and then a DISTINCT year,
-month or day over every matching row. This offers the calendar periods
-between the first and the last event instead, found by two seeks of the
-occurred_at index. A period offered may hold no event the filtered list
-shows; it then shows an empty page, which costs nothing to find out.
-"""
+"""The history's date drill-down, cheap at a million events. Django's ``date_hierarchy`` tag reads
+MIN and MAX in one query (a full scan on SQLite, which only shortcuts a lone MIN or MAX) and then a
+DISTINCT year, month or day over every matching row. This offers the calendar periods between the
+first and the last event instead, found by two seeks of the occurred_at index. A period offered may
+hold no event the filtered list shows; it then shows an empty page, which costs nothing to find
+out."""
 
 from __future__ import annotations
 

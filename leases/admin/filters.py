@@ -1,10 +1,7 @@
-"""List filters that stay fast on big tables.
-
-Every filter here narrows on an indexed column, and none lists its choices
-with a DISTINCT over the filtered table (Django's AllValuesFieldListFilter
-does, which reads every row): choices come from the small Account and
-Container tables, or from a loose index scan of the event indexes.
-"""
+"""List filters that stay fast on big tables. Every filter here narrows on an indexed column, and
+none lists its choices with a DISTINCT over the filtered table (Django's AllValuesFieldListFilter
+does, which reads every row): choices come from the small Account and Container tables, or from a
+loose index scan of the event indexes."""
 
 from __future__ import annotations
 

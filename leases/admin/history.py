@@ -1,8 +1,6 @@
-"""The lease history: read-only for everyone, filterable, exportable.
-
-Events are append-only (the model refuses updates, and so does a database
-trigger); the admin refuses add, change and delete to superusers as well.
-"""
+"""The lease history: read-only for everyone, filterable, exportable. Events are append-only (the
+model refuses updates, and so does a database trigger); the admin refuses add, change and delete to
+superusers as well."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""Holders: who holds how many leases now and since when (as Consul lists
-sessions per node), and breaking all of one holder's leases at once, for a
-crashed node, through the same confirmation, reason and service as any
-break.
-
-"Holds now" is a lease locked at the request's instant: leased (not past
-its expiry) or breaking (not past its break end). The holder is the actor of
-the acquire that started the lease (an account's key, an API token, an admin
-user) and the address it came from: services sharing one account key are
-told apart by their addresses. In URLs a holder is ``name from address``
-(``name`` alone: every address). One grouped read per model, narrowed by
-the (lease_state, expiry) and (lease_state, break time) indexes; no index
-leads with the holder column, so the holder filter and this page read the
-held leases' rows (bench/admin_pages.py times them)."""
+"""Holders: who holds how many leases now and since when (as Consul lists sessions per node), and
+breaking all of one holder's leases at once, for a crashed node, through the same confirmation,
+reason and service as any break. "Holds now" is a lease locked at the request's instant: leased (not
+past its expiry) or breaking (not past its break end). The holder is the actor of the acquire that
+started the lease (an account's key, an API token, an admin user) and the address it came from:
+services sharing one account key are told apart by their addresses. In URLs a holder is ``name from
+address`` (``name`` alone: every address). One grouped read per model, narrowed by the (lease_state,
+expiry) and (lease_state, break time) indexes; no index leads with the holder column, so the holder
+filter and this page read the held leases' rows (bench/admin_pages.py times them)."""
 
 from __future__ import annotations
 

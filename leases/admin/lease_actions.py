@@ -1,10 +1,7 @@
-"""Breaking and releasing leases from the admin, through the services.
-
-Break is an admin action on selected rows and a button on a detail page;
-both show a confirmation page first, as Django's delete does. Release is
-for superusers, from the detail page. Every outcome, refusals included, is
-recorded by the service with the staff user and the reason.
-"""
+"""Breaking and releasing leases from the admin, through the services. Break is an admin action on
+selected rows and a button on a detail page; both show a confirmation page first, as Django's delete
+does. Release is for superusers, from the detail page. Every outcome, refusals included, is recorded
+by the service with the staff user and the reason."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Pagination without counting a big table.
-
-The changelist asks its paginator for ``count`` on every page. On SQLite
-that is a scan of every matching row, and PostgreSQL's statistics estimate
-does not apply to filtered lists. Counting stops at ``CAP`` instead: beyond
-that an operator narrows the list with filters or search, and the templates
-show "10,000+"."""
+"""Pagination without counting a big table. The changelist asks its paginator for ``count`` on every
+page. On SQLite that is a scan of every matching row, and PostgreSQL's statistics estimate does not
+apply to filtered lists. Counting stops at ``CAP`` instead: beyond that an operator narrows the list
+with filters or search, and the templates show "10,000+"."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""Containers and blobs with their leases: lists, filters, search, and a
-detail page with the recent history and a "who held it at T" lookup.
-
-Nothing here writes a row. Lease columns change only through the services,
-as they do for the Azure endpoint and the API, so both admins are read-only
-for everyone, superusers included; breaking and releasing are the views of
-``lease_actions``, which call the services as the staff user.
-"""
+"""Containers and blobs with their leases: lists, filters, search, and a detail page with the recent
+history and a "who held it at T" lookup. Nothing here writes a row. Lease columns change only
+through the services, as they do for the Azure endpoint and the API, so both admins are read-only
+for everyone, superusers included; breaking and releasing are the views of ``lease_actions``, which
+call the services as the staff user."""
 
 from __future__ import annotations
 

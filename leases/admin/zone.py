@@ -1,12 +1,9 @@
-"""One time zone throughout the admin: the operator's browser's.
-
-The page script (admin/base_site.html) stores the browser's IANA zone in
-the ``leasehold_tz`` cookie; this middleware activates it for admin
-requests, so that server-rendered times, the history's day drill-down (its
-days are cut in the active zone), "who held it at T" and the script's
-rendering of times all use the same zone. Without the cookie, or with a
-zone Python does not know, the server's TIME_ZONE applies, and the page
-says which."""
+"""One time zone throughout the admin: the operator's browser's. The page script
+(admin/base_site.html) stores the browser's IANA zone in the ``leasehold_tz`` cookie; this
+middleware activates it for admin requests, so that server-rendered times, the history's day
+drill-down (its days are cut in the active zone), "who held it at T" and the script's rendering of
+times all use the same zone. Without the cookie, or with a zone Python does not know, the server's
+TIME_ZONE applies, and the page says which."""
 
 from __future__ import annotations
 

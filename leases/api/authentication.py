@@ -1,10 +1,7 @@
-"""Who is calling the JSON API: a bearer API token (acting as its user), an
-account's SharedKey (as on the Azure endpoint), or an admin session.
-
-Presented credentials that are not valid are a 401 ``AuthenticationFailed``,
-whichever the scheme: in this API 401 means "who are you?" and 403 means
-"not allowed" (the Azure endpoint keeps Azure's 403 for a bad signature).
-"""
+"""Who is calling the JSON API: a bearer API token (acting as its user), an account's SharedKey (as
+on the Azure endpoint), or an admin session. Presented credentials that are not valid are a 401
+``AuthenticationFailed``, whichever the scheme: in this API 401 means "who are you?" and 403 means
+"not allowed" (the Azure endpoint keeps Azure's 403 for a bad signature)."""
 
 from __future__ import annotations
 

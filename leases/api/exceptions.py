@@ -1,13 +1,8 @@
-"""The one exception handler of the JSON API.
-
-Every refusal becomes ``{"code", "message", "request_id", ...}`` with the
-Azure error code and status of the domain error, so a client handles both
-doors alike. DRF's own exceptions are given codes from the same vocabulary.
-
-Unlike DRF's default handler this never calls ``set_rollback()``: services
-commit the history event of a refused action before raising, and nothing
-here may undo it.
-"""
+"""The one exception handler of the JSON API. Every refusal becomes ``{"code", "message",
+"request_id", ...}`` with the Azure error code and status of the domain error, so a client handles
+both doors alike. DRF's own exceptions are given codes from the same vocabulary. Unlike DRF's
+default handler this never calls ``set_rollback()``: services commit the history event of a refused
+action before raising, and nothing here may undo it."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Query filters of the list endpoints (django-filter).
-
-Lease state filters are evaluated in SQL as of the request's instant
-(``effective_state_q``), so "expired" and "broken" find leases whose
-deadline passed without any write having touched the row.
-"""
+"""Query filters of the list endpoints (django-filter). Lease state filters are evaluated in SQL as
+of the request's instant (``effective_state_q``), so "expired" and "broken" find leases whose
+deadline passed without any write having touched the row."""
 
 from __future__ import annotations
 

@@ -1,18 +1,11 @@
-"""Health and metrics endpoints for operators and orchestrators.
-
-    GET /health/live    200 while the process answers; touches nothing else.
-    GET /health/ready   200 if the database answers, is writable, is fully
-                        migrated and has the history's append-only triggers;
-                        otherwise 503 with the problems (JSON). Warnings
-                        (a clock step, leases/operations/clockwatch.py) leave it 200.
-    GET /metrics        Prometheus text format (leases/operations/metrics.py), for a
-                        superuser or a user with leases.view_leaseevent, by
-                        API token or admin session, as the history's API.
-
-The health endpoints take no authentication (a load balancer's probe has
-none) and say nothing secret; readiness costs a few small queries and one
-empty write transaction (BEGIN IMMEDIATE, ROLLBACK: no fsync).
-"""
+"""Health and metrics endpoints for operators and orchestrators: ``GET /health/live`` is 200 while
+the process answers and touches nothing else; ``GET /health/ready`` is 200 if the database answers,
+is writable, is fully migrated and has the history's append-only triggers, otherwise 503 with the
+problems (JSON), warnings (a clock step, leases/operations/clockwatch.py) leaving it 200; ``GET
+/metrics`` is Prometheus text (leases/operations/metrics.py), for a superuser or a user with
+leases.view_leaseevent, by API token or admin session, as the history's API. The health endpoints
+take no authentication (a load balancer's probe has none) and say nothing secret; readiness costs a
+few small queries and one empty write transaction (BEGIN IMMEDIATE, ROLLBACK: no fsync)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Lease actions on a container or a blob:
-
-    POST /api/v1/leases/{action}/{account}/{container}
-    POST /api/v1/leases/{action}/{account}/{container}/{blob}
-
-The action comes before the resource because a blob name may contain '/':
-``.../{blob}/acquire`` could not tell an action on blob "x" from blob
-"x/acquire". Success codes are the Azure endpoint's (201 acquire, 200 renew,
-change and release, 202 break), as are the refusals.
-"""
+"""Lease actions on a container or a blob, ``POST
+/api/v1/leases/{action}/{account}/{container}[/{blob}]``: the action comes before the resource
+because a blob name may contain '/', so ``.../{blob}/acquire`` could not tell an action on blob "x"
+from blob "x/acquire". Success codes are the Azure endpoint's (201 acquire, 200 renew, change and
+release, 202 break), as are the refusals."""
 
 from __future__ import annotations
 

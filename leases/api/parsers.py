@@ -1,13 +1,9 @@
-"""JSON request bodies, bounded and storable.
-
-DRF before 3.16 hands parsers the raw request stream, which bypasses
-Django's DATA_UPLOAD_MAX_MEMORY_SIZE check, so the bound is applied here too
-(later DRF reads request.body, and the exception handler maps Django's
-RequestDataTooBig to the same 413). Strings must
-be storable, as the Azure endpoint's header-borne values always are: JSON can
-spell a lone surrogate (``"\\ud800"``), which cannot be encoded to UTF-8, and
-a NUL, which PostgreSQL text refuses.
-"""
+"""JSON request bodies, bounded and storable. DRF before 3.16 hands parsers the raw request stream,
+which bypasses Django's DATA_UPLOAD_MAX_MEMORY_SIZE check, so the bound is applied here too (later
+DRF reads request.body, and the exception handler maps Django's RequestDataTooBig to the same 413).
+Strings must be storable, as the Azure endpoint's header-borne values always are: JSON can spell a
+lone surrogate (``"\\ud800"``), which cannot be encoded to UTF-8, and a NUL, which PostgreSQL text
+refuses."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""CSV and NDJSON exports of the lease history.
-
-Content negotiation (``Accept`` or ``?format=``) picks one of these; the
-view then streams rows through it, so an export of any size is never held
-in memory. Both write the same columns with the same value formatting as
-the JSON list (ISO 8601 times, hyphenated lease ids).
-"""
+"""CSV and NDJSON exports of the lease history. Content negotiation (``Accept`` or ``?format=``)
+picks one of these; the view then streams rows through it, so an export of any size is never held in
+memory. Both write the same columns with the same value formatting as the JSON list (ISO 8601 times,
+hyphenated lease ids)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Request and response shapes of the JSON API.
-
-Lease parameters (``duration``, ``lease_id``, ...) are checked here for their
-JSON type only; the view parses them with the Azure door's rules
-(leases.domain.lease_params) and the state machine decides whether they are missing
-or out of range, so both doors refuse with the same code and both record the
-refusal.
-"""
+"""Request and response shapes of the JSON API. Lease parameters (``duration``, ``lease_id``, ...)
+are checked here for their JSON type only; the view parses them with the Azure door's rules
+(leases.domain.lease_params) and the state machine decides whether they are missing or out of range,
+so both doors refuse with the same code and both record the refusal."""
 
 from __future__ import annotations
 

@@ -1,31 +1,10 @@
-"""Request-rate limits that hold across the server's worker processes
-(granian's, serving/server.py).
-
-Why not DRF's cache-based throttles: with LocMemCache every worker counts on
-its own (N workers allow N times the rate), and every cache backend is used
-read-modify-write (get the history, append, set), so concurrent workers
-overwrite each other's hits. Why not a table in a SQLite lease database: every API
-request would then queue for SQLite's single writer lock behind lease
-writes, which are what this server is for.
-
-So the counters live in a small SQLite file of their own
-(``LEASEHOLD_THROTTLE_DATABASE``). Each hit is one ``BEGIN IMMEDIATE``
-transaction, which SQLite serialises across processes, so a limit is exact
-however many workers share the file. It is written with ``synchronous=OFF``:
-losing the last counts in a power cut is harmless. The limit is a sliding
-window, estimated from the counts of the current and the previous fixed
-window (the previous one weighted by how much of it still overlaps), which
-avoids the double burst a fixed window allows at its boundary.
-
-On PostgreSQL, where several instances (hosts) share the database, the
-counters are in the database instead (``DatabaseCounter``, the table
-leases_apiratecount): PostgreSQL has no single writer lock to queue
-behind, and a per-host file would let each instance admit the whole rate.
-One statement per hit counts it and reads the previous window; the upsert
-locks the key's row until commit, so hits on one key are serialised across
-instances, and a refused hit rolls back its count. The table is unlogged:
-no WAL and no fsync per API request.
-"""
+"""Request-rate limits of the JSON API that hold across the server's worker processes and instances:
+on SQLite the counters live in a small SQLite file of their own (``LEASEHOLD_THROTTLE_DATABASE``,
+one ``BEGIN IMMEDIATE`` per hit, exact however many workers share it, never queued behind lease
+writes), on PostgreSQL in an unlogged table of the database (``DatabaseCounter``), because DRF's
+cache-based throttles count per worker and lose concurrent hits; the limit is a sliding window
+estimated from two fixed ones. docs/development/architecture.md ("Rate limits of the JSON API")
+tells how."""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
-"""Who is calling, known before a lease request queues (serving/admission.py).
-
-The server asks ``identify(environ)`` as soon as a lease request is received
-whole, on the event loop, before it takes a lease-lane slot or joins a lease
-batch: a request whose credentials fail, or that has none, is answered there
-and never reaches the lease lane or the writer. A request that passes gets
-its principal (``account:<name>``, ``token:<name>``, ``user:<name>``), which
-the lease lane shares fairly (serving/lanes.py).
-
-Each kind of credential is one check in ``CHECKS``, tried in the JSON API's
-order (a bearer token, SharedKey, a session; the Azure door accepts a SAS or
-SharedKey): a check answers None when the request does not carry its kind, a
-principal when it is valid, or raises ``Refused``. Another kind plugs in
-with ``register``. The doors still authenticate the request as they
-always did (this is a gate in front of them, not a replacement); a SharedKey
-verified here is not computed twice (``VERIFIED``).
-
-What a check reads from the database (an account's keys, a token's digest,
-a session) is remembered briefly for valid credentials only. A lookup for a
-credential never seen valid is what a flood of made-up credentials costs, so
-the server may forbid it (``may_look_up`` false: that address has used up
-its allowance of failed requests) and the request is then refused as
-throttled, without a lookup.
-"""
+"""Who is calling, known before a lease request queues: the server asks ``identify(environ)`` on the
+event loop as soon as a lease request is received whole (serving/admission.py), so that a request
+whose credentials fail, or that has none, is answered there and never reaches the lease lane or the
+writer, and one that passes carries its principal (``account:<name>``, ``token:<name>``,
+``user:<name>``), by which the lease lane is shared (serving/lanes.py). Each kind of credential is
+one check in ``CHECKS`` (another plugs in with ``register``); the doors still authenticate the
+request themselves. docs/development/architecture.md ("Credentials before the lease lane") tells how
+checks answer and what is remembered."""
 
 from __future__ import annotations
 

@@ -1,18 +1,13 @@
-"""Shared access signatures (SAS) on the Azure door: an account SAS
-(``ss``/``srt``) or a service SAS for a blob or a container (``sr=b``,
-``sr=c``), signed with an account key, optionally naming a container's
-stored access policy (``si``). ``verify`` checks a request's SAS (its
-signature, times, address and protocol) and answers the grant, or raises
-Azure's error; ``authorize`` checks a grant against one operation (its
-service, resource type and permissions). No request or response object is
-read here beyond the WSGI environ, so the lean lease path and the general
-view call the same two functions. User-delegation SAS (signed with a key
-from Entra ID) is not accepted.
-
-The string-to-sign of each signed version is the one the SDKs build
-(azure-storage-blob's ``_shared_access_signature.py``, @azure/storage-blob's
-``BlobSASSignatureValues`` and ``AccountSASSignatureValues``).
-"""
+"""Shared access signatures (SAS) on the Azure door: an account SAS (``ss``/``srt``) or a service
+SAS for a blob or a container (``sr=b``, ``sr=c``), signed with an account key, optionally naming a
+container's stored access policy (``si``). ``verify`` checks a request's SAS (its signature, times,
+address and protocol) and answers the grant, or raises Azure's error; ``authorize`` checks a grant
+against one operation (its service, resource type and permissions). No request or response object is
+read here beyond the WSGI environ, so the lean lease path and the general view call the same two
+functions. User-delegation SAS (signed with a key from Entra ID) is not accepted. The string-to-sign
+of each signed version is the one the SDKs build (azure-storage-blob's
+``_shared_access_signature.py``, @azure/storage-blob's ``BlobSASSignatureValues`` and
+``AccountSASSignatureValues``)."""
 
 from __future__ import annotations
 

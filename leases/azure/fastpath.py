@@ -1,28 +1,11 @@
-"""The lean path for the Azure door's hot request: Lease Container and Lease
-Blob (``PUT ...?comp=lease``), which lease holders send every few seconds.
-
-Why: through the general path (handler.AzureDoorHandler: WSGIRequest,
-Django's URL resolver, DRF's APIView, Request, negotiation, authentication
-and permission classes) a lease request spent about as much CPU in that
-machinery as in its own work. Here the same steps run as plain calls on the
-WSGI environ, in the same order, through the same functions:
-
-    header values, x-ms-version         inputs.check_header_values, lease_request.check_version
-    SharedKey or a SAS, its rights     auth.credentials, auth.permit
-    the lease itself                   write_together (services.lease_actions_together)
-    any refusal or failure             exceptions.azure_exception_handler (the one place)
-    request id, version, date, ...     lease_request.finish
-    4xx/5xx logging                    django.utils.log.log_response, as the general path
-
-Only requests of the usual shape come here (``takes``): a PUT, no body, a
-query of ``comp=lease`` (``restype=container`` for a container, optionally
-``timeout``) in plain characters and a SAS's parameters as the SDKs encode
-them, a path of a well-formed account and a container (and blob) name.
-Everything else -- an odd query, another percent-encoded parameter, a
-snapshot, a body -- goes the general way, whose
-answers this path must equal (tests/azure/test_azure_fastpath.py sends the
-same requests both ways and compares status, headers, body and history).
-"""
+"""The lean path for the Azure door's hot request, Lease Container and Lease Blob (``PUT
+...?comp=lease``), which lease holders send every few seconds: the general path's machinery
+(WSGIRequest, URL resolver, DRF's APIView, negotiation, authentication and permission classes) cost
+a lease request about as much CPU as its own work, so here the same steps run as plain calls on the
+WSGI environ, in the same order, through the same functions, for requests of the usual shape only
+(``takes``), whose answers must equal the general path's (tests/azure/test_azure_fastpath.py
+compares them). docs/development/architecture.md ("The lean lease path") lists the steps and the
+shape; docs/decisions/0006 says why."""
 
 from __future__ import annotations
 

@@ -1,14 +1,10 @@
-"""Leasehold's settings: every LEASEHOLD_* environment variable, read and
-checked once, at start, into one typed object.
-
-``current()`` is that object for this process: the server launcher, its
-workers, the export helper and Django's settings module (config/settings.py)
-all read it, and nothing else reads the environment. A bad value stops the
-start with one line naming the variable (``SettingError``), before anything
-is served. docs/reference/configuration.md lists every variable; a test
-holds the two together. No Django here beyond its exception class: the
-launcher reads this before Django is set up.
-"""
+"""Leasehold's settings: every LEASEHOLD_* environment variable, read and checked once, at start,
+into one typed object. ``current()`` is that object for this process: the server launcher, its
+workers, the export helper and Django's settings module (config/settings.py) all read it, and
+nothing else reads the environment. A bad value stops the start with one line naming the variable
+(``SettingError``), before anything is served. docs/reference/configuration.md lists every variable;
+a test holds the two together. No Django here beyond its exception class: the launcher reads this
+before Django is set up."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
-"""Parsing LEASEHOLD_* environment variables: one small typed helper per
-kind of value, so every variable is parsed the same way and a bad value
-stops the server at start with a message naming the variable, what it must
-be and what it was. leases/conf/__init__.py reads every variable through these, once.
-
-Rules common to all: an unset variable, or one set to the empty string,
-takes the default (``env_str(..., allow_empty=True)`` is the exception, for
-a variable where empty means something); surrounding white space is
-ignored for numbers, booleans and choices.
-
-No Django here beyond its exception class. ``environ`` (default:
-os.environ) lets a caller read from a mapping of its own.
-"""
+"""Parsing LEASEHOLD_* environment variables: one small typed helper per kind of value, so every
+variable is parsed the same way and a bad value stops the server at start with a message naming the
+variable, what it must be and what it was. leases/conf/__init__.py reads every variable through
+these, once. Rules common to all: an unset variable, or one set to the empty string, takes the
+default (``env_str(..., allow_empty=True)`` is the exception, for a variable where empty means
+something); surrounding white space is ignored for numbers, booleans and choices. No Django here
+beyond its exception class. ``environ`` (default: os.environ) lets a caller read from a mapping of
+its own."""
 
 from __future__ import annotations
 

@@ -1,17 +1,12 @@
-"""What both doors take from a client's headers alike: its request id, and
-the names of ``x-ms-meta-*`` headers as WSGI hands them over. The rules on
-metadata names and values themselves are leases/domain/metadata.py's.
-
-WSGI upper-cases header names and folds ``-`` into ``_``
-(``x-ms-meta-Build_Id`` arrives as ``HTTP_X_MS_META_BUILD_ID``), so under
-plain WSGI a metadata name arrives lower-cased, and a ``_`` in it is a
-``_``: a C# identifier cannot hold ``-``. The production front
-(serving/front.py) also hands over the header pairs as sent, in
-``environ["leasehold.raw_headers"]``: there names keep their case, as on
-Azure. Only the signature tells a client that did
-send ``-`` apart (leases/auth/sharedkey.py asks ``signed_metadata_header`` both
-ways); such a name is refused with ``dash_in_metadata_name``.
-"""
+"""What both doors take from a client's headers alike: its request id, and the names of
+``x-ms-meta-*`` headers as WSGI hands them over. The rules on metadata names and values themselves
+are leases/domain/metadata.py's. WSGI upper-cases header names and folds ``-`` into ``_``
+(``x-ms-meta-Build_Id`` arrives as ``HTTP_X_MS_META_BUILD_ID``), so under plain WSGI a metadata name
+arrives lower-cased, and a ``_`` in it is a ``_``: a C# identifier cannot hold ``-``. The production
+front (serving/front.py) also hands over the header pairs as sent, in
+``environ["leasehold.raw_headers"]``: there names keep their case, as on Azure. Only the signature
+tells a client that did send ``-`` apart (leases/auth/sharedkey.py asks ``signed_metadata_header``
+both ways); such a name is refused with ``dash_in_metadata_name``."""
 
 from __future__ import annotations
 

@@ -1,30 +1,10 @@
-"""The one clock seam: lease time.
-
-Lease time is the database's: on PostgreSQL its ``clock_timestamp()``, read
-in the statement that locks the row (leases.storage.dbclock), so that several
-server instances, whatever their own clocks say, decide by one clock; on
-SQLite the machine's clock, read once per transaction, after the writer
-lock. ``decide()`` turns such a reading into the time of a decision.
-
-Lease time never runs backwards: on PostgreSQL a decision's time is at least
-the high-water mark in the database (leases_leaseclock, which every instance
-advances about once a second, leases.operations.clockwatch), so a step back of the
-database's clock holds lease time still until the clock catches up: a lease
-lasts longer then, never less.
-
-``now()`` is this process's reading of lease time without a round trip, for
-what is shown rather than decided (lease state in a listing, the Date
-header, SharedKey's skew check): the database's time as last read here
-(``observe``), carried forward by the monotonic clock; the machine's clock
-until the first reading. ``observe`` also compares each reading of the
-database's clock with that estimate: a difference of more than
-``STEP_SECONDS`` is a clock step (one of the two clocks jumped).
-
-Tests move time with ``advance()`` (or pin it with ``freeze()``) instead of
-sleeping: the offset (or the pinned time) is applied to every reading in
-this process, the database's included, which is where the test live server
-runs too. Nothing but a test calls them.
-"""
+"""The one clock seam, lease time, so that every decision about a lease is made by one clock that
+never runs backwards: the database's on PostgreSQL (read in the statement that locks the row,
+leases.storage.dbclock, so that several instances decide by one clock whatever their own say), the
+machine's on SQLite (read once per transaction, after the writer lock); ``decide()`` turns such a
+reading into the time of a decision, ``now()`` is this process's reading without a round trip, for
+what is shown rather than decided, and tests move time with ``advance()`` or ``freeze()`` instead of
+sleeping. docs/development/architecture.md ("Lease time") tells how."""
 
 from __future__ import annotations
 

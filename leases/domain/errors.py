@@ -1,11 +1,7 @@
-"""Domain errors carrying the Azure error code, HTTP status and message.
-
-Pure Python: the state machine raises these, and each adapter (Azure XML,
-JSON) turns them into its own wire shape in one exception handler.
-
-Messages are the real service's strings (docs/reference/azure-compatibility.md §5.1); the
-ones that name the resource come in a blob and a container variant.
-"""
+"""Domain errors carrying the Azure error code, HTTP status and message. Pure Python: the state
+machine raises these, and each adapter (Azure XML, JSON) turns them into its own wire shape in one
+exception handler. Messages are the real service's strings (docs/reference/azure-compatibility.md
+§5.1); the ones that name the resource come in a blob and a container variant."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
-"""Lease id fingerprints: what every reader sees in place of a lease id.
-
-A lease id is a capability: whoever knows it can renew, change or release
-the lease. Only the answer to the acquire or change that made it carries it
-(and a renew's, which echoes the id its caller sent); history, exports, the
-JSON API's reads, admin pages, logs and metrics show its fingerprint instead:
-the first 12 hex digits of the SHA-256 of the id in its canonical spelling
-(lowercase, hyphenated), so that anyone holding an id can compute its
-fingerprint (``printf %s <id> | sha256sum | cut -c1-12``) and find its
+"""Lease id fingerprints: what every reader sees in place of a lease id. A lease id is a capability:
+whoever knows it can renew, change or release the lease. Only the answer to the acquire or change
+that made it carries it (and a renew's, which echoes the id its caller sent); history, exports, the
+JSON API's reads, admin pages, logs and metrics show its fingerprint instead: the first 12 hex
+digits of the SHA-256 of the id in its canonical spelling (lowercase, hyphenated), so that anyone
+holding an id can compute its fingerprint (``printf %s <id> | sha256sum | cut -c1-12``) and find its
 events. Unkeyed, so it never changes with the server's secret key
-(docs/decisions/0029-lease-id-fingerprints.md says why that is safe).
-"""
+(docs/decisions/0029-lease-id-fingerprints.md says why that is safe)."""
 
 from __future__ import annotations
 

@@ -1,16 +1,9 @@
-"""Lease ids as .NET's ``Guid.Parse`` reads them (Azure is a .NET service and
-its documentation says "any valid GUID string format"), minus the ``X``
-format (``{0x...,0x...,{0x...}}``), which no client sends:
-
-- ``N``: 32 hex digits;
-- ``D``: hyphenated 8-4-4-4-12;
-- ``B``: ``D`` in braces; ``P``: ``D`` in parentheses.
-
-Hex digits in either case; white space around the value is ignored, as
-.NET ignores it. Python's ``uuid.UUID`` alone is laxer (``urn:uuid:``
-prefixes, hyphens anywhere, braces around ``N``), so the spelling is checked
-here first.
-"""
+"""Lease ids as .NET's ``Guid.Parse`` reads them (Azure is a .NET service and its documentation says
+"any valid GUID string format"), minus the ``X`` format (``{0x...,0x...,{0x...}}``), which no client
+sends: ``N`` (32 hex digits), ``D`` (hyphenated 8-4-4-4-12), ``B`` (``D`` in braces) and ``P``
+(``D`` in parentheses), hex digits in either case, white space around the value ignored as .NET
+ignores it. Python's ``uuid.UUID`` alone is laxer (``urn:uuid:`` prefixes, hyphens anywhere, braces
+around ``N``), so the spelling is checked here first."""
 
 from __future__ import annotations
 

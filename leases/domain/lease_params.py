@@ -1,13 +1,10 @@
-"""Lease parameters as the doors receive them, parsed once.
-
-The Azure door gets ``x-ms-lease-id``, ``x-ms-proposed-lease-id``,
-``x-ms-lease-duration`` and ``x-ms-lease-break-period`` as header strings;
-the JSON API gets lease ids as JSON strings and the numbers as JSON integers.
-Both parse them here, by the same rules (lease ids in any .NET GUID spelling,
-leases.domain.guids; whole numbers), into the typed values the services take. A value
-that does not parse is 400 InvalidHeaderValue naming its field. Ranges
-(15-60 s, -1; 0-60 s) are not checked here: the state machine checks them.
-"""
+"""Lease parameters as the doors receive them, parsed once. The Azure door gets ``x-ms-lease-id``,
+``x-ms-proposed-lease-id``, ``x-ms-lease-duration`` and ``x-ms-lease-break-period`` as header
+strings; the JSON API gets lease ids as JSON strings and the numbers as JSON integers. Both parse
+them here, by the same rules (lease ids in any .NET GUID spelling, leases.domain.guids; whole
+numbers), into the typed values the services take. A value that does not parse is 400
+InvalidHeaderValue naming its field. Ranges (15-60 s, -1; 0-60 s) are not checked here: the state
+machine checks them."""
 
 from __future__ import annotations
 

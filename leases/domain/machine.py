@@ -1,27 +1,11 @@
-"""The lease state machine: pure functions, no Django, no I/O.
-
-    stored record + action + parameters + now -> Outcome(new record, response)
-                                              or LeaseholdError(Azure code)
-
-A record stores absolute deadlines; the state a client sees is derived from
-them and ``now`` (``effective_state``), so nothing here depends on a
-background thread, and leases keep running on wall-clock time while the
-server is down. Cell by cell this follows docs/reference/azure-compatibility.md §3.2
-(lease operations) and §4.2 (reads and writes under a lease).
-
-Blobs and containers share every lease-operation cell. They differ in what a
-*write* does to an expired or broken lease: a blob write forgets the lease
-(so a later renew fails), a container write does not (``after_write``).
-
-``legacy=True`` gives the semantics of x-ms-version before 2012-02-12
-(Lease Blob "Changes ... introduced in version 2012-02-12"): fixed 60 s
-leases, no duration, proposed id or break period, no change, no container
-leases; a released lease can still be renewed or broken; breaking a breaking
-or broken lease is 409 LeaseAlreadyBroken. A legacy release keeps the lease
-id on the now ``available`` record (``released``): current-version actions
-never look at an available record's id, so they see exactly what they
-would have seen without it.
-"""
+"""The lease state machine, pure functions with no Django and no I/O: a stored record, an action,
+its parameters and ``now`` give an ``Outcome`` (the new record and the response) or a
+``LeaseholdError`` carrying the Azure code, cell by cell as docs/reference/azure-compatibility.md
+§3.2 (lease operations) and §4.2 (reads and writes under a lease) say. A record stores absolute
+deadlines and the state a client sees is derived from them and ``now`` (``effective_state``), so
+nothing depends on a background thread; docs/development/architecture.md ("The state machine") tells
+what differs between blobs and containers and what ``legacy=True`` (x-ms-version before 2012-02-12)
+changes."""
 
 from __future__ import annotations
 

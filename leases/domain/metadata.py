@@ -1,14 +1,10 @@
-"""Metadata as Azure holds it, for every door (Azure headers, JSON API,
-services): one home for the rules.
-
-- Names are C# identifiers (ASCII letters, digits and ``_``, not starting
-  with a digit). C# keywords are not refused: Azure does not refuse them.
-- Two names may not differ only in case (Azure compares them ignoring case).
-- Values travel as HTTP header values on the Azure door, so they are
-  printable ASCII (a tab inside is allowed; HTTP would trim one at an end).
-- All names and values together are at most 8 KiB (Azure's limit); more is
-  400 MetadataTooLarge, where Azure answers the same.
-"""
+"""Metadata as Azure holds it, the one home of its rules for every door (Azure headers, JSON API,
+services): names are C# identifiers (ASCII letters, digits and ``_``, not starting with a digit; C#
+keywords are not refused, as Azure does not refuse them), and two may not differ only in case (Azure
+compares them ignoring case); values travel as HTTP header values on the Azure door, so they are
+printable ASCII (a tab inside is allowed; HTTP would trim one at an end); all names and values
+together are at most 8 KiB (Azure's limit), more is 400 MetadataTooLarge, where Azure answers the
+same."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""Resource names every door accepts: the rules of Azure's naming page, plus
-the characters XML 1.0 cannot carry, refused up front so that List Blobs
-always answers XML the SDKs parse (Azure would answer such names with
-``Encoded="true"``; refusing them is the simpler promise).
-
-Refused in blob names: the C0 controls (U+0000-U+001F, including tab, CR and
-LF: XML turns a CR into LF, so such a name would not survive a listing), DEL
-(U+007F), surrogates (U+D800-U+DFFF: no UTF-8 spelling) and the
-non-characters U+FFFE and U+FFFF.
-"""
+"""Resource names every door accepts: the rules of Azure's naming page, plus the characters XML 1.0
+cannot carry, refused up front so that List Blobs always answers XML the SDKs parse (Azure would
+answer such names with ``Encoded="true"``; refusing them is the simpler promise). Refused in blob
+names: the C0 controls (U+0000-U+001F, including tab, CR and LF: XML turns a CR into LF, so such a
+name would not survive a listing), DEL (U+007F), surrogates (U+D800-U+DFFF: no UTF-8 spelling) and
+the non-characters U+FFFE and U+FFFF."""
 
 from __future__ import annotations
 

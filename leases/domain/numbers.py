@@ -1,11 +1,8 @@
-"""Whole numbers from clients, parsed one strict way for every door.
-
-Header values (Azure), JSON integers (the JSON API) and form values (the
-admin) come here: ASCII digits with an optional leading minus -- no "+",
-no "--15", no "²", no floats or booleans -- and the range is checked before
-the number is used for any arithmetic, storage or time conversion. The
-length is checked before ``int()``, so a huge string costs nothing.
-"""
+"""Whole numbers from clients, parsed one strict way for every door. Header values (Azure), JSON
+integers (the JSON API) and form values (the admin) come here: ASCII digits with an optional leading
+minus -- no "+", no "--15", no "²", no floats or booleans -- and the range is checked before the
+number is used for any arithmetic, storage or time conversion. The length is checked before
+``int()``, so a huge string costs nothing."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
-"""Text cells of a CSV export that a spreadsheet would run as a formula
-(OWASP's CSV injection): quoted with a leading ``'``.
-
-A spreadsheet skips leading spaces before a formula's ``=`` and reads the
-full-width forms (``＝``, ``＋``, ``－``, ``＠``) as the ASCII ones, so a
-cell is looked at after its leading white space (and the invisible
-characters that count as none), its first character in NFKC form. Cells
-starting with a tab, a carriage return or a line feed are quoted too.
-Client request ids, user agents, reasons and names come from clients.
-"""
+"""Text cells of a CSV export that a spreadsheet would run as a formula (OWASP's CSV injection):
+quoted with a leading ``'``. A spreadsheet skips leading spaces before a formula's ``=`` and reads
+the full-width forms (``＝``, ``＋``, ``－``, ``＠``) as the ASCII ones, so a cell is looked at after
+its leading white space (and the invisible characters that count as none), its first character in
+NFKC form. Cells starting with a tab, a carriage return or a line feed are quoted too. Client
+request ids, user agents, reasons and names come from clients."""
 
 from __future__ import annotations
 

@@ -1,21 +1,10 @@
-"""An acquire that waits: the doors' part (the server's part, which holds the
-waiting requests: serving/waiting.py).
-
-A Leasehold extension that leaves Azure's semantics untouched: the JSON
-API's acquire takes ``"wait": seconds`` and the Azure door's the
-``x-leasehold-wait`` header (not ``x-ms-*``: SharedKey signs only those,
-so a client adds it without touching its signature; Azure and Azurite
-ignore it). 0-60 seconds, integer or decimal.
-
-The server offers waiting by putting a ``Wait`` in the request's environ
-(``ENVIRON``); without it (a plain WSGI server, Django's test client) the
-value is checked and the acquire answered at once. With it, an attempt that
-may still wait asks the service for a *quiet* refusal (``wait=True``:
-refused because the lease is held, it records no event), and the door notes
-what it waits for; the server then waits and has the door try again. The
-request's final answer -- a grant, or the usual 409 once the wait runs
-out -- is recorded as usual: one request, one history event.
-"""
+"""An acquire that waits, the doors' part (the server holds the waiting requests:
+serving/waiting.py): a Leasehold extension that leaves Azure's semantics untouched, in which the
+JSON API's acquire takes ``"wait": seconds`` and the Azure door's the ``x-leasehold-wait`` header
+(0-60 seconds, integer or decimal; not ``x-ms-*``, which SharedKey signs, so a client adds it
+without touching its signature, and Azure and Azurite ignore it). docs/development/architecture.md
+("Waiting acquires") tells how the server and the doors share the work; one request, however long it
+waited, is one history event."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Accounts, containers, blobs, their leases, and the lease history.
-
-A lease lives on the row it protects (``LeaseFields``), as a session lives on
-its row in ``django.contrib.sessions``: one read gives the resource and its
-lease, one conditional write changes both, and the state is derived from
-stored deadlines (indexed) and the clock rather than swept by a thread.
-"""
+"""Accounts, containers, blobs, their leases, and the lease history. A lease lives on the row it
+protects (``LeaseFields``), as a session lives on its row in ``django.contrib.sessions``: one read
+gives the resource and its lease, one conditional write changes both, and the state is derived from
+stored deadlines (indexed) and the clock rather than swept by a thread."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
-"""The history's append-only triggers (migration 0005_history_append_only):
-which must exist, and putting them back after every ``migrate``.
-
-On SQLite, Django alters a table by rebuilding it, which drops its
-triggers; so a later migration that alters LeaseEvent would leave the
-history unguarded. ``migrate`` therefore ends by re-creating any that are
-missing (a post_migrate handler, leases/apps.py), and readiness
-(/health/ready) reports any still missing."""
+"""The history's append-only triggers (migration 0005_history_append_only): which must exist, and
+putting them back after every ``migrate``. On SQLite, Django alters a table by rebuilding it, which
+drops its triggers; so a later migration that alters LeaseEvent would leave the history unguarded.
+``migrate`` therefore ends by re-creating any that are missing (a post_migrate handler,
+leases/apps.py), and readiness (/health/ready) reports any still missing."""
 
 from __future__ import annotations
 

@@ -1,14 +1,9 @@
-"""Named API tokens for the JSON API.
-
-A token acts with its user's permissions and appears in the lease history as
-``token:<name>``, so names are unique. Only a SHA-256 digest of the token is
-stored: the token is a 256-bit random secret, so a fast hash is enough (no
-password-style stretching), and the digest can be looked up by an index. The
-plaintext is shown once, when the token is issued.
-
-Tokens are revoked, not deleted, so the name keeps pointing at one token
-for as long as the history mentions it.
-"""
+"""Named API tokens for the JSON API. A token acts with its user's permissions and appears in the
+lease history as ``token:<name>``, so names are unique. Only a SHA-256 digest of the token is
+stored: the token is a 256-bit random secret, so a fast hash is enough (no password-style
+stretching), and the digest can be looked up by an index. The plaintext is shown once, when the
+token is issued. Tokens are revoked, not deleted, so the name keeps pointing at one token for as
+long as the history mentions it."""
 
 from __future__ import annotations
 

@@ -1,15 +1,11 @@
-"""Watching lease time (leases.domain.clock), in every server process: about once a
-second, read the database's clock (on PostgreSQL, raising the high-water
-mark in the same statement; on SQLite the machine's clock) and compare it
-with this process's monotonic clock. A step of more than a second either way
-is logged, recorded in leases_leaseclock (once, whichever instance sees it
-first) for /metrics and /health/ready, and the process's reading of lease
-time follows the database's clock from there.
-
-A step back holds lease time at the high-water mark until the clock catches
-up: leases then last longer, never less. A step forwards ends every lease
-that much sooner, which nothing can undo: the log says so.
-"""
+"""Watching lease time (leases.domain.clock), in every server process: about once a second, read the
+database's clock (on PostgreSQL, raising the high-water mark in the same statement; on SQLite the
+machine's clock) and compare it with this process's monotonic clock. A step of more than a second
+either way is logged, recorded in leases_leaseclock (once, whichever instance sees it first) for
+/metrics and /health/ready, and the process's reading of lease time follows the database's clock
+from there. A step back holds lease time at the high-water mark until the clock catches up: leases
+then last longer, never less. A step forwards ends every lease that much sooner, which nothing can
+undo: the log says so."""
 
 from __future__ import annotations
 

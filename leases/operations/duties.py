@@ -1,21 +1,11 @@
-"""Cluster duties -- pruning the history and collecting released blob
-content (the retention pruner, ``manage.py leasehold_prune`` and
-``leasehold_blob_gc``) -- done by one process at a time among every server
-process and instance that shares a database.
-
-The lock lives with the database, so that instances on different machines,
-each with a var dir of its own, all see the same one:
-
-* PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on
-  the duty thread's own connection, taken for one round of work and let go
-  after it. The round's statements run on that same connection, so if it
-  breaks (the instance dies, the network drops, a failover) the lock and the
-  round end together, and two rounds never overlap. PostgreSQL lets a dead
-  instance's lock go when its connection closes.
-* SQLite: an exclusive ``flock`` on a file beside the database file
-  (``<database>.retention.lock``), the same file for every process that opens
-  that database; the kernel lets it go when its process ends, however.
-"""
+"""Cluster duties (pruning the history and collecting released blob content: the retention pruner,
+``manage.py leasehold_prune`` and ``leasehold_blob_gc``) done by one process at a time among every
+server process and instance that shares a database, with the lock kept by the database so that
+instances on different machines see the same one: on PostgreSQL a session-level advisory lock on the
+duty thread's own connection, on which the round's statements run too, so that a broken connection
+ends the lock and the round together; on SQLite an exclusive ``flock`` on
+``<database>.retention.lock``, which the kernel lets go when its process ends. docs/decisions/0021
+says why."""
 
 from __future__ import annotations
 

@@ -1,17 +1,11 @@
-"""Storage faults: what went wrong with the database, told apart from bugs.
-
-A full disk, a read-only or failing volume, a corrupt page, a missing table
-or a database that stays locked is not a bug in the request: the client
-should retry later, and the operator needs the cause in one log line. Each
-door's exception handler asks ``classify(exc)``; a Fault says which answer to
-give (``error()``: Azure's 503 ``ServerBusy``) and what to log (``cause``).
-Anything not recognised here stays a bug (500 ``InternalError`` and its
-traceback).
-
-Recognised from SQLite's messages (its result codes are not exposed by the
-sqlite3 module before Python 3.11's ``sqlite_errorname``, which Django's
-wrapping keeps on the cause), PostgreSQL's SQLSTATEs and OS errnos.
-"""
+"""Storage faults: what went wrong with the database, told apart from bugs. A full disk, a read-only
+or failing volume, a corrupt page, a missing table or a database that stays locked is not a bug in
+the request: the client should retry later, and the operator needs the cause in one log line. Each
+door's exception handler asks ``classify(exc)``; a Fault says which answer to give (``error()``:
+Azure's 503 ``ServerBusy``) and what to log (``cause``). Anything not recognised here stays a bug
+(500 ``InternalError`` and its traceback). Recognised from SQLite's messages (its result codes are
+not exposed by the sqlite3 module before Python 3.11's ``sqlite_errorname``, which Django's wrapping
+keeps on the cause), PostgreSQL's SQLSTATEs and OS errnos."""
 
 from __future__ import annotations
 

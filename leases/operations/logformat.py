@@ -1,12 +1,8 @@
-"""Log lines an operator can grep and a collector can parse.
-
-One line per record, failures included: the exception becomes a ``cause``
-(its type and message, and those of what caused it: "OperationalError:
-database or disk is full") instead of a multi-line traceback. Set
-LEASEHOLD_LOG_TRACEBACKS=1 to have the traceback too (text format: on the
-following lines; JSON: in a "traceback" field). LEASEHOLD_LOG_FORMAT=json
-writes one JSON object per line.
-"""
+"""Log lines an operator can grep and a collector can parse. One line per record, failures included:
+the exception becomes a ``cause`` (its type and message, and those of what caused it:
+"OperationalError: database or disk is full") instead of a multi-line traceback. Set
+LEASEHOLD_LOG_TRACEBACKS=1 to have the traceback too (text format: on the following lines; JSON: in
+a "traceback" field). LEASEHOLD_LOG_FORMAT=json writes one JSON object per line."""
 
 from __future__ import annotations
 

@@ -1,32 +1,11 @@
-"""Prometheus metrics, with the standard prometheus_client library.
-
-Served at /metrics (leases/api/health.py), to a superuser or a user (session or
-API token) with ``leases.view_leaseevent``, like the history itself.
-
-Two kinds:
-- Counters and histograms of what this process did (lease requests by
-  action, door and outcome, their latency, the SQLite writer lock's wait,
-  the WAL fsync, 503 answers, the front's refusals by status, pruned
-  events). Under granian's worker
-  processes (serving/server.py sets PROMETHEUS_MULTIPROC_DIR to a fresh
-  directory per server start) each process writes its own memory-mapped
-  file and a scrape adds them up: prometheus_client's multiprocess mode.
-- Gauges of the database (leases by effective state, history size, oldest
-  event, database file size), read from the database at scrape time, so
-  they are the same whichever process answers.
-- Counters of what happened to leases (new leases, leases that ran out
-  without a release, breaks, refused renewals by reason), counted once the
-  lease transaction committed (services.lease_actions), and gauges of the
-  watched leases' holding (LEASEHOLD_WATCHED_LEASES: no label per lease
-  otherwise) and of readiness; docs/deploy/ has alert rules on them.
-- ``leasehold_instance_info``: which instance answered (LEASEHOLD_INSTANCE,
-  else host name and port), its host and the answering process, so that
-  the scrapes of instances sharing a database are told apart.
-
-Hot-path cost: one counter increment and one histogram observation per
-lease request, small beside the request itself (figures: bench/README.md,
-"Figures from the code's comments").
-"""
+"""Prometheus metrics, with the standard prometheus_client library, served at /metrics
+(leases/api/health.py) to a superuser or a user (session or API token) with
+``leases.view_leaseevent``, like the history itself: counters and histograms of what this process
+did, gauges of the database read at scrape time, counters of what happened to leases, and which
+instance answered, so that an operator can alert on the server and on the leases it holds
+(docs/deploy/ has the rules). docs/development/architecture.md ("Metrics") tells each kind; the hot
+path pays one counter increment and one histogram observation per lease request (its cost:
+bench/README.md)."""
 
 from __future__ import annotations
 

@@ -1,39 +1,11 @@
-"""History retention: the one path that deletes lease history.
-
-Policy (environment, read at start-up; a duration is a number with an
-optional unit s, m, h or d -- a bare number is days; empty or "forever" keeps
-those events for ever, the default, so nothing surprising happens):
-
-    LEASEHOLD_RETENTION_RENEWALS   successful renewals (the bulk of history)
-    LEASEHOLD_RETENTION_EVENTS     everything else: acquires, changes,
-                                   releases, breaks, writes that ended a
-                                   lease, and every refusal
-
-Pruning deletes in short write transactions sized by time, not by count:
-each batch's DELETE should take about its database's ``HOLD_TARGET``, so
-the batch shrinks when the deletes run slow (a cold cache, a busy disk, a
-slow machine) and grows, up to ``LEASEHOLD_RETENTION_BATCH`` rows, when
-they run fast. On SQLite the deletes hold the one writer lock every lease
-write waits for: 2 ms (a few lease transactions' worth), at most 100 rows
-(each row costs its indexes and the append-only trigger). On
-PostgreSQL they lock only the rows deleted, which no lease request touches,
-and a statement's fixed cost (a round trip, a plan, the dead index entries
-of earlier batches to skip) can pass 2 ms on its own: 20 ms, at most 2,000
-rows. Between batches the pruner rests at least
-``LEASEHOLD_RETENTION_PAUSE`` seconds (default 0.01) and at least twice as
-long as the batch took, so lease operations get two thirds of the lock's
-(or a core's) time or more while a backlog is worked off; at the targets
-that still deletes thousands of events a second, more than full-speed
-traffic inserts (bench/README.md, "How fast does history pruning keep up?").
-
-One process prunes at a time among all that share the database, whichever
-holds its duty lock (leases/operations/duties.py), round by round.
-
-The database allows the deletes: its triggers (migration 0005) refuse to
-delete any event that did not occur before the horizon in
-leases_historyhorizon, a row that only moves forwards; each batch moves it
-to now minus the shortest retention, in the batch's own transaction.
-"""
+"""History retention, the one path that deletes lease history: ``LEASEHOLD_RETENTION_RENEWALS``
+(successful renewals, the bulk of history) and ``LEASEHOLD_RETENTION_EVENTS`` (everything else) say
+how long events are kept (a number with an optional unit s, m, h or d, a bare number being days;
+empty or "forever", the default, keeps them for ever), and one process among all that share the
+database (leases/operations/duties.py) deletes older events in short write transactions sized by
+time, so that lease writes keep most of the writer's time while a backlog is worked off.
+docs/development/architecture.md ("History retention") tells how; the database's triggers allow only
+deletes before a horizon the pruner moves forwards."""
 
 from __future__ import annotations
 
@@ -55,7 +27,9 @@ from leases.models import HistoryHorizon, LeaseEvent
 log = logging.getLogger("leasehold.retention")
 
 # Seconds a batch's deletes should take, and the most rows a batch deletes
-# unless LEASEHOLD_RETENTION_BATCH says otherwise, by database (module docstring).
+# unless LEASEHOLD_RETENTION_BATCH says otherwise, by database: on SQLite the deletes hold the writer
+# lock every lease write waits for (a few lease transactions' worth); on PostgreSQL they lock only the
+# rows deleted, and a statement's fixed cost alone can pass SQLite's target (docs/development/architecture.md).
 HOLD_TARGET = 0.002
 PG_HOLD_TARGET = 0.020
 MOST_ROWS = {"sqlite": 100, "postgresql": 2000}

@@ -1,23 +1,10 @@
-"""One secret key for every instance of a PostgreSQL database, so that an
-admin login (a session signed with the key) made on one instance works on
-all of them.
-
-The server settles the key at start (serving/server.py), before its workers
-start, and hands it to them:
-
-* no ``LEASEHOLD_SECRET_KEY``: the database keeps the key. The first
-  instance to start makes one and stores it (one row, leases_sharedsecret,
-  written once); every later one reads it. Whoever can read the database
-  could read the key, but could as well read the sessions themselves.
-* ``LEASEHOLD_SECRET_KEY`` set: that key, and the database keeps only its
-  fingerprint. An instance with another key, or with none while the others
-  have one, is refused at start: its logins would fail on the others.
-
-To change the key on purpose: stop every instance, delete the row
-(``DELETE FROM leases_sharedsecret``), start them with the new key (admin
-sessions end). On SQLite (one machine, one var dir) the key stays in
-``var/secret_key`` or ``LEASEHOLD_SECRET_KEY`` (config/settings.py).
-"""
+"""One secret key for every instance of a PostgreSQL database, so that an admin login (a session
+signed with the key) made on one instance works on all of them: the server settles the key at start
+(serving/server.py), before its workers start, either made by the first instance and kept in the
+database (leases_sharedsecret, one row written once) when ``LEASEHOLD_SECRET_KEY`` is unset, or that
+variable's key, of which the database keeps only the fingerprint so that an instance with another
+key is refused at start. docs/guide/postgresql.md tells how to change the key; on SQLite the key
+stays in ``var/secret_key`` or ``LEASEHOLD_SECRET_KEY`` (config/settings.py)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""What the server checks before it serves (serving/server.py): a database it
-can read and write, with every migration applied, none it does not know (a
-newer version's), and the lease history's append-only trigger in place. Otherwise it refuses to start and says what to
-run, rather than answering every request with an error.
-
-    python -m leases.operations.startup      # the same check on its own; exit 1 if refused
-"""
+"""What the server checks before it serves (serving/server.py): a database it can read and write,
+with every migration applied, none it does not know (a newer version's), and the lease history's
+append-only trigger in place; otherwise it refuses to start and says what to run, rather than
+answering every request with an error. ``python -m leases.operations.startup`` runs the same check
+on its own (exit 1 if refused)."""
 
 from __future__ import annotations
 

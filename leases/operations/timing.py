@@ -1,27 +1,9 @@
-"""Where a request's time goes inside the server, for the benchmarks
-(bench/hostile.py, bench/timing_report.py): off unless
-``LEASEHOLD_TIMING_LOG`` names a path prefix, and then one JSON line per
-request in ``<prefix>.<pid>`` with the moments (time.monotonic(), one clock
-for every process of the machine) at which it passed each step:
-
-    called     the ASGI app got the request (headers parsed by the front)
-    body       its body was whole
-    submitted  handed to its lane's thread
-    thread     the lane's thread started it (the gap: lane queue, GIL)
-    lock_wait  a write transaction began to wait for the writer lock
-    begun      ... had the lock and SQLite's (BEGIN IMMEDIATE done)
-    committing its COMMIT started (the SQL of the transaction before it)
-    committed  COMMIT done, the writer lock let go
-    synced     the WAL fsync done
-    returned   the WSGI application returned
-    resumed    the event loop took the answer back (loop busy, GIL)
-    sent       the answer was handed to the transport
-
-plus ``lane``, ``method``, ``path`` and the status. The event loop's own
-lateness is logged too (``{"loop_late": seconds, "at": moment}`` whenever
-a 10 ms timer fires more than 5 ms late). Off, each hook costs one test of
-a module global. Not for production: the log grows with every request.
-"""
+"""Where a request's time goes inside the server, for the benchmarks (bench/hostile.py,
+bench/timing_report.py): off unless ``LEASEHOLD_TIMING_LOG`` names a path prefix, and then one JSON
+line per request in ``<prefix>.<pid>`` with the moments at which it passed each step, and a line
+whenever the event loop wakes late (``watch_loop``); off, each hook costs one test of a module
+global. Not for production: the log grows with every request. docs/development/architecture.md
+("Request timings") lists the steps."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""Services: every change to containers, blobs and leases goes through here.
-
-Each service opens one short write transaction (BEGIN IMMEDIATE on SQLite, a
-row lock on PostgreSQL), loads the row, asks the pure state machine, saves,
-and appends the history event in the same transaction. A refused lease
-action is recorded too: the refusal event commits, then the error is raised
-to the caller. The Azure endpoint, the JSON API, the admin and management
-commands all call these functions with keyword-only arguments.
-
-    common.py         ResourceRef, Actor, loading a row by its names
-    statements.py     the lease hot path's statements, compiled once per connection
-    history.py        appending history events (and refused tampering)
-    access.py         reads and writes under a lease; refusals that commit
-    lease_actions.py  acquire, renew, change, release, break
-    containers.py     containers (and accounts)
-    blobs.py          blobs
-    blocks.py         Put Block, Put Block List, Get Block List
-    copies.py         Copy Blob (within the server), Abort Copy
-    appends.py        append blobs: create, Append Block
-"""
+"""Services, through which every change to containers, blobs and leases goes, so that every door
+(the Azure endpoint, the JSON API, the admin, management commands) applies the same rules: each
+opens one short write transaction (BEGIN IMMEDIATE on SQLite, a row lock on PostgreSQL), loads the
+row, asks the pure state machine, saves, and appends the history event in the same transaction; a
+refused lease action is recorded too (the refusal event commits, then the error is raised to the
+caller). Functions take keyword-only arguments; the map of the modules is in
+docs/development/architecture.md."""
 
 from leases.domain import clock, machine  # noqa: F401  (callers and tests reach them as services.clock, ...)
 from leases.domain.conditions import Conditions

@@ -1,12 +1,9 @@
-"""Append blobs: created empty by Put Blob (x-ms-blob-type: AppendBlob),
-grown by Append Block under the blob's lease.
-
-An append blob's content is a block list (BlobPart rows, as Put Block
-List's) that only grows: each Append Block stages its bytes as a version of
-their own (chunks in short transactions), then one short transaction checks
-the lease and conditions and adds one part past the blob's end. A reader
-(a download, a snapshot) reads at most the size it saw, so a part added
-later never shows through; a copy of an append blob gets a list of its own."""
+"""Append blobs: created empty by Put Blob (x-ms-blob-type: AppendBlob), grown by Append Block under
+the blob's lease. An append blob's content is a block list (BlobPart rows, as Put Block List's) that
+only grows: each Append Block stages its bytes as a version of their own (chunks in short
+transactions), then one short transaction checks the lease and conditions and adds one part past the
+blob's end. A reader (a download, a snapshot) reads at most the size it saw, so a part added later
+never shows through; a copy of an append blob gets a list of its own."""
 
 from __future__ import annotations
 

@@ -1,12 +1,10 @@
-"""Block blobs in blocks: Put Block, Put Block List, Get Block List.
-
-A block's bytes are staged as a content version of their own (chunks, one
-short write transaction each: leases.storage.blob_content), then one short
-transaction checks the lease and names it as an uncommitted block of the
-blob name (BlobBlock). Put Block List is one short transaction: the lease
-and conditions checked, the listed blocks resolved, a new version made of
-them (BlobPart rows naming the blocks' versions: nothing is copied), the
-blob pointed at it, every uncommitted block of the name discarded."""
+"""Block blobs in blocks: Put Block, Put Block List, Get Block List. A block's bytes are staged as a
+content version of their own (chunks, one short write transaction each:
+leases.storage.blob_content), then one short transaction checks the lease and names it as an
+uncommitted block of the blob name (BlobBlock). Put Block List is one short transaction: the lease
+and conditions checked, the listed blocks resolved, a new version made of them (BlobPart rows naming
+the blocks' versions: nothing is copied), the blob pointed at it, every uncommitted block of the
+name discarded."""
 
 from __future__ import annotations
 

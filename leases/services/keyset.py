@@ -1,16 +1,11 @@
-"""Long reads in short pieces: the history's exports page through the table
-by their sort key (keyset paging) instead of holding one cursor open.
-
-A cursor held across a whole export of 1,000,000 events keeps one read
-transaction (and, on SQLite, the WAL from being reset) open for the minutes
-the client takes to download it, and ties the export to one thread. Here
-each page is a query of its own, a few milliseconds, continuing strictly
-after the last row's sort key; between pages nothing is held, so the server
-(serving/asgi.py) gives the thread to other requests while the page is sent.
-Events recorded after the export began are left out (the highest id at the
-start bounds it), so an export is "as of its start", as the cursor's
-snapshot was.
-"""
+"""Long reads in short pieces: the history's exports page through the table by their sort key
+(keyset paging) instead of holding one cursor open. A cursor held across a whole export of 1,000,000
+events keeps one read transaction (and, on SQLite, the WAL from being reset) open for the minutes
+the client takes to download it, and ties the export to one thread. Here each page is a query of its
+own, a few milliseconds, continuing strictly after the last row's sort key; between pages nothing is
+held, so the server (serving/asgi.py) gives the thread to other requests while the page is sent.
+Events recorded after the export began are left out (the highest id at the start bounds it), so an
+export is "as of its start", as the cursor's snapshot was."""
 
 from __future__ import annotations
 

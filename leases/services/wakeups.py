@@ -1,20 +1,8 @@
-"""Telling acquires that wait (``wait`` seconds, serving/waiting.py) that a
-lease may have become free: a release or a break publishes the resource's
-key, and every server process on the same database wakes its waiters for it.
-
-* PostgreSQL: ``NOTIFY`` in the lease action's own transaction, so it is
-  delivered at the commit (never for a rolled-back action), in one
-  statement, to every worker of any instance that listens: one that holds
-  waiters (serving/waiting.py);
-* SQLite: after the commit, one datagram to each server process on the same
-  database file. Each process listens on a unix datagram
-  socket in the abstract namespace (no path length limit, nothing to clean
-  up) and leaves a marker file named by its pid in ``<database>.wake/``;
-  a datagram to a process gone removes its marker.
-
-A lost wake-up costs latency, never correctness: waiters also wake at the
-blocking lease's own deadline and at the end of their wait.
-"""
+"""Telling acquires that wait (serving/waiting.py) that a lease may have become free: a release or a
+break publishes the resource's key, by ``NOTIFY`` in its own transaction on PostgreSQL and by a
+datagram to each server process on the same database file after the commit on SQLite, and every
+server process on the database wakes its waiters for it; a lost wake-up costs latency, never
+correctness. docs/development/architecture.md ("Waiting acquires") tells how."""
 
 from __future__ import annotations
 

@@ -1,44 +1,8 @@
-"""Large blob content in bounded pieces: chunks written, read and removed in
-short transactions, so that no upload, download or clean-up holds the
-database's writer (or a read) for longer than one chunk.
-
-A blob's content up to ``CHUNK_BYTES`` lives in its row (``Blob.content``),
-written in the Put Blob's one transaction. Larger content is a *version*
-(``BlobContent``, a random id) of ``CHUNK_BYTES`` rows (``BlobChunk``):
-
-* **staged**: ``stage`` writes the chunks, each in a write transaction of its
-  own (one chunk, one fsync, the writer lock let go in between, so lease
-  actions interleave; each piece waits for the writer at most
-  LEASEHOLD_WRITE_WAIT, counted from the piece, not from the request), with
-  a pause after each of half as long as the piece took (LEASEHOLD_STAGE_PAUSE):
-  the WAL checkpointer copies the pages written meanwhile back under the
-  writer lock, and without a pause a stream of chunks made those copies
-  long; 0.5 keeps a large upload as quick as one transaction was
-  (docs/decisions/0009, bench/README.md). No blob names the version yet:
-  nobody can read it.
-* **live**: the Put Blob's one short transaction (leases.services.blob_put:
-  load the blob row locked, check the lease and conditions, swap, append the
-  history event) points the blob at the version and ``make_live`` marks it.
-  A version never changes once live, so a read by version never mixes the
-  chunks of two uploads (an append blob's list only grows past the end
-  every reader of it saw: leases/services/appends.py).
-* **released**: the transaction that stops the last blob or snapshot naming
-  it (an overwrite, a delete, a container delete) marks it; it is kept for
-  ``RELEASED_GRACE`` so that downloads already under way can finish, then
-  ``collect`` deletes it.
-
-Snapshots share their base blob's version (a snapshot is one row, whatever
-the size); a version is released when no row names it any more.
-
-A refused upload stages nothing when the refusal can be seen before staging
-(``services.blob_put`` checks first, without the lock); if the state changed
-in between, the staged chunks are discarded as soon as the refusal is
-recorded. An upload that dies while staging (a crash, a 503 on a piece)
-leaves a staged version that ``collect`` removes after ``STAGED_TTL``.
-``collect`` runs, bounded, after every Put Blob; ``prune``
-(sweep for versions nothing names, then ``collect`` to the end) is for the
-retention pruner and ``manage.py leasehold_blob_gc``.
-"""
+"""Large blob content in bounded pieces: a version of 1 MiB chunks (``CHUNK_BYTES``) staged, made
+live, released and collected, each step in short transactions, so that no upload, download or
+clean-up holds the database's writer (or a read) for longer than one chunk; content up to a chunk
+stays in the blob's row. docs/development/architecture.md ("Large blob content") tells the life of a
+version, docs/decisions/0009 why."""
 
 from __future__ import annotations
 

@@ -1,16 +1,11 @@
-"""Lease time from the database (leases.domain.clock says why).
-
-On PostgreSQL a decision's time is ``clock_timestamp()`` -- the time the
-statement reads it, not ``now()``, which stands still for the whole
-transaction -- read in the statement that locks the row, after the lock
-(``LOCK_COLUMNS``, appended by statements.load_locked), together with the
-high-water mark of leases_leaseclock. Elsewhere (SQLite) it is the machine's
-clock, read once per transaction, after the writer lock.
-
-The high-water mark is advanced by ``advance_high_water`` (leases.operations.clockwatch,
-about once a second per server process), not by the lease transactions: one
-row written by every transaction would queue them all behind each other.
-"""
+"""Lease time read from the database (leases.domain.clock says why): on PostgreSQL
+``clock_timestamp()`` (the time the statement reads it, not ``now()``, which stands still for the
+whole transaction), read in the statement that locks the row, after the lock (``LOCK_COLUMNS``,
+appended by statements.load_locked), together with the high-water mark of leases_leaseclock; on
+SQLite the machine's clock, read once per transaction, after the writer lock. The high-water mark is
+advanced by ``advance_high_water`` (leases.operations.clockwatch, about once a second per server
+process), not by the lease transactions: one row written by every transaction would queue them all
+behind each other."""
 
 from __future__ import annotations
 

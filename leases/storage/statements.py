@@ -1,25 +1,9 @@
-"""The lease hot path's statements, compiled by the ORM once per connection.
-
-A lease action is one read, one write and one history insert (on PostgreSQL
-the write and the insert go as one statement: RowInsert.insert). Building
-those statements through the QuerySet API every time costs far more CPU than
-running them (about 1,800 Python calls a transaction), so the ORM compiles
-each of them once per database connection -- the very SQL it would send, FOR
-UPDATE OF included on PostgreSQL -- and each call then only binds values
-prepared by the fields themselves (get_db_prep_save), runs the statement on
-the driver's cursor of the current transaction, and converts what it reads
-with the ORM's own converters into a model instance (Model.from_db). Same
-SQL, same types, any backend. The SQL is kept in the driver's own parameter
-style because Django's SQLite cursor rewrites %s into ? with a regular
-expression on every execute, which costs more CPU than SQLite takes to run
-the history INSERT. Rows written this way send no model signals (none are
-connected) and are not in connection.queries; history rows are only ever
-INSERTed, as LeaseEvent.save allows.
-
-Nothing here knows what a lease is: callers pass names, columns and values.
-The Django internals used are imported from django_internals, and checked by
-tests/storage/test_storage_contract.py.
-"""
+"""The lease hot path's statements (one read, one write, one history insert; on PostgreSQL the write
+and the insert as one statement), compiled by the ORM once per database connection and then only
+bound and run on the driver's cursor, because building them through the QuerySet API on every
+request costs far more CPU than running them; same SQL, same types, any backend.
+docs/development/architecture.md ("The hot path's statements") tells how; nothing here knows what a
+lease is: callers pass names, columns and values."""
 
 from __future__ import annotations
 

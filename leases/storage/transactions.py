@@ -1,12 +1,8 @@
-"""The write transaction of a service, and the seam to the SQLite engine.
-
-On SQLite (engines.sqlite) the write transactions of a process's
-threads are committed together (group commit: one fsync for all); on
-PostgreSQL, or inside a transaction the caller already opened, a write
-transaction is a plain ``transaction.atomic()``. A server's lease batch
-shares one transaction on PostgreSQL too, without waiting for rows
-(``write_together``).
-"""
+"""The write transaction of a service, and the seam to the SQLite engine: on SQLite (engines.sqlite)
+the write transactions of a process's threads are committed together (group commit: one fsync for
+all); on PostgreSQL, or inside a transaction the caller already opened, a write transaction is a
+plain ``transaction.atomic()``. A server's lease batch shares one transaction on PostgreSQL too,
+without waiting for rows (``write_together``)."""
 
 from __future__ import annotations
 

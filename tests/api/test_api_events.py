@@ -87,8 +87,8 @@ def test_events_by_request_id_and_time_range(api, history):
 
 
 def test_time_range_in_any_utc_offset_python_accepts(api, history):
-    """PostgreSQL refuses offsets beyond 15:59 (a 500 there, found by
-    schemathesis); the filter sends every time in UTC."""
+    """PostgreSQL refuses offsets beyond 15:59, so the filter sends every
+    time in UTC: never a 500."""
     t0, _ = history
     middle = t0 + timedelta(seconds=30)
     for hours in (-23, 20, 23):

@@ -1,4 +1,4 @@
-"""Input strictness of the JSON API (issue 12): the same metadata, name and
+"""Input strictness of the JSON API: the same metadata, name and
 GUID rules as the Azure door (one home: leases/domain/metadata.py, leases/domain/names.py,
 leases/domain/guids.py), JSON that nests too deep, and a fuzz run of arbitrary JSON
 bodies that must never reach a 500."""

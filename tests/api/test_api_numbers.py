@@ -1,7 +1,7 @@
 """One strict number parser for both doors (leases/domain/lease_params.py): a
 duration or break period that is no whole number in the range the history
 stores is 400 InvalidHeaderValue naming it, recorded as a refused attempt,
-and changes nothing -- never a 500 (issue 25, findings 4 and 5)."""
+and changes nothing -- never a 500 ("--15", a huge string, a float)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Smaller refusals of issue 25 (finding 10), each decided as Azure documents it."""
+"""Smaller refusals of hostile input to the JSON API, each decided as Azure documents it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """A delete that ends a lease leaves a trace: Delete Blob or Delete Container
 with the lease id, and Delete Container while blobs inside hold leases,
 append one ``ended-by-delete`` event per ended lease with the actor, and
-"who held it at T" says nobody holds it after the delete (issue 25,
-finding 6)."""
+"who held it at T" says nobody holds it after the delete."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ def three_ways(monkeypatch, path: str, spec: dict, seed: int):
     return results
 
 
-# Names outside Latin-1, from several planes (issue 25): CJK, an astral emoji, a combining mark.
+# Names outside Latin-1, from several planes: CJK, an astral emoji, a combining mark.
 UNICODE_NAMES = ("\u6587\u4ef6", "\U0001f600", "e\u0301/\U0002070e")
 
 
@@ -346,7 +346,8 @@ def test_container_lease_needs_restype_to_be_lean():
 ])
 def test_malformed_numbers_are_400_and_recorded_on_every_lease_path(fast_state, monkeypatch, path, action,
                                                                       header, value):
-    """Issue 25: "--15" passed the digits check and failed in int(): 500."""
+    """A number that looks like digits but is none ("--15") is 400 on every
+    lease path, recorded, never a 500 from int()."""
     _, spec = lease(path, action, **{header: value})
     for (status, headers, body), events in three_ways(monkeypatch, path, spec, seed=1):
         assert status.startswith("400") and b"<Code>InvalidHeaderValue</Code>" in body, (status, body)

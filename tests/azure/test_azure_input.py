@@ -1,4 +1,4 @@
-"""Input strictness of the Azure door (issue 12), table by table: whole
+"""Input strictness of the Azure door, table by table: whole
 uploads, metadata as Azure, XML-safe names, no input that reaches a 500,
 strict query parsing, every error an Azure XML error. Each refusal is
 checked to change nothing."""
@@ -243,8 +243,8 @@ def test_blob_names_xml_cannot_carry_are_refused(azure_server, box, name):
     ("HEAD", f"{BOX}/a\x00b"),
 ])
 def test_a_nul_in_a_looked_up_name_is_400_not_a_database_error(azure_server, box, method, path):
-    """No such resource can exist; on PostgreSQL the lookup itself was a 500
-    (text cannot hold a NUL), found by the fuzz test on the PostgreSQL pass."""
+    """No such resource can exist, and the name is refused before any lookup:
+    PostgreSQL's text cannot hold a NUL, so the lookup itself would fail."""
     response = signed(method, azure_server, path)
     assert response.status_code == 400, response.text
     assert response.headers["x-ms-error-code"] == "InvalidResourceName"

@@ -315,7 +315,8 @@ def test_upload_without_overwrite_onto_a_leased_blob_is_lease_id_missing(service
 
 
 def test_restype_container_on_a_blob_path_is_refused(azure_server, service):
-    """Issue 25: ``?comp=lease&restype=container`` on a blob path leased the blob."""
+    """``?comp=lease&restype=container`` on a blob path is a container lease
+    on the wrong path: refused, the blob not leased."""
     service.create_container("rtype").upload_blob("b", b"x")
     response = azure_raw.signed("PUT", azure_server, "/devstoreaccount1/rtype/b?comp=lease&restype=container",
                                 headers={"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15"})
@@ -327,7 +328,7 @@ def test_restype_container_on_a_blob_path_is_refused(azure_server, service):
 
 @pytest.mark.parametrize("name", ["\u6587\u4ef6", "\U0001f600", "dir/\U0002070e e\u0301.txt"])
 def test_sdk_leases_blobs_named_outside_latin_1(service, name):
-    """Issue 25: names outside Latin-1 on every lease action through the SDK."""
+    """Names outside Latin-1 on every lease action through the SDK."""
     container = service.create_container("uni")
     blob = container.upload_blob(name, b"x")
     lease = BlobLeaseClient(blob)

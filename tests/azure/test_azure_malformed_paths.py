@@ -1,7 +1,7 @@
 """A path that is the Azure door's by position but names no account it could
-hold answers Azure's XML 400 InvalidUri for every method, as GET always did:
-PUT and DELETE answered Django's HTML "403 CSRF cookie not set", and
-``OPTIONS *`` an HTML 404 (issue 25, finding 7)."""
+hold answers Azure's XML 400 InvalidUri for every method (PUT, DELETE and
+``OPTIONS *`` included), never one of Django's HTML pages (a CSRF 403, a
+404)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_options_star_is_azure_xml(azure_server):
 def test_the_sites_own_paths_keep_their_answers(azure_server, client):
     assert requests.get(azure_server + "/health/live", timeout=10).status_code == 200
     assert requests.get(azure_server + "/admin/login/", timeout=10).status_code == 200
-    assert requests.post(azure_server + "/admin/login/", timeout=10).status_code == 403  # CSRF, as before
+    assert requests.post(azure_server + "/admin/login/", timeout=10).status_code == 403  # CSRF: the admin's own answer
 
 
 @pytest.mark.parametrize("method,query", [("PUT", "?restype=container&comp=lease"), ("PUT", "?comp=lease"),

@@ -121,7 +121,7 @@ def test_wrong_key_is_403_authentication_failed(azure_server, leased):
      403, "AuthenticationFailed"),
     ({"date": "yesterday"}, 403, "AuthenticationFailed"),
     ({"account": "someoneelse"}, 403, "AuthenticationFailed"),
-    # 2011-08-18 and 2009-09-19 now get legacy semantics (test_azure_legacy.py); other old dates do not.
+    # 2011-08-18 and 2009-09-19 get legacy semantics (test_azure_legacy.py); other old dates do not.
     ({"version": "2011-08-17"}, 400, "InvalidHeaderValue"),
     ({"version": "2009-07-17"}, 400, "InvalidHeaderValue"),
     ({"version": "latest"}, 400, "InvalidHeaderValue"),

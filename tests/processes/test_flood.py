@@ -1,4 +1,4 @@
-"""No tenant stalls another (issue 34), on the production server: floods of
+"""No tenant stalls another, on the production server: floods of
 anonymous and bad-credential lease requests at both doors over 1,000
 connections, then one principal's burst of waiting acquires, while another
 account's AutoRenewLease (leasehold_client) holds a 15-s lease, renewing

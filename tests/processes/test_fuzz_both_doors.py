@@ -1,6 +1,6 @@
-"""A seeded fuzz run against the production server (issue 25): 4,000
+"""A seeded fuzz run against the production server: 4,000
 mutated requests on both doors (LEASEHOLD_FUZZ_REQUESTS=20000 for a longer
-hunt; 20,000 were run when it was written) -- names from every Unicode plane, numbers at
+hunt) -- names from every Unicode plane, numbers at
 and past every bound, malformed lease ids and actions, oversized headers,
 bodies and query strings -- while other clients hold and renew leases.
 

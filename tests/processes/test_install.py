@@ -1,4 +1,4 @@
-"""The installable server (issue 28): the wheel `pip wheel .` builds,
+"""The installable server: the wheel `pip wheel .` builds,
 installed into a fresh virtual environment outside the repository, gives a
 `leasehold` command that lists its commands and serves the Azure SDK, the
 admin and its static files from a data directory of its own."""

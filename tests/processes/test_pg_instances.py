@@ -1,6 +1,6 @@
 """Two server instances (python -m config.serve) on one PostgreSQL database,
 each with a var dir of its own, as instances on two machines have. What
-they must share they share through the database (issue 24): one secret key
+they must share they share through the database: one secret key
 (a login on one works on the other; an instance with another key is
 refused), one API rate limit, one pruner at a time; /metrics says which
 instance answered; and a schema change waiting behind a long reader holds

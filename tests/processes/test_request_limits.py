@@ -1,4 +1,4 @@
-"""Limits where the bytes arrive (issue 25, findings 2 and 3), against the
+"""Limits where the bytes arrive, against the
 production server: the request line and headers, the header lines and the
 URL are bounded before any parsing or authentication, a lease action's body
 before it is read; each refusal is its door's error (Azure XML, or JSON

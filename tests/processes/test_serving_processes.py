@@ -1,4 +1,4 @@
-"""No client can stall the lease holders (issue 11), on the production server
+"""No client can stall the lease holders, on the production server
 (python -m config.serve) with one worker process, so that anything that
 held a worker's thread would stall the renewal outright.
 

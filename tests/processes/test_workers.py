@@ -141,8 +141,8 @@ def test_connections_opened_together_are_spread_over_the_workers(server):
 def test_a_worker_stalled_past_uvicorns_health_check_is_not_killed(server):
     """A worker that cannot answer its supervisor's ping for a few seconds
     (a machine loaded far past its cores; here SIGSTOP) keeps running and
-    keeps its connections: uvicorn's supervisor used to SIGKILL it after 5
-    s, cutting every request it held. Its request is answered once it runs
+    keeps its connections (uvicorn's supervisor, left to itself, SIGKILLs it
+    after 5 s, cutting every request it holds). Its request is answered once it runs
     again."""
     server.migrate().start()
     _wait_for_both_workers(server)

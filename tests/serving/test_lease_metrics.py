@@ -1,4 +1,4 @@
-"""Leases an operator can watch (issue 28): new leases, leases that ran out
+"""Leases an operator can watch: new leases, leases that ran out
 without a release, breaks and refused renewals by reason, counted once the
 lease transaction committed, whichever door asked; the watched leases'
 holding and the readiness gauge, read at scrape time. The live server,

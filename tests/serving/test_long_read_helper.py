@@ -1,6 +1,6 @@
 """A worker starts its long-read helper process (serving/long_reads.py) without
-holding its event loop: under the hostile bench's load, spawning it from the
-loop held every request of the worker for 60-90 ms."""
+holding its event loop: spawned from the loop, it would hold every request of
+the worker while the new process starts (docs/decisions/0010)."""
 
 from __future__ import annotations
 

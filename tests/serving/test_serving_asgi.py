@@ -126,7 +126,8 @@ def test_a_body_below_the_minimum_rate_is_refused(front):
 
 def test_what_the_worker_loaded_at_startup_is_kept_out_of_the_collectors_scans(front):
     """A full collection scans only what requests made since the worker
-    started: scanning all of Django took ~50 ms on the event loop."""
+    started: a scan of all of Django is a long pause of the event loop
+    (docs/decisions/0003)."""
     import gc
 
     sent = []

@@ -115,7 +115,7 @@ def test_settings_read_typed_values(tmp_path):
     assert run.stdout.split() == ["False", "2.5", "''", "True", "60"], run.stderr[-2000:]
 
 
-# ------------------------------------------------------------------ the secret key file (issue 25, finding 9)
+# ------------------------------------------------------------------ the secret key file
 
 def _settings_in(var_dir: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "LEASEHOLD_SECRET_KEY"}

@@ -3,7 +3,7 @@ batches, serving/lease_batch.py): when the writer is not free this moment --
 our writer lock held by another process, SQLite's own lock held by another
 program, or another thread of this process committing -- the transaction is
 not begun and WouldWait is raised at once, nothing written, no lock kept;
-the next write that may wait goes through as before."""
+the next write that may wait goes through."""
 
 from __future__ import annotations
 

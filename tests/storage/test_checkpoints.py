@@ -1,6 +1,6 @@
 """WAL checkpoints off the request path (engines.sqlite.Checkpointer):
-a thread copies the WAL back into the database file, so commits -- which
-hold the writer lock -- no longer do it themselves."""
+a thread copies the WAL back into the database file, so that commits,
+which hold the writer lock, do not do it themselves."""
 
 from __future__ import annotations
 

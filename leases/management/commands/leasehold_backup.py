@@ -1,12 +1,9 @@
-"""manage.py leasehold_backup PATH: a consistent copy of the SQLite
-database while the server runs, through SQLite's online backup API (what
-the sqlite3 shell's ``.backup`` does).
-
-The copy is one read transaction on a WAL snapshot: lease writers are not
-blocked (WAL readers never block writers), and the copy holds every
-transaction committed before it began. It is written beside PATH, checked
-(PRAGMA quick_check) and renamed into place, so PATH is never a half
-copy. PostgreSQL: use pg_dump or your provider's backups."""
+"""manage.py leasehold_backup PATH: a consistent copy of the SQLite database while the server runs,
+through SQLite's online backup API (what the sqlite3 shell's ``.backup`` does). The copy is one read
+transaction on a WAL snapshot: lease writers are not blocked (WAL readers never block writers), and
+the copy holds every transaction committed before it began. It is written beside PATH, checked
+(PRAGMA quick_check) and renamed into place, so PATH is never a half copy. PostgreSQL: use pg_dump
+or your provider's backups."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""API tokens for the JSON API: create (the token is printed once), list,
-revoke.
-
-    manage.py leasehold_token create --user alice --name deployer [--expires-in-days 90]
-    manage.py leasehold_token list
-    manage.py leasehold_token revoke deployer
-"""
+"""API tokens for the JSON API, managed from the shell: ``manage.py leasehold_token create --user
+alice --name deployer [--expires-in-days 90]`` (the token is printed once), ``manage.py
+leasehold_token list`` and ``manage.py leasehold_token revoke deployer``."""
 
 from datetime import timedelta
 

@@ -1,16 +1,12 @@
-"""manage.py migrate, which on PostgreSQL never lets a schema change hold up
-lease requests for long.
-
-An ALTER TABLE needs its table to itself. While it waits for a long reader
-(pg_dump, an export) to finish, every lease request on that table queues
-behind it, for as long as the reader runs. So here each statement of a
-migration waits for a lock at most a quarter of LEASEHOLD_WRITE_WAIT (at
-most 0.5 s: PostgreSQL's lock_timeout); then the migration, rolled back
-whole (each runs in a transaction of its own), is tried again after a
-pause, until ``--lock-retry-for`` seconds have passed. Lease requests wait at
-most that quarter, never the reader's whole time. SQLite has nothing to
-wait for: its writer lock is shared with lease writes as any transaction's.
-"""
+"""manage.py migrate, which on PostgreSQL never lets a schema change hold up lease requests for
+long. An ALTER TABLE needs its table to itself. While it waits for a long reader (pg_dump, an
+export) to finish, every lease request on that table queues behind it, for as long as the reader
+runs. So here each statement of a migration waits for a lock at most a quarter of
+LEASEHOLD_WRITE_WAIT (at most 0.5 s: PostgreSQL's lock_timeout); then the migration, rolled back
+whole (each runs in a transaction of its own), is tried again after a pause, until
+``--lock-retry-for`` seconds have passed. Lease requests wait at most that quarter, never the
+reader's whole time. SQLite has nothing to wait for: its writer lock is shared with lease writes as
+any transaction's."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ Two kinds:
 - Counters and histograms of what this process did (lease requests by
   action, door and outcome, their latency, the SQLite writer lock's wait,
   the WAL fsync, 503 answers, the front's refusals by status, pruned
-  events). Under granian's worker
+  events). Under uvicorn's worker
   processes (serving/server.py sets PROMETHEUS_MULTIPROC_DIR to a fresh
   directory per server start) each process writes its own memory-mapped
   file and a scrape adds them up: prometheus_client's multiprocess mode.

@@ -75,7 +75,7 @@ SDK_PATH_SAFE = ("/~", "/~!'()*")
 def raw_paths(environ: dict, decoded_path: str) -> list[str]:
     """The path as the client encoded it, when the server passes it on
     (RAW_URI, REQUEST_URI), then the decoded path re-quoted as the SDKs quote
-    it. granian, the production server, passes only the decoded path."""
+    it. The test server (wsgiref) passes only the decoded path."""
     paths = []
     raw = _raw_path(environ)
     if raw:

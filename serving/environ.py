@@ -49,8 +49,7 @@ def wsgi_environ(scope, body, length: int) -> dict:
             continue
         if key == "TRANSFER_ENCODING":
             # Kept, without inventing a Content-Length: SharedKey signs the
-            # length the client sent (none), and Django then reads no body,
-            # as it did behind granian's WSGI interface.
+            # length the client sent (none), and Django then reads no body.
             environ["HTTP_TRANSFER_ENCODING"] = value.decode("latin-1")
             continue
         if key == "CONTENT_TYPE":

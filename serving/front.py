@@ -1,7 +1,7 @@
 """The HTTP front of the production server: uvicorn's httptools protocol
 (llhttp, Node's HTTP parser, the one Azurite reads requests with), on
-uvloop, with what Leasehold needs on top (see serving/server.py for why this
-front and not granian):
+uvloop, with what Leasehold needs on top (docs/decisions/0002 for why this
+front):
 
 * **Header names as the client sent them.** Azure keeps the case of
   metadata names (``x-ms-meta-BuildId`` comes back as ``BuildId``).

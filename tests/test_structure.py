@@ -13,7 +13,9 @@ a house a newcomer can find their way in:
     import each other in a circle;
 (c) no private Django name (an underscore name Django defines, or its
     internal SQL compiler and database backend modules) outside the storage
-    layer, so that a Django upgrade breaks in one place.
+    layer, so that a Django upgrade breaks in one place;
+(d) one HTTP front, uvicorn: granian (removed, docs/decisions/0002) is
+    named in no code, test, bench script or pyproject.toml.
 
 Today's exceptions are listed in the allowlists below, each with its reason.
 A new violation fails with the file, the line and what to do; an allowlist
@@ -430,6 +432,30 @@ def test_no_private_django_name_outside_the_storage_layer():
     assert not stale, f"no longer used; remove from PRIVATE_DJANGO_ALLOWED: {sorted(stale)}"
 
 
+# ------------------------------------------------------------------ (d) one front
+
+GONE_FRONT = "granian"
+CODE = ("leases", "engines", "serving", "config", "client", "bench", "tests")
+
+
+def code_files(root: Path) -> list[Path]:
+    """Every Python file of the tree's code, tests and bench scripts (not
+    this file, which names what it looks for), and pyproject.toml."""
+    files = [p for p in source_files(root, *CODE)
+             if "node_modules" not in p.parts and p.resolve() != Path(__file__).resolve()]
+    return files + [p for p in (root / "pyproject.toml", root / "client" / "pyproject.toml") if p.exists()]
+
+
+def mentions(word: str, root: Path = REPO) -> list[str]:
+    return [f"{rel(path, root)}:{n}" for path in code_files(root)
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if word in line.lower()]
+
+
+def test_one_front_granian_is_named_nowhere():
+    found = mentions(GONE_FRONT)
+    assert not found, f"granian was removed (uvicorn is the only front, docs/decisions/0002): {found}"
+
+
 # ------------------------------------------------------------------ the checks catch what they are for
 
 def source_tree(root: Path, files: dict[str, str]) -> Path:
@@ -521,3 +547,10 @@ def test_a_private_django_name_is_found(tmp_path, source, expected):
 def test_public_django_and_our_own_names_pass(tmp_path, source):
     root = source_tree(tmp_path, {"leases/services.py": source})
     assert private_django_outside_storage(root) == []
+
+
+def test_a_mention_of_granian_is_found(tmp_path):
+    root = source_tree(tmp_path, {"serving/server.py": "x = 1\ndef f():\n    from granian import Granian\n",
+                                  "bench/run.py": "# behind Granian\n", "leases/machine.py": "x = 1\n"})
+    (root / "pyproject.toml").write_text('dependencies = [\n    "granian>=2.5",\n]\n')
+    assert mentions(GONE_FRONT, root) == ["bench/run.py:1", "serving/server.py:3", "pyproject.toml:2"]

@@ -1,5 +1,5 @@
 """Request-rate limits that hold across the server's worker processes
-(granian's, serving/server.py).
+(uvicorn's, serving/server.py).
 
 Why not DRF's cache-based throttles: with LocMemCache every worker counts on
 its own (N workers allow N times the rate), and every cache backend is used

@@ -5,8 +5,7 @@ further in.
 
 The raw request goes through WSGI, which hands header names upper-cased with
 ``-`` folded into ``_`` (``x-ms-meta-Build_Id`` arrives as
-``HTTP_X_MS_META_BUILD_ID``), and decodes header bytes as Latin-1 (granian
-hands a value that is not visible ASCII over as ""). What a name looked like
+``HTTP_X_MS_META_BUILD_ID``), and decodes header bytes as Latin-1. What a name looked like
 on the wire is read in this module only (``header_name`` for the names errors
 show), besides metadata names and the string-to-sign, which both doors share
 (leases/client_headers.py, leases/sharedkey.py); an ASGI door, which receives
@@ -33,10 +32,8 @@ from ..errors import LeaseholdError
 # meaning is unknown: refused, not guessed (an If-Match with typographic
 # quotes must not silently match nothing).
 HEADER_VALUE = re.compile(r"[\x20-\x7e\t]*\Z")
-# Headers an empty value cannot be meant for. granian, the production
-# server, hands a header whose value is not visible ASCII (an If-Match with
-# typographic quotes) as an empty string, so for these an empty value is
-# refused: dropping it would turn "only if it matches" into "always".
+# Headers an empty value cannot be meant for: for these an empty value is
+# refused, as dropping it would turn "only if it matches" into "always".
 # (Metadata values may be empty; see README for what that costs.)
 NOT_EMPTY = {f"HTTP_{name}": name.lower().replace("_", "-") for name in (
     "IF_MATCH", "IF_NONE_MATCH", "IF_MODIFIED_SINCE", "IF_UNMODIFIED_SINCE", "RANGE", "X_MS_RANGE",

@@ -85,10 +85,11 @@ UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.b
 
 
 class LeaseholdASGI:
-    def __init__(self, app, *, lean_path: bool = False):
+    def __init__(self, app, *, lean_path: bool = False, long_read_helper: str | None = None):
         """``app``: Django's WSGI application (config/asgi.py); ``lean_path``:
         whether the usual Azure lease request may take leases.azure.fastpath
-        (batched) instead of ``app`` (only where ``app`` is Leasehold's own)."""
+        (batched) instead of ``app`` (only where ``app`` is Leasehold's own);
+        ``long_read_helper``: the helper's module (serving/long_reads.py)."""
         self.app = app
         self.lean_path = lean_path
         postgres.serving()  # a server process: on PostgreSQL every statement and lock wait is bounded
@@ -128,8 +129,8 @@ class LeaseholdASGI:
                                     in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
         self._commits_together: bool | None = None  # per process; asked once, in the batcher's context
-        # exports run in a low-priority helper process (serving/long_reads.py)
-        self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
+        # exports in a low-priority helper process (serving/long_reads.py); without one, in the read lane
+        self.long_reads = long_reads.LongReads(long_read_helper) if long_read_helper and long_reads.enabled() else None
         self.waiters = Waiters()  # acquires waiting for a held lease (serving/waiting.py)
         # Credentials checked before a lease request queues, failures bounded per
         # address (serving/admission.py); the lease lane shared by principals in

@@ -334,6 +334,14 @@ def test_no_modules_import_each_other_in_a_circle():
         "  " + " <-> ".join(circle) for circle in circles)
 
 
+def test_the_long_read_helper_imports_the_application_it_serves():
+    """The helper process (config/long_reads.py) serves config.asgi's
+    application by an import the graph above sees, not by a module named in
+    a string."""
+    assert "config.asgi" in {imp.module for imp in imports(REPO / "config/long_reads.py", REPO)}
+    assert "import_module" not in (REPO / "serving/long_reads.py").read_text(encoding="utf-8")
+
+
 def test_config_is_wiring():
     lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in source_files(REPO, "config"))
     assert lines < CONFIG_LINES, f"config/ is {lines} lines: it wires the project together; move the rest out"

@@ -1,8 +1,9 @@
 """Who is calling, known before a lease request queues (serving/admission.py).
 
 The server asks ``identify(environ)`` as soon as a lease request is received
-whole, on the event loop, before it takes a lease-lane slot or joins a lease
-batch: a request whose credentials fail, or that has none, is answered there
+whole, before it takes a lease-lane slot or joins a lease batch (on the
+event loop from memory, ``may_read`` false; in a thread when a read is
+needed): a request whose credentials fail, or that has none, is answered there
 and never reaches the lease lane or the writer. A request that passes gets
 its principal (``account:<name>``, ``token:<name>``, ``user:<name>``), which
 the lease lane shares fairly (serving/lanes.py).
@@ -58,8 +59,8 @@ class Throttled(Exception):
 
 
 class Unreadable(Exception):
-    """A lookup needed while the server reads nothing (``may_read`` false:
-    the database failed a moment ago, and a read on the loop might hang)."""
+    """A lookup needed where the caller reads nothing (``may_read`` false:
+    on the event loop, or the database failed a moment ago)."""
 
 
 class _Memory:
@@ -103,11 +104,13 @@ class Request:
         self.may_read = may_read
 
     def reading(self, memory: _Memory, key: str) -> None:
-        """Before a database read for credential ``key``: allowed?"""
-        if not self.may_read:
-            raise Unreadable
+        """Before a database read for credential ``key``: allowed (Throttled
+        first: a flood is refused where it is checked, with no read), and
+        may this check read (else Unreadable)?"""
         if not memory.may_look_up(key, self.now, self.may_look_up):
             raise Throttled
+        if not self.may_read:
+            raise Unreadable
 
 
 def check_shared_key(request: Request) -> str | None:

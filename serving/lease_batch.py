@@ -42,7 +42,9 @@ within the wait of that arrival.
 
 The loop's database work runs in one context of its own (``self.context``):
 Django keeps connections in context variables, and each request's task has
-its own copy, so without it every task would open a connection.
+its own copy, so without it every task would open a connection. It is the
+one place the event loop's thread reaches the database (``_lent``); Django's
+check against database calls from async code holds everywhere else.
 
 On PostgreSQL a batch is one transaction too, but it waits for no row
 another transaction holds (leases.sql.transactions.write_together): such a
@@ -150,7 +152,7 @@ class LeaseBatcher:
         is free this moment; None (nothing written) if not."""
         shared = _timed_batch("lease-inline") if timing.ENABLED else None  # bench only
         try:
-            with at_once():
+            with at_once(), _lent():
                 calls = self.context.run(self._checked_and_written, batch)
         except WouldWait:  # the lane's thread will wait for the writer
             if shared is not None:
@@ -199,6 +201,20 @@ class LeaseBatcher:
             except BaseException as exc:  # noqa: BLE001  a bug in one answer is that request's only
                 answers.append((future, exc))
         return answers
+
+
+@contextlib.contextmanager
+def _lent():
+    """The loop's thread lent to one synchronous write. Django refuses a
+    database call from a thread whose event loop is running
+    (SynchronousOnlyOperation); while this write runs the loop runs nothing
+    else, so for its length the thread is marked as running none."""
+    loop = asyncio.get_running_loop()
+    asyncio._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio._set_running_loop(loop)
 
 
 def _timed_batch(lane: str) -> dict:

@@ -15,7 +15,11 @@ a house a newcomer can find their way in:
     internal SQL compiler and database backend modules) outside the storage
     layer, so that a Django upgrade breaks in one place;
 (d) one HTTP front, uvicorn: granian (removed, docs/decisions/0002) is
-    named in no code, test, bench script or pyproject.toml.
+    named in no code, test, bench script or pyproject.toml;
+(e) Django's check against database calls from async code is never
+    switched off (DJANGO_ALLOW_ASYNC_UNSAFE) by the server's code: the loop
+    reaches the database through threads, but for the one write it lends
+    its thread to (serving/lease_batch.py, docs/decisions/0008).
 
 Today's exceptions are listed in the allowlists below, each with its reason.
 A new violation fails with the file, the line and what to do; an allowlist
@@ -464,6 +468,34 @@ def test_one_front_granian_is_named_nowhere():
     assert not found, f"granian was removed (uvicorn is the only front, docs/decisions/0002): {found}"
 
 
+# ------------------------------------------------------------------ (e) Django's async check stays on
+
+ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
+SERVER_CODE = ("leases", "serving", "config", "engines")
+LOOP_LENDER = "_set_running_loop"  # marks a thread as running no event loop
+LOOP_LENT_IN = {"serving/lease_batch.py"}  # its one write on the loop (decision 0008)
+
+
+def async_check_off(root: Path = REPO) -> list[str]:
+    """Where the server's code names the variable that switches Django's
+    check off, or marks the loop's thread as running no loop, outside the
+    one place allowed."""
+    found = []
+    for path in source_files(root, *SERVER_CODE):
+        text = path.read_text(encoding="utf-8")
+        if ASYNC_UNSAFE in text:
+            found.append(f"{rel(path, root)}: {ASYNC_UNSAFE}")
+        if LOOP_LENDER in text and rel(path, root) not in LOOP_LENT_IN:
+            found.append(f"{rel(path, root)}: {LOOP_LENDER}")
+    return found
+
+
+def test_django_async_check_is_never_switched_off():
+    found = async_check_off()
+    assert not found, ("async code reaches the database through a thread (asyncio.to_thread, an executor), "
+                       f"never with Django's check off: {found}")
+
+
 # ------------------------------------------------------------------ the checks catch what they are for
 
 def source_tree(root: Path, files: dict[str, str]) -> Path:
@@ -562,3 +594,11 @@ def test_a_mention_of_granian_is_found(tmp_path):
                                   "bench/run.py": "# behind Granian\n", "leases/machine.py": "x = 1\n"})
     (root / "pyproject.toml").write_text('dependencies = [\n    "granian>=2.5",\n]\n')
     assert mentions(GONE_FRONT, root) == ["bench/run.py:1", "serving/server.py:3", "pyproject.toml:2"]
+
+
+def test_switching_the_async_check_off_is_found(tmp_path):
+    root = source_tree(tmp_path, {"serving/asgi.py": 'import os\nos.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "1")\n',
+                                  "leases/waiting.py": "import asyncio\nasyncio._set_running_loop(None)\n",
+                                  "serving/lease_batch.py": "import asyncio\nasyncio._set_running_loop(None)\n",
+                                  "tests/browser.py": 'DJANGO_ALLOW_ASYNC_UNSAFE = "1"\n'})
+    assert async_check_off(root) == ["leases/waiting.py: _set_running_loop", f"serving/asgi.py: {ASYNC_UNSAFE}"]

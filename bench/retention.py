@@ -5,7 +5,7 @@ slowing leases down?
     .venv/bin/python bench/retention.py                      # 10 minutes of load per server
     .venv/bin/python bench/retention.py --duration 120 --horizon 20 --window 10   # a smoke run
 
-Two Leasehold servers run side by side as `make run` runs one (granian, two
+Two Leasehold servers run side by side as `make run` runs one (uvicorn, two
 workers, SQLite, synchronous=FULL), each on a fresh database: one keeps
 every event, the other keeps events only ``--horizon`` seconds
 (LEASEHOLD_RETENTION_RENEWALS and _EVENTS), its own background pruner

@@ -245,7 +245,7 @@ def _short(name: str) -> str:
 
 def ratio_columns(names: list[str]) -> list[tuple[str, str]]:
     """(numerator, denominator) pairs: every Leasehold against Azurite (the
-    first), and the default front against the other one (--compare-front)."""
+    first), and Leasehold against its variant (--compare-env, --compare-tree)."""
     pairs = [(n, names[0]) for n in names[1:]] if names and names[0] == "Azurite" else []
     if "Leasehold" in names and any(n.startswith("Leasehold-") for n in names):
         pairs += [("Leasehold", n) for n in names if n.startswith("Leasehold-")]
@@ -325,9 +325,6 @@ def main() -> int:
     ap.add_argument("--leasehold-cmd", default=None, metavar="COMMAND",
                     help="serve Leasehold with another command instead of python -m config.serve, e.g. "
                          "'gunicorn -b {host}:{port} -k gthread -w 2 --threads 8 config.wsgi:application'")
-    ap.add_argument("--compare-front", default=None, metavar="FRONT",
-                    help="also run Leasehold behind this other front (LEASEHOLD_FRONT, e.g. granian) on port "
-                         "base+2, in the same alternating rounds; adds L/G-style ratio columns")
     ap.add_argument("--compare-env", action="append", default=[], metavar="NAME=VALUE",
                     help="also run Leasehold with these settings (repeatable), as 'Leasehold-variant' on port "
                          "base+3, in the same alternating rounds; adds L/V ratio columns")
@@ -397,9 +394,6 @@ def main() -> int:
     if "leasehold" in wanted:
         all_servers.append(servers.Leasehold(args.port_base + 1, workdir, synchronous=args.synchronous,
                                              extra_env=extra_env, command=args.leasehold_cmd))
-        if args.compare_front:
-            all_servers.append(servers.Leasehold(args.port_base + 2, workdir, synchronous=args.synchronous,
-                                                 extra_env=extra_env, front=args.compare_front))
         if args.compare_env or args.compare_tree:
             variant = dict(item.split("=", 1) for item in args.compare_env)
             all_servers.append(servers.Leasehold(args.port_base + 3, workdir, synchronous=args.synchronous,

@@ -206,11 +206,8 @@ class Leasehold(Server):
     name = "Leasehold"
 
     def __init__(self, port: int, workdir: Path, *, synchronous: str = "FULL", extra_env: dict | None = None,
-                 command: str | None = None, front: str | None = None, variant: dict | None = None,
-                 tree: str | None = None):
-        if front:  # another HTTP front of serving.server (LEASEHOLD_FRONT), measured alongside
-            self.name = f"Leasehold-{front}"
-        elif variant or tree:  # other settings (--compare-env) or code (--compare-tree), measured alongside
+                 command: str | None = None, variant: dict | None = None, tree: str | None = None):
+        if variant or tree:  # other settings (--compare-env) or code (--compare-tree), measured alongside
             self.name = "Leasehold-variant"
         super().__init__(port, workdir)
         # the checkout served, and its Python (its own .venv if it has one)
@@ -218,7 +215,6 @@ class Leasehold(Server):
         venv_python = self.repo / ".venv" / "bin" / "python"
         self.python = str(venv_python) if tree and venv_python.exists() else PYTHON
         self.command = command  # another server to try (--leasehold-cmd); default: as `make run`
-        self.front = front
         self.db = workdir / f"{self.name.lower()}.sqlite3"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith(("LEASEHOLD_", "DJANGO_"))}
         self.env.update({
@@ -231,8 +227,6 @@ class Leasehold(Server):
             "LEASEHOLD_ADMIN_PASSWORD": "bench-" + os.urandom(8).hex(),
         })
         self.env.update(extra_env or {})
-        if front:
-            self.env["LEASEHOLD_FRONT"] = front
         self.env.update(variant or {})
 
     def prepare(self) -> None:
@@ -257,7 +251,7 @@ class Leasehold(Server):
         get = self.env.get
         if self.repo != REPO:
             return f"{self.repo} (serving/server.py) workers={get('LEASEHOLD_WORKERS', '2')}"
-        return (f"{get('LEASEHOLD_FRONT', 'uvicorn')} (serving/server.py) workers={get('LEASEHOLD_WORKERS', '2')} "
+        return (f"uvicorn (serving/server.py) workers={get('LEASEHOLD_WORKERS', '2')} "
                 f"threads={get('LEASEHOLD_THREADS', '1')}")
 
     def history_count(self) -> int:

@@ -4,4 +4,6 @@
 from config.wsgi import application as django_application
 from serving.asgi import LeaseholdASGI
 
-application = LeaseholdASGI(django_application, lean_path=True)
+# The long-read helper process runs config/long_reads.py, which imports this
+# module: named here (a command line's module), not imported, so no circle.
+application = LeaseholdASGI(django_application, lean_path=True, long_read_helper="config.long_reads")

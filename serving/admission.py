@@ -1,4 +1,5 @@
-"""A lease request's credentials, checked on the event loop before it queues (serving/asgi.py), so
+"""A lease request's credentials, checked before it queues (serving/asgi.py: on the event loop from
+memory, a database read in the admission thread, its wait bounded by LEASEHOLD_WRITE_WAIT), so
 that no client can take the lease lane or the writer from others with requests that fail: one that
 fails, or carries none, is answered here in its door's shape, and refusals are bounded per client
 address by a token bucket (``LEASEHOLD_UNAUTHENTICATED_RATE``), past which they are answered 503/429
@@ -8,11 +9,13 @@ docs/decisions/0031 why."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from email.utils import formatdate
 
@@ -99,12 +102,13 @@ class FailedRequests:
 
 
 class Admission:
-    """The check in front of the lease lane of one worker process.
-    ``context``: the contextvars context whose database connection the
-    checks read with (the lease batcher's, on the loop)."""
+    """The check in front of the lease lane of one worker process. A read
+    waits at most ``read_wait`` seconds; past it the request goes to its
+    door unchecked, as when the database fails."""
 
-    def __init__(self, context, *, rate: float, burst: float):
-        self.context = context
+    def __init__(self, *, rate: float, burst: float, read_wait: float):
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="admission")  # reads credentials
+        self.read_wait = read_wait
         self.failed = FailedRequests(rate, burst)
         self.unread_until = 0.0  # monotonic time until which the checks read nothing
         # An answer past the bound is sent after this pause: the connection's
@@ -113,31 +117,41 @@ class Admission:
         # worker one request a pause, not as many as it can send.
         self.pause = min(PAUSE_SECONDS, float(self.failed.retry_after()))
 
-    def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
+    async def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
         """The request's principal, or the answer to send instead."""
         door = "api" if scope["path"].startswith(API_LEASES) else "azure"
         address = environ.get("REMOTE_ADDR", "")
         try:
-            return self.context.run(principals.identify, environ, door=door,
-                                    may_look_up=lambda: self.failed.has(address),
-                                    may_read=time.monotonic() >= self.unread_until)
-        except principals.Unreadable:  # the database failed a moment ago: the door checks it
-            return f"address:{address}"
+            try:  # from memory, on the loop
+                return principals.identify(environ, door=door, may_look_up=lambda: self.failed.has(address),
+                                           may_read=False)
+            except principals.Unreadable:  # a credential to read
+                if time.monotonic() < self.unread_until:  # the database failed a moment ago: the door checks it
+                    return f"address:{address}"
+            # Allowed by the address's bucket (else Throttled above); the buckets are the loop's alone.
+            read = asyncio.get_running_loop().run_in_executor(
+                self.reader, lambda: principals.identify(environ, door=door, may_look_up=lambda: True))
+            return await asyncio.wait_for(read, self.read_wait)
         except principals.Refused as refused:
             self.failed.note(address, refused.code, scope["path"])
             if refused.throttled or not self.failed.take(address):
                 return self._busy(environ, door)
             return self._refusal(environ, door, refused)
-        except Exception as exc:  # noqa: BLE001  the database unreachable: the door will answer
-            # No read on the loop for a while (a database that is down could
-            # hold it for a connect timeout per request); credentials known
-            # from memory are still checked.
+        except Exception as exc:  # noqa: BLE001  the database unreachable or slow: the door will answer
+            # No read for a while (a database that is down could hold each
+            # read for a connect timeout); credentials known from memory are
+            # still checked.
             if time.monotonic() >= self.unread_until:
                 log.warning("lease requests let through to their door unchecked for %.0f s: the credentials "
                             "could not be read (%s: %s)", UNREAD_SECONDS, type(exc).__name__, exc)
             self.unread_until = time.monotonic() + UNREAD_SECONDS
-            self.context.run(db.close_old_connections)
+            self.reader.submit(db.close_old_connections)  # the reader's connection, in its thread
             return f"address:{address}"
+
+    def close(self) -> None:
+        """At the worker's end: the reader's connection closed in its thread."""
+        self.reader.submit(db.connections.close_all)
+        self.reader.shutdown(wait=False)
 
     def _busy(self, environ, door: str) -> tuple[int, list, bytes]:
         """The answer past the address's bound: built here, as cheaply as it

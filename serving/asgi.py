@@ -13,7 +13,6 @@ import contextlib
 import functools
 import gc
 import json
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -35,12 +34,6 @@ from leases.azure import fastpath
 from leases.domain import paths
 from leases.storage.transactions import RetryAlone, commits_together
 
-# The event loop writes lean lease batches itself when the writer is free
-# (serving/lease_batch.py): deliberately, without ever waiting for a lock
-# (busy.at_once). Django refuses database calls from a thread running an
-# event loop unless told that this is meant.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-# A server process: on PostgreSQL every statement and lock wait is bounded (engines/postgres/).
 
 API_LEASES = paths.API_LEASES
 API_BLOBS = paths.API_BLOBS  # the JSON API's uploads: the blob size cap, as Put Blob
@@ -48,10 +41,11 @@ UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.s
 
 
 class LeaseholdASGI:
-    def __init__(self, app, *, lean_path: bool = False):
+    def __init__(self, app, *, lean_path: bool = False, long_read_helper: str | None = None):
         """``app``: Django's WSGI application (config/asgi.py); ``lean_path``:
         whether the usual Azure lease request may take leases.azure.fastpath
-        (batched) instead of ``app`` (only where ``app`` is Leasehold's own)."""
+        (batched) instead of ``app`` (only where ``app`` is Leasehold's own);
+        ``long_read_helper``: the helper's module (serving/long_reads.py)."""
         self.app = app
         self.lean_path = lean_path
         postgres.serving()  # a server process: on PostgreSQL every statement and lock wait is bounded
@@ -91,14 +85,14 @@ class LeaseholdASGI:
                                     in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
         self._commits_together: bool | None = None  # per process; asked once, in the batcher's context
-        # exports run in a low-priority helper process (serving/long_reads.py)
-        self.long_reads = long_reads.LongReads() if long_reads.enabled() else None
+        # exports in a low-priority helper process (serving/long_reads.py); without one, in the read lane
+        self.long_reads = long_reads.LongReads(long_read_helper) if long_read_helper and long_reads.enabled() else None
         self.waiters = Waiters()  # acquires waiting for a held lease (serving/waiting.py)
         # Credentials checked before a lease request queues, failures bounded per
         # address (serving/admission.py); the lease lane shared by principals in
         # turn (serving/lanes.py), with a request queued behind each running one.
-        self.admission = Admission(self.batcher.context, rate=own.unauthenticated_rate[0],
-                                   burst=own.unauthenticated_rate[1])
+        self.admission = Admission(rate=own.unauthenticated_rate[0], burst=own.unauthenticated_rate[1],
+                                   read_wait=own.write_wait)
         self.gate = FairGate(2 * len(self.lanes["lease"].executors))
 
     async def __call__(self, scope, receive, send):
@@ -134,6 +128,7 @@ class LeaseholdASGI:
                 for lane in self.lanes.values():
                     lane.shutdown()
                 self.batcher.executor.shutdown(wait=False, cancel_futures=True)  # PostgreSQL's own; else a lane's
+                self.admission.close()
                 if self.long_reads is not None:
                     self.long_reads.close()
                 await send({"type": "lifespan.shutdown.complete"})
@@ -174,7 +169,7 @@ class LeaseholdASGI:
         lane = self.lanes[self.lane_name(scope)]
         environ["leasehold.lane"] = lane.name
         if lane is self.lanes["lease"]:
-            admitted = self.admission.admit(scope, environ)  # on the loop, before any queue
+            admitted = await self.admission.admit(scope, environ)  # before any queue
             if not isinstance(admitted, str):
                 status, headers, content = admitted
                 if status in (429, 503):  # past the address's bound: answered after a pause (admission.py)
@@ -270,14 +265,15 @@ class LeaseholdASGI:
     async def in_lane(self, environ, lane) -> tuple[int, list, bytes]:
         async with self.turn(lane, environ):
             index = lane.take()
+            loop = asyncio.get_running_loop()
             try:
-                status, headers, content, result = await asyncio.get_running_loop().run_in_executor(
-                    lane.executors[index], self.call, environ)
+                status, headers, content, result = await loop.run_in_executor(lane.executors[index], self.call,
+                                                                              environ)
+                if result is not None:  # a streamed answer (a lease action's never is): closed in its thread
+                    await loop.run_in_executor(lane.executors[index], answers.close, result)
+                    raise RuntimeError("a lease action answered with a stream")
             finally:
                 lane.give_back(index)
-        if result is not None:  # a streamed answer (a lease action's never is): close it
-            answers.close(result)
-            raise RuntimeError("a lease action answered with a stream")
         return status, headers, content
 
     def writes_from(self, received_at: float):

@@ -2,7 +2,8 @@
 savepoint each, one commit and one fsync), and when the batch is one request, nothing else is in
 flight and the writer is free, the event loop writes it itself, because a renewal's cost is mostly
 its commit and a lone request's latency mostly the hand-over to a thread; nobody is answered before
-the commit that covers their request. docs/development/architecture.md ("Lease batches") tells who
+the commit that covers their request. That inline write is the one place the event loop's thread
+reaches the database (``_lent``). docs/development/architecture.md ("Lease batches") tells who
 writes a batch, its bounds and PostgreSQL's case; docs/decisions/0007, 0008 and 0024 say why."""
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class LeaseBatcher:
         is free this moment; None (nothing written) if not."""
         shared = _timed_batch("lease-inline") if timing.ENABLED else None  # bench only
         try:
-            with at_once():
+            with at_once(), _lent():
                 calls = self.context.run(self._checked_and_written, batch)
         except WouldWait:  # the lane's thread will wait for the writer
             if shared is not None:
@@ -153,6 +154,20 @@ class LeaseBatcher:
             except BaseException as exc:  # noqa: BLE001  a bug in one answer is that request's only
                 answers.append((future, exc))
         return answers
+
+
+@contextlib.contextmanager
+def _lent():
+    """The loop's thread lent to one synchronous write. Django refuses a
+    database call from a thread whose event loop is running
+    (SynchronousOnlyOperation); while this write runs the loop runs nothing
+    else, so for its length the thread is marked as running none."""
+    loop = asyncio.get_running_loop()
+    asyncio._set_running_loop(None)
+    try:
+        yield
+    finally:
+        asyncio._set_running_loop(loop)
 
 
 def _timed_batch(lane: str) -> dict:

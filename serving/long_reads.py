@@ -23,8 +23,6 @@ import threading
 from leases import conf
 from leases.domain import paths
 
-APPLICATION = "config.asgi"  # the module whose ``application`` the helper serves
-
 # The long reads, by path (GET only): the JSON API's export and the admin's.
 LONG_READ_PATHS = (paths.API_EVENTS_EXPORT, "/admin/leases/leaseevent/export.csv")
 START_SECONDS = 60  # a helper not ready by then (Django set-up on a saturated machine) is a 503
@@ -52,17 +50,19 @@ class HelperUnavailable(Exception):
 # ------------------------------------------------------------------ the worker's side
 
 
-def _spawn(path: str, env: dict) -> subprocess.Popen:
-    """The helper process, serving on the socket ``path`` (in a thread:
-    see LongReads._helper)."""
-    return subprocess.Popen([sys.executable, "-m", "serving.long_reads", path], stdin=subprocess.PIPE,
+def _spawn(helper: str, path: str, env: dict) -> subprocess.Popen:
+    """The helper process (``python -m helper``), serving on the socket
+    ``path`` (in a thread: see LongReads._helper)."""
+    return subprocess.Popen([sys.executable, "-m", helper, path], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, env=env)
 
 
 class LongReads:
-    """A worker's helper process and the long reads it relays."""
+    """A worker's helper process and the long reads it relays. ``helper``:
+    the module the helper runs as, whose ``main`` calls ``serve``."""
 
-    def __init__(self):
+    def __init__(self, helper: str):
+        self.helper = helper
         settings = conf.or_exit()
         self.nice, self.slots = settings.long_read_nice, settings.long_reads
         # An export that finds every slot taken waits as long as a writer
@@ -89,7 +89,7 @@ class LongReads:
             # the loop, and every request of this worker, for longer than a
             # renewal's budget under load (docs/decisions/0010).
             loop = asyncio.get_running_loop()
-            self.proc = proc = await loop.run_in_executor(None, _spawn, self.path, env)
+            self.proc = proc = await loop.run_in_executor(None, _spawn, self.helper, self.path, env)
             assert proc.stdout is not None  # spawned with a pipe
             try:
                 line = await asyncio.wait_for(loop.run_in_executor(None, proc.stdout.readline), START_SECONDS)
@@ -209,13 +209,14 @@ def _serve_one(app, conn: socket.socket) -> None:
         connections.close_all()  # this thread's connections: no read snapshot outlives its export
 
 
-def main() -> None:
-    path = sys.argv[1]
+def lower_priority() -> None:
+    """The helper's first step, before Django is set up: the lease workers get the cores first."""
     os.nice(conf.or_exit().long_read_nice)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    from importlib import import_module
 
-    app = import_module(APPLICATION).application  # the wiring's (config/asgi.py), as the workers serve it
+
+def serve(path: str, app) -> None:
+    """The helper's loop: each long read from the socket ``path`` run by
+    ``app`` (the workers' LeaseholdASGI) in a thread of its own."""
 
     def orphaned():  # the worker is gone: so is its helper
         sys.stdin.buffer.read()
@@ -234,7 +235,3 @@ def main() -> None:
             threading.Thread(target=_serve_one, args=(app, conn), daemon=True, name="long-read").start()
     except KeyboardInterrupt:  # Ctrl-C on the server's terminal reaches its whole process group
         pass
-
-
-if __name__ == "__main__":
-    main()

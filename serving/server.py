@@ -3,8 +3,7 @@ LEASEHOLD_* variables): uvicorn serving serving.asgi on uvloop, with its protoco
 serving/front.py to keep header name case as Azure does and to bound what a request's head may be
 (docs/decisions/0002, 0011), ASGI so that each worker's event loop receives a body whole before a
 thread of its lane runs the request (docs/decisions/0003); uvicorn's supervisor restarts a worker
-that dies, and SIGTERM stops the workers gracefully. ``LEASEHOLD_FRONT=granian`` serves with granian
-instead, kept to measure against (docs/decisions/0002)."""
+that dies, and SIGTERM stops the workers gracefully."""
 
 from __future__ import annotations
 
@@ -22,11 +21,6 @@ from leases import conf
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    # granian starts every request's WSGI environ as a copy of the process
-    # environment, so an HTTP_* variable (HTTP_PROXY, ...) would read like a
-    # request header; the server makes no outgoing HTTP requests that need them.
-    for name in [n for n in os.environ if n.upper().startswith("HTTP_")]:
-        del os.environ[name]
     # Metrics of every worker process, added up at scrape (leases/operations/metrics.py):
     # a fresh directory per server start, so no stale counts carry over.
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
@@ -50,10 +44,7 @@ def main() -> None:
         from django.conf import settings as django_settings
 
         django_settings.SECRET_KEY = key  # and this process's, which serves itself with one worker
-    if settings.front == "uvicorn":
-        _serve_uvicorn(host, port, workers, level)
-    else:  # loses metadata name case (_serve_granian)
-        _serve_granian(host, port, workers, level)
+    _serve_uvicorn(host, port, workers, level)
 
 
 def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
@@ -293,41 +284,11 @@ def _check_tls(settings: conf.Settings) -> None:
     import ssl
 
     assert settings.tls_cert is not None and settings.tls_key is not None  # settings.tls
-    if settings.front != "uvicorn":
-        raise SystemExit("Leasehold will not start: LEASEHOLD_TLS_CERT needs the uvicorn front (LEASEHOLD_FRONT)")
     try:
         ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(settings.tls_cert, settings.tls_key)
     except (ssl.SSLError, OSError) as exc:
         raise SystemExit(f"Leasehold will not start: LEASEHOLD_TLS_CERT={settings.tls_cert} with "
                          f"LEASEHOLD_TLS_KEY={settings.tls_key}: {exc}") from None
-
-
-def _serve_granian(host: str, port: int, workers: int, level: str) -> None:
-    """The previous front, kept to measure against (bench/README.md): hyper
-    lower-cases header names both ways, so metadata names lose their case."""
-    from granian import Granian
-    from granian.constants import HTTPModes, Interfaces
-    from granian.http import HTTP1Settings
-    from granian.log import LogLevels
-
-    settings = conf.current()
-
-    Granian(
-        "config.asgi:application",
-        address=host,
-        port=port,
-        interface=Interfaces.ASGI,
-        workers=workers,
-        blocking_threads=1,  # the event loop's; requests run in the lanes' threads (serving/asgi.py)
-        runtime_threads=1,
-        http=HTTPModes.http1,
-        websockets=False,
-        http1_settings=HTTP1Settings(keep_alive=True, header_read_timeout=int(settings.header_timeout * 1000)),
-        log_level=LogLevels(level),
-        log_access=settings.access_log,
-        respawn_failed_workers=True,
-        workers_kill_timeout=10,
-    ).serve()
 
 
 if __name__ == "__main__":

@@ -130,9 +130,9 @@ def clock():
 
 
 class _Handler(WSGIRequestHandler):
-    """wsgiref, made to pass the request through as granian (the production
-    server) does: the decoded path only, no raw URI, so SharedKey is checked
-    the way production checks it; and no invented Content-Type."""
+    """wsgiref, with no invented Content-Type. It passes the decoded path
+    only, no raw URI (the production front passes both): SharedKey's check
+    against the path re-quoted as the SDKs quote it is what it exercises."""
 
     def get_environ(self):
         env = super().get_environ()

@@ -18,7 +18,13 @@ newcomer can find their way in:
     one paragraph (the longer story is docs/development/architecture.md's),
     and no comment or docstring carries the history of a choice or a
     benchmark figure (NOT_IN_COMMENTS: they belong in docs/decisions/ and
-    bench/).
+    bench/);
+(e) one HTTP front, uvicorn: granian (removed, docs/decisions/0002) is
+    named in no code, test, bench script or pyproject.toml;
+(f) Django's check against database calls from async code is never
+    switched off (DJANGO_ALLOW_ASYNC_UNSAFE) by the server's code: the loop
+    reaches the database through threads, but for the one write it lends
+    its thread to (serving/lease_batch.py, docs/decisions/0008).
 
 Today's exceptions are listed in the allowlists below, each with its reason.
 A new violation fails with the file, the line and what to do; an allowlist
@@ -304,6 +310,14 @@ def test_no_modules_import_each_other_in_a_circle():
         "  " + " <-> ".join(circle) for circle in circles)
 
 
+def test_the_long_read_helper_imports_the_application_it_serves():
+    """The helper process (config/long_reads.py) serves config.asgi's
+    application by an import the graph above sees, not by a module named in
+    a string."""
+    assert "config.asgi" in {imp.module for imp in imports(REPO / "config/long_reads.py", REPO)}
+    assert "import_module" not in (REPO / "serving/long_reads.py").read_text(encoding="utf-8")
+
+
 def test_config_is_wiring():
     lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in source_files(REPO, "config"))
     assert lines < CONFIG_LINES, f"config/ is {lines} lines: it wires the project together; move the rest out"
@@ -422,6 +436,58 @@ def test_no_private_django_name_outside_the_storage_layer():
                      + "); move them there or use public API:\n" + "\n".join(f"  {h}" for h in new))
     stale = PRIVATE_DJANGO_ALLOWED - {(path, name) for path, name, _ in found}
     assert not stale, f"no longer used; remove from PRIVATE_DJANGO_ALLOWED: {sorted(stale)}"
+
+
+# ------------------------------------------------------------------ (e) one front
+
+GONE_FRONT = "granian"
+CODE = ("leases", "engines", "serving", "config", "client", "bench", "tests")
+
+
+def code_files(root: Path) -> list[Path]:
+    """Every Python file of the tree's code, tests and bench scripts (not
+    this file, which names what it looks for), and pyproject.toml."""
+    files = [p for p in source_files(root, *CODE)
+             if "node_modules" not in p.parts and p.resolve() != Path(__file__).resolve()]
+    return files + [p for p in (root / "pyproject.toml", root / "client" / "pyproject.toml") if p.exists()]
+
+
+def mentions(word: str, root: Path = REPO) -> list[str]:
+    return [f"{rel(path, root)}:{n}" for path in code_files(root)
+            for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if word in line.lower()]
+
+
+def test_one_front_granian_is_named_nowhere():
+    found = mentions(GONE_FRONT)
+    assert not found, f"granian was removed (uvicorn is the only front, docs/decisions/0002): {found}"
+
+
+# ------------------------------------------------------------------ (f) Django's async check stays on
+
+ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
+SERVER_CODE = ("leases", "serving", "config", "engines")
+LOOP_LENDER = "_set_running_loop"  # marks a thread as running no event loop
+LOOP_LENT_IN = {"serving/lease_batch.py"}  # its one write on the loop (decision 0008)
+
+
+def async_check_off(root: Path = REPO) -> list[str]:
+    """Where the server's code names the variable that switches Django's
+    check off, or marks the loop's thread as running no loop, outside the
+    one place allowed."""
+    found = []
+    for path in source_files(root, *SERVER_CODE):
+        text = path.read_text(encoding="utf-8")
+        if ASYNC_UNSAFE in text:
+            found.append(f"{rel(path, root)}: {ASYNC_UNSAFE}")
+        if LOOP_LENDER in text and rel(path, root) not in LOOP_LENT_IN:
+            found.append(f"{rel(path, root)}: {LOOP_LENDER}")
+    return found
+
+
+def test_django_async_check_is_never_switched_off():
+    found = async_check_off()
+    assert not found, ("async code reaches the database through a thread (asyncio.to_thread, an executor), "
+                       f"never with Django's check off: {found}")
 
 
 # ------------------------------------------------------------------ the checks catch what they are for
@@ -692,6 +758,21 @@ def test_essays_history_and_figures_are_found(tmp_path):
         "config/f.py:3: history ('As before')", "config/f.py:3: a figure ('3x faster')",
         "engines/d.py:1: history ('stop 21')",
         "serving/e.py:2: a figure ('6%')", "serving/e.py:3: a figure ('0.18 ms')"]
+
+
+def test_a_mention_of_granian_is_found(tmp_path):
+    root = source_tree(tmp_path, {"serving/server.py": "x = 1\ndef f():\n    from granian import Granian\n",
+                                  "bench/run.py": "# behind Granian\n", "leases/domain/machine.py": "x = 1\n"})
+    (root / "pyproject.toml").write_text('dependencies = [\n    "granian>=2.5",\n]\n')
+    assert mentions(GONE_FRONT, root) == ["bench/run.py:1", "serving/server.py:3", "pyproject.toml:2"]
+
+
+def test_switching_the_async_check_off_is_found(tmp_path):
+    root = source_tree(tmp_path, {"serving/asgi.py": 'import os\nos.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "1")\n',
+                                  "leases/domain/waiting.py": "import asyncio\nasyncio._set_running_loop(None)\n",
+                                  "serving/lease_batch.py": "import asyncio\nasyncio._set_running_loop(None)\n",
+                                  "tests/browser.py": 'DJANGO_ALLOW_ASYNC_UNSAFE = "1"\n'})
+    assert async_check_off(root) == ["leases/domain/waiting.py: _set_running_loop", f"serving/asgi.py: {ASYNC_UNSAFE}"]
 
 
 if __name__ == "__main__":  # python tests/test_structure.py: write the diagram into the architecture page

@@ -1,5 +1,5 @@
-"""Who is calling, known before a lease request queues: the server asks ``identify(environ)`` on the
-event loop as soon as a lease request is received whole (serving/admission.py), so that a request
+"""Who is calling, known before a lease request queues: the server asks ``identify(environ)`` (on the
+event loop from memory, ``may_read`` false; in a thread when a read is needed) as soon as a lease request is received whole (serving/admission.py), so that a request
 whose credentials fail, or that has none, is answered there and never reaches the lease lane or the
 writer, and one that passes carries its principal (``account:<name>``, ``token:<name>``,
 ``user:<name>``), by which the lease lane is shared (serving/lanes.py). Each kind of credential is
@@ -42,8 +42,8 @@ class Throttled(Exception):
 
 
 class Unreadable(Exception):
-    """A lookup needed while the server reads nothing (``may_read`` false:
-    the database failed a moment ago, and a read on the loop might hang)."""
+    """A lookup needed where the caller reads nothing (``may_read`` false:
+    on the event loop, or the database failed a moment ago)."""
 
 
 class _Memory:
@@ -87,11 +87,13 @@ class Request:
         self.may_read = may_read
 
     def reading(self, memory: _Memory, key: str) -> None:
-        """Before a database read for credential ``key``: allowed?"""
-        if not self.may_read:
-            raise Unreadable
+        """Before a database read for credential ``key``: allowed (Throttled
+        first: a flood is refused where it is checked, with no read), and
+        may this check read (else Unreadable)?"""
         if not memory.may_look_up(key, self.now, self.may_look_up):
             raise Throttled
+        if not self.may_read:
+            raise Unreadable
 
 
 def check_shared_key(request: Request) -> str | None:

@@ -19,7 +19,9 @@ from pathlib import Path
 from leases.conf.env import SettingError, env_bool, env_choice, env_duration, env_float, env_int, env_log_level, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-FRONTS = ("uvicorn", "granian")
+# Variables that once meant something and no longer do: set, they stop the
+# start (an operator relying on one learns it is gone), unlike unknown ones.
+REMOVED = {"LEASEHOLD_FRONT": "uvicorn is the only HTTP front (docs/decisions/0002)"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +34,6 @@ class Settings:
     # the server
     bind: tuple[str, int]
     workers: int
-    front: str
     worker_healthcheck: int
     instance: str | None
     access_log: bool
@@ -160,6 +161,9 @@ def _optional_int(name: str, environ: Mapping[str, str]) -> int | None:
 def load(environ: Mapping[str, str] | None = None) -> Settings:
     """Every variable from ``environ`` (default: the process's), checked."""
     env: Mapping[str, str] = os.environ if environ is None else environ
+    for name, why in REMOVED.items():
+        if name in env and env[name] != "":
+            raise SettingError(f"{name} was removed: {why}; unset it")
     var_dir = Path(env_str("LEASEHOLD_VAR_DIR", environ=env) or BASE_DIR / "var")
     return Settings(
         var_dir=var_dir,
@@ -168,7 +172,6 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         throttle_database=env_str("LEASEHOLD_THROTTLE_DATABASE", str(var_dir / "throttle.sqlite3"), environ=env),
         bind=_bind(env),
         workers=env_int("LEASEHOLD_WORKERS", 2, at_least=1, environ=env),
-        front=env_choice("LEASEHOLD_FRONT", "uvicorn", FRONTS, environ=env),
         worker_healthcheck=env_int("LEASEHOLD_WORKER_HEALTHCHECK", 30, at_least=1, environ=env),
         instance=env_str("LEASEHOLD_INSTANCE", environ=env),
         access_log=env_bool("LEASEHOLD_ACCESS_LOG", environ=env),

@@ -38,7 +38,9 @@ def chromium():
     a second a test. Playwright's sync API keeps an event loop in this
     thread, which Django would take for async code: the ORM calls of the
     tests and of their fixtures (data made, the database flushed) are
-    synchronous, and allowed so while it runs."""
+    synchronous, and allowed so while it runs. In this test process only:
+    the server under test runs in threads with no event loop, and the
+    server's own code never sets it (tests/test_structure.py)."""
     from playwright.sync_api import sync_playwright
 
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:

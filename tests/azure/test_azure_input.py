@@ -344,8 +344,7 @@ def test_non_ascii_header_values_are_400_and_change_nothing(azure_server, box, h
 @pytest.mark.parametrize("header", ["If-Match", "If-None-Match", "If-Unmodified-Since", "x-ms-lease-id",
                                     "x-ms-range", "Content-MD5"])
 def test_an_empty_condition_or_lease_header_is_400_not_absent(azure_server, box, header):
-    """granian hands a non-ASCII value as an empty one: for these headers
-    an empty value is refused, not read as no condition."""
+    """For these headers an empty value is refused, not read as no condition."""
     sock = connect(azure_server)
     sock.sendall(head_bytes("DELETE", BLOB, signed_headers("DELETE", BLOB, {})).replace(
         b"\r\n\r\n", f"\r\n{header}:\r\n\r\n".encode()))
@@ -445,7 +444,7 @@ def test_a_legacy_blob_name_is_listed_encoded_as_azure_does(azure_server, box, s
 @pytest.mark.skipif("os.environ.get('LEASEHOLD_DATABASE', '').startswith('postgres')",
                     reason="a SQLite file's server, as in the SQLite pass")
 def test_cut_off_upload_against_the_production_server(tmp_path):
-    """The same cut, against granian (python -m config.serve) in its own
+    """The same cut, against the production server (python -m config.serve) in its own
     process: the connection is reset mid-body, and the blob is untouched."""
     from tests.processes.test_processes import Server
 
@@ -465,7 +464,7 @@ def test_cut_off_upload_against_the_production_server(tmp_path):
             response = signed("GET", base, BLOB)
             assert (response.status_code, response.content) == (200, b"old")
             time.sleep(0.1)
-        # granian hands these values over empty: refused, the blob stays.
+        # Values that are not visible ASCII: refused, the blob stays.
         for header in (b"If-Match: \xe2\x80\x9cabc\xe2\x80\x9d", b"x-ms-lease-id: caf\xe9"):
             sock = connect(base)
             sock.sendall(head_bytes("DELETE", BLOB, signed_headers("DELETE", BLOB, {})).replace(

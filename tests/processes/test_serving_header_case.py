@@ -102,7 +102,6 @@ def test_a_name_sent_twice_in_any_case_is_refused_and_changes_nothing(server, bo
 
 
 def test_a_non_ascii_metadata_value_is_refused_not_stored_empty(server, box):
-    # granian, the previous front, handed such a value over as "" (stored empty).
     blob = box.upload_blob("b", b"x", metadata={"Keep": "me"})
     path = f"/{azure_raw.DEV_ACCOUNT}/{box.container_name}/b?comp=metadata"
     response = _raw_request(server, "PUT", path, [("x-ms-meta-Note", "caf\u00e9")])

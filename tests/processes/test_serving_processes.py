@@ -180,7 +180,7 @@ def _long_read_helpers(server) -> list[int]:
         pid = todo.pop()
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"serving.long_reads" in fh.read():
+                if b"config.long_reads" in fh.read():
                     found.append(pid)
         except OSError:
             continue

@@ -33,7 +33,7 @@ def test_the_helper_is_started_while_the_event_loop_goes_on(monkeypatch):
     monkeypatch.setattr(subprocess, "Popen", HeldPopen)
 
     async def main():
-        helper = long_reads.LongReads()
+        helper = long_reads.LongReads("config.long_reads")
         helper._starting = asyncio.Lock()
         try:
             starting = asyncio.ensure_future(helper._helper())

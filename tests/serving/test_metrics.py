@@ -150,7 +150,7 @@ def test_metrics_add_up_the_worker_processes(tmp_path):
         assert azure_raw.signed("PUT", base, "/devstoreaccount1/metered?restype=container").status_code == 201
         assert azure_raw.lease(base, "/devstoreaccount1/metered", "acquire",
                                duration=-1).status_code == 201
-        for _ in range(20):  # each on a new connection: granian spreads them over its workers
+        for _ in range(20):  # each on a new connection: spread over the workers
             response = azure_raw.lease(base, "/devstoreaccount1/metered", "acquire", duration=-1)
             assert response.status_code == 409
         for _ in range(6):

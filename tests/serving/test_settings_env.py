@@ -103,6 +103,21 @@ def test_settings_refuse_a_bad_value_at_start(tmp_path, name, value, message):
     assert run.returncode != 0 and message in run.stderr, run.stderr[-2000:]
 
 
+@pytest.mark.parametrize("value", ["uvicorn", "hypercorn"])
+def test_a_removed_variable_stops_the_start_saying_it_was_removed(tmp_path, value):
+    """LEASEHOLD_FRONT chose between two fronts; uvicorn is the only one now.
+    Set, it is refused rather than ignored as an unknown variable is."""
+    with pytest.raises(SettingError, match="LEASEHOLD_FRONT was removed: uvicorn is the only HTTP front"):
+        conf.load({"LEASEHOLD_FRONT": value})
+    assert conf.load({"LEASEHOLD_FRONT": "", "LEASEHOLD_SOMETHING_UNKNOWN": "x"}).bind == ("127.0.0.1", 10000)
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "LEASEHOLD_VAR_DIR": str(tmp_path),
+           "LEASEHOLD_FRONT": value}
+    run = subprocess.run([sys.executable, "-m", "serving.server"], cwd=REPO, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert run.returncode != 0 and "LEASEHOLD_FRONT was removed" in run.stderr, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr
+
+
 def test_settings_read_typed_values(tmp_path):
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "LEASEHOLD_VAR_DIR": str(tmp_path),
            "LEASEHOLD_SQLITE_SYNC_OUTSIDE_LOCK": "off", "LEASEHOLD_WRITE_WAIT": "2.5", "LEASEHOLD_API_RATE": "",

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from tests.client.helpers import REPO
+from tests.installs import fresh_venv, install
 
 CHECK = """
 import importlib.util, leasehold_client
@@ -28,12 +28,9 @@ print(leasehold_client.__file__)
 
 def test_the_client_installs_in_a_fresh_venv_without_django(tmp_path):
     venv = tmp_path / "venv"
-    # Without pip of its own (quicker): this venv's pip installs into it (--python).
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--disable-pip-version-check", str(REPO / "client")],
-                   check=True, timeout=600, capture_output=True)
+    python = fresh_venv(venv)
+    installed = install(python, str(REPO / "client"))
+    assert installed.returncode == 0, installed.stderr[-3000:]
     out = subprocess.run([str(python), "-c", CHECK], check=True, capture_output=True, text=True, cwd=tmp_path,
                          timeout=60)
     assert str(venv) in out.stdout  # the installed copy, not the source tree

@@ -1,4 +1,4 @@
-"""The installable server: the wheel `pip wheel .` builds,
+"""The installable server: the wheel a PEP 517 build of the checkout makes,
 installed into a fresh virtual environment outside the repository, gives a
 `leasehold` command that lists its commands and serves the Azure SDK, the
 admin and its static files from a data directory of its own."""
@@ -9,7 +9,6 @@ import os
 import signal
 import site
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from azure.storage.blob import BlobServiceClient
 
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from tests.conftest import free_port
+from tests.installs import build_wheel, fresh_venv, install
 
 pytestmark = pytest.mark.processes
 
@@ -30,18 +30,16 @@ def installed(tmp_path_factory) -> Path:
     """The fresh environment's bin directory, the wheel installed in it (its
     dependencies seen from this environment's site-packages, not reinstalled)."""
     tmp = tmp_path_factory.mktemp("install")
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp / "dist"),
-                            str(ROOT)], capture_output=True, text=True, timeout=300)
+    built = build_wheel(ROOT, tmp / "dist")
     assert built.returncode == 0, built.stderr[-3000:]
     wheel, = (tmp / "dist").glob("leasehold-*.whl")
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = fresh_venv(venv)
     purelib = next(venv.glob("lib/python*/site-packages"))
     # This environment's packages (Django, uvicorn, ...) after the venv's own; its editable
     # install of this checkout is a .pth here, which a path added this way does not run.
     (purelib / "deps.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    result = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                             "--no-deps", "--no-compile", str(wheel)], capture_output=True, text=True, timeout=300)
+    result = install(python, "--no-deps", "--no-compile", str(wheel), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return venv / "bin"
 

@@ -377,3 +377,18 @@ def test_the_lease_answer_is_what_its_documented_serializer_renders(api, resourc
                                                   "lease": obj}, context={"now": now}).data
         assert lease_action_result(**fields, obj=obj, now=now) == documented
         assert list(lease_action_result(**fields, obj=obj, now=now)) == list(documented)
+
+
+@pytest.mark.parametrize("accept, status", [
+    (None, 201), ("*/*", 201), ("application/json", 201), ("application/json; indent=2", 201),
+    ("text/html", 406), ("text/csv", 406),
+])
+def test_lease_answers_are_json_or_not_acceptable(api, resource, accept, status):
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    response = lease(api, "acquire", resource, {"duration": 15}, **headers)
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    if status == 406:
+        assert response.json()["code"] == "NotAcceptable"
+    elif accept and "indent" in accept:
+        assert response.content.startswith(b'{\n  "action"')  # DRF's negotiation, as before

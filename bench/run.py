@@ -44,7 +44,7 @@ CONTAINER = "bench"
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str  # cycle | contention | hostile | stuck | flood
+    kind: str  # cycle | contention | hostile | stuck | flood | doors
     clients: int
     burners: int = 0  # CPU-burning processes running through each measured run
 
@@ -56,6 +56,10 @@ class Scenario:
         if self.kind == "flood":
             return (f"{self.name}: a bystander renews one lease back to back while requests without valid "
                     f"credentials flood the lease paths (bench/flood.py)")
+        if self.kind == "doors":
+            return (f"{self.name}: one Leasehold, {self.clients} clients cycling acquire -> renew -> release on "
+                    f"their own blobs through the Azure door, then through the JSON API (a bearer token of a "
+                    f"user with model permissions), the doors alternating")
         if self.kind == "stuck":
             return (f"{self.name}: another process holds SQLite's write lock; 4 readers, 4 writers "
                     f"(Leasehold only: Azurite has no database to lock)")
@@ -77,7 +81,9 @@ SCENARIOS = {s.name: s for s in (
     Scenario("hostile", "hostile", 16),
     Scenario("stuck", "stuck", 8),
     Scenario("flood", "flood", 1),
+    Scenario("api-vs-azure", "doors", 16),
 )}
+DOORS = ("azure", "api")
 ROBUSTNESS = ("hostile", "stuck", "flood")
 EXPECTED = {ACQUIRE: (201,), RENEW: (200,), RELEASE: (200,), BREAK: (202,)}
 CONTENDED_ACQUIRE = (201, 409)
@@ -97,6 +103,7 @@ class Result:
     lost: int = 0
     client_cpu: float = 0.0  # % of one core
     server_cpu: float = 0.0
+    server_cpu_ms: float = 0.0  # server CPU seconds per request answered in the window, in ms
     answered: int = 0
     history: int | None = None
     connects: int = 0
@@ -154,8 +161,16 @@ def cycle_blob(i: int) -> str:
 # ------------------------------------------------------------------ one run
 
 
+def lease_requests(server: servers.Server, door: str, blob: str):
+    """One blob's lease requests through ``door``: the Azure door (SharedKey)
+    or the JSON API (the server's bench token)."""
+    if door == "api":
+        return loadgen.ApiLeaseRequests(server.api_token, server.host, f"/{ACCOUNT}/{CONTAINER}/{blob}")
+    return loadgen.LeaseRequests(loadgen.Signer(ACCOUNT, KEY), server.host, f"/{ACCOUNT}/{CONTAINER}/{blob}")
+
+
 def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float,
-            backoff: float = 0.0) -> Result:
+            backoff: float = 0.0, door: str = "azure") -> Result:
     signer = loadgen.Signer(ACCOUNT, KEY)
     recs = [loadgen.Recorder() for _ in range(sc.clients)]
     arena = loadgen.Arena()
@@ -164,8 +179,8 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
     stop_at = t0 + warmup + duration
     threads = []
     for i in range(sc.clients):
-        if sc.kind == "cycle":
-            reqs = [loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{cycle_blob(i)}")]
+        if sc.kind in ("cycle", "doors"):
+            reqs = [lease_requests(server, door, cycle_blob(i))]
             target, args = loadgen.cycle_worker, ("127.0.0.1", server.port, reqs, stop_at, recs[i])
         else:
             req = loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/hot")
@@ -216,6 +231,7 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
     res.lat["all"] = (pct(every, 0.5) * 1e3, pct(every, 0.99) * 1e3, len(every))
     res.client_cpu = 100 * (c1 - c0) / window
     res.server_cpu = 100 * (s1 - s0) / window
+    res.server_cpu_ms = 1e3 * (s1 - s0) / count if count else float("nan")
     if history_before is not None:
         res.history = server.history_count() - history_before
     return res
@@ -421,7 +437,11 @@ def main() -> int:
         return soak(args, all_servers, deadline)
 
     scenarios = [SCENARIOS[n.strip()] for n in args.scenarios.split(",") if n.strip()]
-    max_clients = max((s.clients for s in scenarios if s.kind == "cycle"), default=1)
+    max_clients = max((s.clients for s in scenarios if s.kind in ("cycle", "doors")), default=1)
+    if any(sc.kind == "doors" for sc in scenarios):
+        for s in all_servers:
+            if isinstance(s, servers.Leasehold):
+                s.issue_api_token()
     for s in all_servers:
         setup_server(s, [cycle_blob(i) for i in range(max_clients)] + ["hot"])
     names = [s.name for s in all_servers]
@@ -444,6 +464,17 @@ def main() -> int:
                 if time.monotonic() + needs > deadline:
                     servers.log("time bound reached; reporting what was measured")
                     break
+                if sc.kind == "doors":
+                    if not isinstance(s, servers.Leasehold):
+                        continue  # Azurite has no JSON API
+                    for door in DOORS if rnd % 2 == 0 else reversed(DOORS):
+                        r = run_one(s, sc, args.warmup, args.seconds, door=door)
+                        results.setdefault((f"{s.name} {door}", sc.name), []).append(r)
+                        servers.log(f"round {rnd + 1} {sc.name:14} {s.name} {door:5} {r.rps:8.0f} req/s  "
+                                    f"renew p50 {r.lat.get('renew', (float('nan'),))[0]:.2f} "
+                                    f"p99 {r.lat.get('renew', (0, float('nan')))[1]:.2f} ms  errors {r.errors}  "
+                                    f"server CPU {r.server_cpu_ms:.2f} ms/request")
+                    continue
                 if sc.kind in ROBUSTNESS:
                     if sc.kind == "stuck" and not isinstance(s, servers.Leasehold):
                         continue
@@ -474,12 +505,53 @@ def main() -> int:
                             f"{extra}  client CPU {r.client_cpu:.0f}%  server CPU {r.server_cpu:.0f}%")
         rounds_done += 1
     # pair rounds only where both servers have a result
-    print(report([sc for sc in scenarios if sc.kind not in ROBUSTNESS], results, names, rounds_done))
+    print(report([sc for sc in scenarios if sc.kind not in ROBUSTNESS and sc.kind != "doors"], results, names,
+                 rounds_done))
+    print(doors_report([sc for sc in scenarios if sc.kind == "doors"], results,
+                       [s.name for s in all_servers if isinstance(s, servers.Leasehold)]))
     print(robust_report([sc for sc in scenarios if sc.kind in ROBUSTNESS], robust, names))
     print("\n# medians over rounds; L/A = median over rounds of (Leasehold / Azurite) in the same round;"
           "\n# for latencies L/A < 1 means Leasehold is faster")
     print(targets(results))
     return 0
+
+
+def doors_report(scenarios: list[Scenario], results: dict, names: list[str]) -> str:
+    """The JSON API against the Azure door of the same server, per server:
+    medians over rounds, and the median of each round's api/azure ratio."""
+    out = []
+    rows = [("requests/s", lambda r: r.rps), ("server CPU ms/request", lambda r: r.server_cpu_ms),
+            ("renew p50 ms", lambda r: r.lat.get("renew", (float("nan"),) * 3)[0]),
+            ("renew p99 ms", lambda r: r.lat.get("renew", (float("nan"),) * 3)[1]),
+            ("all p50 ms", lambda r: r.lat.get("all", (float("nan"),) * 3)[0]),
+            ("all p99 ms", lambda r: r.lat.get("all", (float("nan"),) * 3)[1]),
+            ("server CPU % of a core", lambda r: r.server_cpu)]
+    for sc in scenarios:
+        out.append(f"\n{sc.title}")
+        for name in names:
+            azure, api = results.get((f"{name} azure", sc.name), []), results.get((f"{name} api", sc.name), [])
+            if not azure or not api:
+                continue
+            out.append(f"  {name}:{'':18}{'Azure door':>14}{'JSON API':>14}{'api/azure':>11}")
+            for label, get in rows:
+                ratio = ratio_median([(get(a), get(j)) for a, j in zip(azure, api)])
+                out.append(f"    {label:24}{fmt_num(med([get(r) for r in azure])):>14}"
+                           f"{fmt_num(med([get(r) for r in api])):>14}{(f'{ratio:.2f}' if ratio == ratio else '-'):>11}")
+            out.append(f"    {'req/s by round':24}azure " + " ".join(fmt_num(r.rps) for r in azure)
+                       + "; api " + " ".join(fmt_num(r.rps) for r in api))
+            out.append(f"    {'errors (all rounds)':24}azure {sum(r.errors for r in azure)}, "
+                       f"api {sum(r.errors for r in api)}")
+        if len(names) > 1:  # --compare-tree: each door of this tree against the other's
+            base, other = names[0], names[1]
+            for door in DOORS:
+                mine, theirs = results.get((f"{base} {door}", sc.name), []), results.get((f"{other} {door}", sc.name), [])
+                if mine and theirs:
+                    rps = ratio_median([(get_t.rps, get_m.rps) for get_t, get_m in zip(theirs, mine)])
+                    cpu = ratio_median([(t.server_cpu_ms, m.server_cpu_ms) for t, m in zip(theirs, mine)])
+                    out.append(f"  {door} door, {base}/{other}: requests/s {rps:.2f}, CPU/request {cpu:.2f}")
+    if out:
+        out.append("  aim (issue 36): JSON API >= 0.8x the Azure door's requests/s, <= 1.3x its CPU per request")
+    return "\n".join(out)
 
 
 def robust_report(scenarios: list[Scenario], robust: dict, names: list[str]) -> str:

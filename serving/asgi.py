@@ -27,7 +27,7 @@ from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from engines import postgres
 from engines.busy import received_at
-from leases.operations import clockwatch, retention, timing
+from leases.operations import clockwatch, retention
 from leases import conf
 from leases.domain import waiting
 from leases.azure import fastpath
@@ -116,8 +116,6 @@ class LeaseholdASGI:
                 # request of the worker waiting.
                 gc.freeze()
                 self.waiters.start()
-                if timing.ENABLED:  # bench only (leases/operations/timing.py)
-                    self.loop_watch = asyncio.get_running_loop().create_task(timing.watch_loop())
                 # Lease time read from the database before the first request (leases/operations/clockwatch.py).
                 await asyncio.get_running_loop().run_in_executor(None, clockwatch.start)
                 retention.start_pruner()  # if LEASEHOLD_RETENTION_* asks for pruning (one process prunes at a time)
@@ -148,7 +146,6 @@ class LeaseholdASGI:
         return "other"
 
     async def http(self, scope, receive, send):
-        marks = timing.start(scope)  # None unless LEASEHOLD_TIMING_LOG (bench only)
         try:
             body, length = await self.read_body(scope, receive)
         except bodies.BodyRefused as refused:
@@ -183,26 +180,15 @@ class LeaseholdASGI:
             await serve_waiting(self, scope, receive, send, body, length, environ, names, lane)
             return
         if names is not None and self.batching and self.commits_together():
-            if marks is not None:  # bench only: the batch's steps are copied in (serving/lease_batch.py)
-                environ["leasehold.timing"] = marks
-                marks.update(lane="lease-batch", body=environ["leasehold.received_at"], submitted=time.monotonic())
             status, headers, content = await self.batched(environ, names, lane)  # no body: takes() says so
-            if marks is not None:
-                marks.update(resumed=time.monotonic(), status=status)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
-            if marks is not None:
-                marks["sent"] = time.monotonic()
-                timing.write(marks)
             return
-        if marks is not None:
-            environ["leasehold.timing"] = marks
-            marks.update(lane=lane.name, body=environ["leasehold.received_at"], submitted=time.monotonic())
         if self.row_locks and lane.name in ("lease", "other"):
             async with self.rows.turn(row_of(scope["path"])):
-                await self.run_in_lane(lane, environ, receive, send, body, marks)
+                await self.run_in_lane(lane, environ, receive, send, body)
             return
-        await self.run_in_lane(lane, environ, receive, send, body, marks)
+        await self.run_in_lane(lane, environ, receive, send, body)
 
     def turn(self, lane, environ):
         """A lease request's place in the lease lane, in its principal's turn."""
@@ -210,24 +196,19 @@ class LeaseholdASGI:
             return contextlib.nullcontext()
         return self.gate.turn(environ.get(PRINCIPAL, ""))
 
-    async def run_in_lane(self, lane, environ, receive, send, body, marks):
+    async def run_in_lane(self, lane, environ, receive, send, body):
         async with self.turn(lane, environ):
-            await self._run_in_lane(lane, environ, receive, send, body, marks)
+            await self._run_in_lane(lane, environ, receive, send, body)
 
-    async def _run_in_lane(self, lane, environ, receive, send, body, marks):
+    async def _run_in_lane(self, lane, environ, receive, send, body):
         index = lane.take()
         executor = lane.executors[index]
         loop = asyncio.get_running_loop()
         try:
             status, headers, content, result = await loop.run_in_executor(executor, self.call, environ)
-            if marks is not None:
-                marks.update(resumed=time.monotonic(), status=status)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             if result is None:
                 await send({"type": "http.response.body", "body": content})
-                if marks is not None:
-                    marks["sent"] = time.monotonic()
-                    timing.write(marks)
                 return
             # A client that goes away ends the stream (uvicorn's send() then
             # returns without error: an abandoned export ran to its end).
@@ -320,17 +301,8 @@ class LeaseholdASGI:
             # of an upload's writes waits for the writer on its own
             # (leases/storage/blob_content.py), so its wait counts from its turn.
             environ["leasehold.received_at"] = time.monotonic()
-        marks = environ.get("leasehold.timing")
-        if marks is not None:  # bench only (leases/operations/timing.py)
-            marks["thread"] = time.monotonic()
-            timing.attach(marks)
-        try:
-            with received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
-                result = self.app(environ, start_response)
-        finally:
-            if marks is not None:
-                marks["returned"] = time.monotonic()
-                timing.attach(None)
+        with received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
+            result = self.app(environ, start_response)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         if streamed:
             status = int(started[0][:3])

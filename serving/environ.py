@@ -7,6 +7,7 @@ import io
 import sys
 
 from leases import conf
+from leases.operations import timing
 from serving import forwarded
 from serving.front import RAW_HEADERS
 
@@ -38,6 +39,8 @@ def wsgi_environ(scope, body, length: int) -> dict:
         # (serving/front.py keeps it), in order: a WSGI environ keeps neither
         # case nor order. A front that keeps no case gives scope["headers"].
         "leasehold.raw_headers": (scope.get("extensions") or {}).get(RAW_HEADERS) or scope["headers"],
+        # The bench's timing record (leases/operations/timing.py), if its wrapper put one in the scope.
+        timing.KEY: scope.get(timing.KEY),
     }
     for name, value in scope["headers"]:
         key = name.decode("latin-1").upper().replace("-", "_")

@@ -12,9 +12,7 @@ import asyncio
 import contextlib
 import contextvars
 import threading
-import time
 
-from leases.operations import timing
 from serving.lanes import PRINCIPAL, fair_share
 from engines.busy import WouldWait, at_once, received_at
 
@@ -103,16 +101,11 @@ class LeaseBatcher:
     def _written_at_once(self, batch) -> list | None:
         """On the loop: the batch checked, written and answered if the writer
         is free this moment; None (nothing written) if not."""
-        shared = _timed_batch("lease-inline") if timing.ENABLED else None  # bench only
         try:
             with at_once(), _lent():
                 calls = self.context.run(self._checked_and_written, batch)
         except WouldWait:  # the lane's thread will wait for the writer
-            if shared is not None:
-                timing.attach(None)
             return None
-        if shared is not None:
-            _timed_batch_done(shared, batch)
         return self._answers(batch, calls)
 
     def _run_batch(self, loop, batch=()) -> None:
@@ -123,12 +116,9 @@ class LeaseBatcher:
         if not batch:  # cannot happen (a batch is scheduled only for pending requests); never hang
             self._next(loop)
             return
-        shared = _timed_batch("lease-batch") if timing.ENABLED else None  # bench only
         oldest = min(environ["leasehold.received_at"] for environ, _, _ in batch)
         with received_at(oldest), self.writes_by(oldest):
             calls = self._checked_and_written(batch)
-        if shared is not None:
-            _timed_batch_done(shared, batch)
         loop.call_soon_threadsafe(_settle_all, self._answers(batch, calls))  # one wake-up of the loop
         self._next(loop)
 
@@ -168,22 +158,6 @@ def _lent():
         yield
     finally:
         asyncio._set_running_loop(loop)
-
-
-def _timed_batch(lane: str) -> dict:
-    """Bench only (leases/operations/timing.py): the batch's steps, marked once for all."""
-    shared = {"thread": time.monotonic(), "lane": lane}
-    timing.attach(shared)
-    return shared
-
-
-def _timed_batch_done(shared: dict, batch: list) -> None:
-    timing.attach(None)
-    shared["returned"] = time.monotonic()
-    for environ, _, _ in batch:
-        marks = environ.get("leasehold.timing")
-        if marks is not None:
-            marks.update(shared, batch=len(batch))
 
 
 def _settle_all(answers: list[tuple[asyncio.Future, object]]) -> None:

@@ -1,16 +1,70 @@
 """Who is calling the JSON API: a bearer API token (acting as its user), an account's SharedKey (as
 on the Azure endpoint), or an admin session. Presented credentials that are not valid are a 401
 ``AuthenticationFailed``, whichever the scheme: in this API 401 means "who are you?" and 403 means
-"not allowed" (the Azure endpoint keeps Azure's 403 for a bad signature)."""
+"not allowed" (the Azure endpoint keeps Azure's 403 for a bad signature). A valid token is remembered with its
+user and permissions for ``REMEMBER_SECONDS``: a change made in this process forgets it at once, one
+made elsewhere counts within that bound, and an expiry is checked at every use."""
 
 from __future__ import annotations
 
+import threading
+import time
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db.models.signals import m2m_changed, post_delete, post_save
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 
 from leases.auth.sharedkey import AccountPrincipal, SharedKeyAuthentication
 from leases.domain.errors import LeaseholdError
-from leases.models.tokens import ApiToken
+from leases.domain import clock
+from leases.models.tokens import ApiToken, digest
+
+REMEMBER_SECONDS = 1.0  # bound on how long a change made by another process goes unseen
+REMEMBER_MAX = 10_000  # bound on the tokens remembered (past it, all are forgotten)
+_monotonic = time.monotonic  # the remembering clock (tests move it)
+_remembered: dict[str, tuple[float, ApiToken]] = {}  # digest -> (until, token with user and permissions)
+_lock = threading.Lock()
+
+
+def usable_token(raw: str) -> ApiToken | None:
+    """``ApiToken.find_usable``, remembered. The token and its user are
+    shared by the requests that present it within the bound: read only
+    (their permissions are loaded before they are shared)."""
+    key, now = digest(raw), _monotonic()
+    entry = _remembered.get(key)
+    if entry is not None and now < entry[0]:
+        return entry[1] if entry[1].is_usable(clock.now()) else None
+    found = ApiToken.find_usable(raw)
+    with _lock:
+        if found is None:
+            _remembered.pop(key, None)
+            return None
+        found.user.get_all_permissions()  # ModelBackend's caches on the user, filled now
+        if len(_remembered) >= REMEMBER_MAX:
+            _remembered.clear()
+        _remembered[key] = (now + REMEMBER_SECONDS, found)
+    return found
+
+
+def forget(**kwargs) -> None:
+    """A token, user, group or permission changed in this process: every
+    remembered token is looked up again."""
+    with _lock:
+        _remembered.clear()
+
+
+def _forget_on_changes() -> None:
+    user_model = get_user_model()
+    for sender in (ApiToken, user_model, Group):
+        post_save.connect(forget, sender=sender, dispatch_uid=f"api-tokens-{sender.__name__}-saved")
+        post_delete.connect(forget, sender=sender, dispatch_uid=f"api-tokens-{sender.__name__}-deleted")
+    for relation in (user_model.user_permissions, user_model.groups, Group.permissions):
+        m2m_changed.connect(forget, sender=relation.through, dispatch_uid=f"api-tokens-{relation.through.__name__}")
+
+
+_forget_on_changes()
 
 
 class BearerTokenAuthentication(BaseAuthentication):
@@ -20,7 +74,7 @@ class BearerTokenAuthentication(BaseAuthentication):
         scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
         if scheme.lower() != "bearer":
             return None
-        token = ApiToken.find_usable(raw.strip())
+        token = usable_token(raw.strip())
         if token is None:
             raise exceptions.AuthenticationFailed("The token is unknown, expired or revoked.")
         return token.user, token

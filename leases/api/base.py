@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from rest_framework import generics
 from rest_framework.authentication import SessionAuthentication
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
@@ -28,11 +29,26 @@ else:
     _View = object
 
 
+class JsonNegotiation(DefaultContentNegotiation):
+    """DRF's negotiation, with its answer for the usual case given at once:
+    a view that renders only JSON, asked for JSON or anything (or with no
+    Accept header) and no ?format=, gets JSON -- what DRF would choose, after
+    parsing the header. Every other request is negotiated by DRF."""
+
+    def select_renderer(self, request, renderers, format_suffix=None):
+        meta = request.META
+        if (len(renderers) == 1 and renderers[0].media_type == "application/json" and format_suffix is None
+                and not meta.get("QUERY_STRING") and meta.get("HTTP_ACCEPT", "*/*") in ("*/*", "application/json")):
+            return renderers[0], "application/json"
+        return super().select_renderer(request, renderers, format_suffix)
+
+
 class ApiMixin(_View):
     authentication_classes = [BearerTokenAuthentication, ApiSharedKeyAuthentication, SessionAuthentication]
     permission_classes = [LeaseholdPermission]
     throttle_classes = [PrincipalRateThrottle]
     renderer_classes = [JSONRenderer]
+    content_negotiation_class = JsonNegotiation
     parser_classes = [BoundedJSONParser]
     # Model permissions a user needs, by HTTP method.
     required_permissions: dict[str, tuple[str, ...]] = {}

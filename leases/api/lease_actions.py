@@ -21,7 +21,7 @@ from leases.api import schema
 from leases.api.base import ApiView, validated
 from leases.api.resources import blob_ref, validator_headers
 from leases.api.serializers import (AcquireInput, BreakInput, ChangeInput, LeaseActionResultSerializer, ReleaseInput,
-                          RenewInput)
+                          RenewInput, lease_action_result)
 
 # services.lease_action for each action: one entry point for both doors, which
 # also records a refusal for a parameter the view could not parse.
@@ -62,13 +62,11 @@ class LeaseActionView(ApiView):
             waiting.note(request.META, err)  # a quiet refusal: the server waits, then asks again
             raise
         obj = result.resource
-        body = LeaseActionResultSerializer({
-            "action": self.action_name,
+        body = lease_action_result(
+            action=self.action_name,
             # The id only to the acquire or change that made it (and a renew, which sent it): a capability.
-            "lease_id": result.lease_id if self.action_name in ("acquire", "renew", "change") else None,
-            "lease_time": result.lease_time, "generation": result.generation,
-            "etag": obj.etag, "last_modified": obj.last_modified, "lease": obj,
-        }, context={"now": clock.now()}).data
+            lease_id=result.lease_id if self.action_name in ("acquire", "renew", "change") else None,
+            lease_time=result.lease_time, generation=result.generation, obj=obj, now=clock.now())
         return Response(body, status=services.SUCCESS_STATUS[self.action_name], headers=validator_headers(obj))
 
 

@@ -3,7 +3,9 @@ on SQLite the counters live in a small SQLite file of their own (``LEASEHOLD_THR
 one ``BEGIN IMMEDIATE`` per hit, exact however many workers share it, never queued behind lease
 writes), on PostgreSQL in an unlogged table of the database (``DatabaseCounter``), because DRF's
 cache-based throttles count per worker and lose concurrent hits; the limit is a sliding window
-estimated from two fixed ones. docs/development/architecture.md ("Rate limits of the JSON API")
+estimated from two fixed ones. Neither is written for every request: each process admits up to
+``SLACK`` of a limit on its own and hands those hits over within ``SYNC_SECONDS``
+(``LocalShares``); limits under 100 a period are counted exactly. docs/development/architecture.md ("Rate limits of the JSON API")
 tells how."""
 
 from __future__ import annotations
@@ -65,6 +67,13 @@ class SlidingWindowCounter:
         """Count one request for ``key`` if it is within ``limit`` per
         ``period`` seconds. Returns None if it was admitted, else the seconds
         until a request would be admitted (refused requests do not count)."""
+        return self.counted(key, limit=limit, period=period, now=now)[0]
+
+    def counted(self, key: str, *, limit: int, period: int, now: float,
+                carried: int = 0) -> tuple[float | None, int, int]:
+        """``hit``, after counting ``carried`` hits this process admitted on
+        its own (LocalShares); also the previous and current window's counts
+        after it."""
         window, into = divmod(now, period)
         window = int(window)
         overlap = 1 - into / period  # share of the previous window still inside the sliding one
@@ -73,30 +82,40 @@ class SlidingWindowCounter:
         try:
             counts = dict(conn.execute("SELECT window, count FROM hits WHERE key = ? AND window >= ?",
                                        (key, window - 1)))
-            previous, current = counts.get(window - 1, 0), counts.get(window, 0)
-            if previous * overlap + current >= limit:
-                conn.execute("COMMIT")
-                return _wait(previous, current, limit=limit, period=period, window=window, now=now)
-            conn.execute("INSERT INTO hits (key, window, count, expires) VALUES (?, ?, 1, ?) "
-                         "ON CONFLICT (key, window) DO UPDATE SET count = count + 1",
-                         (key, window, (window + 2) * period))
-            if current == 0:  # a key's first hit in a window: sweep what no window can see any more
+            previous, current = counts.get(window - 1, 0), counts.get(window, 0) + carried
+            admitted = previous * overlap + current < limit
+            if admitted or carried:
+                conn.execute("INSERT INTO hits (key, window, count, expires) VALUES (?, ?, ?, ?) "
+                             "ON CONFLICT (key, window) DO UPDATE SET count = count + excluded.count",
+                             (key, window, carried + admitted, (window + 2) * period))
+            if admitted and current == carried == 0:  # a key's first hit in a window: sweep what no window can see
                 conn.execute("DELETE FROM hits WHERE expires < ?", (now,))
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return None
+        if not admitted:
+            return _wait(previous, current, limit=limit, period=period, window=window, now=now), previous, current
+        return None, previous, current + 1
 
 
 class DatabaseCounter:
     """The same sliding window, counted in the lease database (PostgreSQL)."""
 
     def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None:
+        return self.counted(key, limit=limit, period=period, now=now)[0]
+
+    def counted(self, key: str, *, limit: int, period: int, now: float,
+                carried: int = 0) -> tuple[float | None, int, int]:
         window, into = divmod(now, period)
         window = int(window)
         overlap = 1 - into / period
         with transaction.atomic(), connection.cursor() as cursor:
+            if carried:  # hits this process admitted on its own (LocalShares): counted whatever follows
+                cursor.execute(
+                    "INSERT INTO leases_apiratecount (key, slot, count, expires) VALUES (%s, %s, %s, %s) "
+                    "ON CONFLICT (key, slot) DO UPDATE SET count = leases_apiratecount.count + %s",
+                    [key, window, carried, (window + 2) * period, carried])
             cursor.execute(
                 "INSERT INTO leases_apiratecount (key, slot, count, expires) VALUES (%s, %s, 1, %s) "
                 "ON CONFLICT (key, slot) DO UPDATE SET count = leases_apiratecount.count + 1 RETURNING count, "
@@ -105,11 +124,15 @@ class DatabaseCounter:
             current, previous = cursor.fetchone()
             current, previous = current - 1, previous or 0  # the counts before this request
             if previous * overlap + current >= limit:
-                transaction.set_rollback(True)  # refused requests do not count
-                return _wait(previous, current, limit=limit, period=period, window=window, now=now)
-            if current == 0:  # a key's first hit in a window: sweep what no window can see any more
+                if carried:  # refused requests do not count; the carried ones do
+                    cursor.execute("UPDATE leases_apiratecount SET count = count - 1 WHERE key = %s AND slot = %s",
+                                   [key, window])
+                else:
+                    transaction.set_rollback(True)  # refused requests do not count
+                return _wait(previous, current, limit=limit, period=period, window=window, now=now), previous, current
+            if current == carried == 0:  # a key's first hit in a window: sweep what no window can see any more
                 cursor.execute("DELETE FROM leases_apiratecount WHERE expires < %s", [now])
-        return None
+        return None, previous, current + 1
 
 
 def _wait(previous: int, current: int, *, limit: int, period: int, window: int, now: float) -> float:
@@ -120,6 +143,57 @@ def _wait(previous: int, current: int, *, limit: int, period: int, window: int, 
     return (window + 1 - (limit - current) / previous) * period - now
 
 
+SLACK = 0.01  # the share of a limit a process admits without the shared counter
+SYNC_SECONDS = 1.0  # ... and for at most this long
+SHARES_MAX = 10_000  # bound on the keys a process keeps its share of (past it, all are handed over afresh)
+
+
+class _Share:
+    __slots__ = ("window", "previous", "current", "pending", "synced")
+
+    def __init__(self, window: int, previous: int, current: int, synced: float):
+        self.window, self.previous, self.current, self.pending, self.synced = window, previous, current, 0, synced
+
+
+class LocalShares:
+    """Each key's hits admitted in this process since it last counted in
+    the shared counter, and the counts it read then (module docstring)."""
+
+    def __init__(self):
+        self.shares: dict[str, _Share] = {}
+        self.lock = threading.Lock()
+
+    def hit(self, shared: SlidingWindowCounter | DatabaseCounter, key: str, *, limit: int, period: int,
+            now: float) -> float | None:
+        slack = int(limit * SLACK)
+        if slack < 1:
+            return shared.hit(key, limit=limit, period=period, now=now)
+        window, into = divmod(now, period)
+        window = int(window)
+        name, key = key, f"{getattr(shared, 'path', '')}\0{key}"  # a share per counter file (tests have one each)
+        with self.lock:
+            share = self.shares.get(key)
+            if (share is not None and share.window == window and share.pending < slack
+                    and 0 <= now - share.synced < SYNC_SECONDS
+                    and share.previous * (1 - into / period) + share.current + share.pending < limit):
+                share.pending += 1
+                return None
+            carried = share.pending if share is not None else 0
+            if share is not None:
+                share.pending = 0
+        wait, previous, current = shared.counted(name, limit=limit, period=period, now=now, carried=carried)
+        with self.lock:
+            share = self.shares.get(key)
+            if share is None:
+                if len(self.shares) >= SHARES_MAX:
+                    self.shares.clear()
+                share = self.shares[key] = _Share(window, previous, current, now)
+            else:
+                share.window, share.previous, share.current, share.synced = window, previous, current, now
+        return wait
+
+
+_shares = LocalShares()
 _counters: dict[str, SlidingWindowCounter] = {}
 _counters_lock = threading.Lock()
 
@@ -154,8 +228,8 @@ class PrincipalRateThrottle(SimpleRateThrottle):
         wait = request.META.get("leasehold.wait")
         if wait is not None and wait.principal is not None:  # a waiting acquire's next attempt: one request
             return True
-        self.retry_after = counter().hit(self.get_cache_key(request, view), limit=self.num_requests,
-                                         period=self.duration, now=clock.now().timestamp())
+        self.retry_after = _shares.hit(counter(), self.get_cache_key(request, view), limit=self.num_requests,
+                                       period=self.duration, now=clock.now().timestamp())
         return self.retry_after is None
 
     def wait(self):

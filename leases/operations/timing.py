@@ -1,8 +1,8 @@
 """Where a request's time goes inside the server, for the benchmarks (bench/hostile.py,
 bench/timing_report.py): off unless ``LEASEHOLD_TIMING_LOG`` names a path prefix, and then one JSON
 line per request in ``<prefix>.<pid>`` with the moments at which it passed each step, and a line
-whenever the event loop wakes late (``watch_loop``); off, each hook costs one test of a module
-global. Not for production: the log grows with every request. docs/development/architecture.md
+whenever the event loop wakes late (``watch_loop``); off, nothing on the request path looks at timing. The marks are taken by one wrapper, ``installed(app)``, put around the served
+application (config/asgi.py) only when the log is on. Not for production: the log grows with every request. docs/development/architecture.md
 ("Request timings") lists the steps."""
 
 from __future__ import annotations
@@ -23,12 +23,94 @@ _local = threading.local()
 _files: dict[int, TextIO] = {}
 
 
-def start(scope) -> dict | None:
-    """A fresh record for a request (None when timing is off)."""
+KEY = "leasehold.timing"  # the record, in the scope and the environ
+
+
+def installed(app):
+    """``app`` (serving/asgi.py's LeaseholdASGI) with the timing wrapper
+    around it, or ``app`` itself when timing is off."""
     if not ENABLED:
-        return None
-    return {"path": scope["path"], "method": scope["method"], "query": scope["query_string"][:60].decode("latin-1"),
-            "called": time.monotonic()}
+        return app
+    app.app = _timed_wsgi(app.app)
+    app.batcher.check, app.batcher.write = _timed_check(app.batcher.check), _timed_write(app.batcher.write)
+    return _TimedASGI(app)
+
+
+class _TimedASGI:
+    def __init__(self, app):
+        self.app = app
+        self.loop_watch: asyncio.Task | None = None
+
+    def __getattr__(self, name):  # the wrapped application's attributes (tests, the server)
+        return getattr(self.app, name)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            if scope["type"] == "lifespan" and self.loop_watch is None:
+                self.loop_watch = asyncio.get_running_loop().create_task(watch_loop())
+            return await self.app(scope, receive, send)
+        marks = {"path": scope["path"], "method": scope["method"],
+                 "query": scope["query_string"][:60].decode("latin-1"), "called": time.monotonic()}
+
+        async def timed_receive():
+            message = await receive()
+            if message["type"] == "http.request" and not message.get("more_body") and "body" not in marks:
+                marks["body"] = time.monotonic()
+            return message
+
+        async def timed_send(message):
+            if message["type"] == "http.response.start":
+                marks.update(resumed=time.monotonic(), status=message["status"])
+            await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                marks["sent"] = time.monotonic()
+                write(marks)
+
+        await self.app({**scope, KEY: marks}, timed_receive, timed_send)
+
+
+def _timed_wsgi(app):
+    """The WSGI application as a lane thread runs it: thread, returned, and
+    the engine's marks in between (attach)."""
+    def timed(environ, start_response):
+        marks = environ.get(KEY)
+        if marks is None:
+            return app(environ, start_response)
+        marks.update(thread=time.monotonic(), lane=environ.get("leasehold.lane"))
+        marks.setdefault("body", environ.get("leasehold.received_at"))  # a request without a body
+        attach(marks)
+        try:
+            return app(environ, start_response)
+        finally:
+            marks["returned"] = time.monotonic()
+            attach(None)
+    return timed
+
+
+def _timed_check(check):
+    """A lease batch's checks: its steps marked once for all, from here."""
+    def timed(requests):
+        on_loop = asyncio.events._get_running_loop() is not None  # the event loop writes it (lease_batch.py)
+        attach({"thread": time.monotonic(), "lane": "lease-inline" if on_loop else "lease-batch"})
+        return check(requests)
+    return timed
+
+
+def _timed_write(write):
+    """... to the batch's commit, then copied to each of its requests."""
+    def timed(calls):
+        try:
+            return write(calls)
+        finally:
+            shared = getattr(_local, "marks", None) or {}
+            attach(None)
+            shared["returned"] = time.monotonic()
+            for call in calls:
+                marks = call.environ.get(KEY)
+                if marks is not None:
+                    marks.update(shared, batch=len(calls))
+                    marks.setdefault("body", call.environ.get("leasehold.received_at"))
+    return timed
 
 
 def attach(marks: dict | None) -> None:

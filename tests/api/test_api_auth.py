@@ -75,6 +75,50 @@ def test_a_deactivated_users_tokens_stop_working(accounts):
     assert code(client.get(f"{API}/containers/")) == (401, "AuthenticationFailed")
 
 
+def test_a_permission_taken_away_here_counts_at_once(accounts):
+    user = make_user("alice", "leases.view_container")
+    client = token_client(user)
+    assert client.get(f"{API}/containers/").status_code == 200
+    user.user_permissions.clear()
+    assert code(client.get(f"{API}/containers/")) == (403, "AuthorizationPermissionMismatch")
+
+
+def test_changes_made_by_another_process_count_within_the_bound(accounts, monkeypatch):
+    """A valid token is remembered with its user's permissions for
+    REMEMBER_SECONDS; what this process changes is seen at once (the tests
+    above), what another process changes (here an UPDATE and a DELETE that
+    tell this process nothing, as another worker's would not) once the
+    bound has passed."""
+    from django.contrib.auth.models import User
+
+    from leases.domain import clock
+    from leases.api import authentication
+
+    moment = [1000.0]
+    monkeypatch.setattr(authentication, "_monotonic", lambda: moment[0])
+    alice, bob = make_user("alice", "leases.view_container"), make_user("bob", "leases.view_container")
+    alices, bobs = token_client(alice, "ci"), token_client(bob)
+    assert alices.get(f"{API}/containers/").status_code == bobs.get(f"{API}/containers/").status_code == 200
+    ApiToken.objects.filter(name="ci").update(revoked_at=clock.now())
+    User.user_permissions.through.objects.filter(user=bob).delete()
+    moment[0] += authentication.REMEMBER_SECONDS * 0.9
+    assert alices.get(f"{API}/containers/").status_code == bobs.get(f"{API}/containers/").status_code == 200
+    moment[0] += authentication.REMEMBER_SECONDS * 0.1
+    assert code(alices.get(f"{API}/containers/")) == (401, "AuthenticationFailed")
+    assert code(bobs.get(f"{API}/containers/")) == (403, "AuthorizationPermissionMismatch")
+
+
+def test_a_remembered_token_still_expires_on_time(accounts, clock):
+    clock.freeze()
+    _, raw = ApiToken.issue(user=make_user("alice", "leases.view_container"), name="ci",
+                            expires_at=clock.now() + timedelta(seconds=30))
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get(f"{API}/containers/").status_code == 200  # remembered from here
+    clock.advance(30)
+    assert code(client.get(f"{API}/containers/")) == (401, "AuthenticationFailed")
+
+
 def test_the_history_names_the_token(accounts):
     make_container("box")
     client = token_client(make_user("alice", "leases.change_container"), "nightly-job")

@@ -342,3 +342,53 @@ def test_a_waiting_acquire_refused_for_a_held_lease_is_quiet_until_its_last_atte
                  **{"leasehold.wait": wait}).status_code == 409
     assert lease(api, "acquire", resource, {"duration": 15, "wait": 5}).status_code == 409  # no offer: at once
     assert list(LeaseEvent.objects.order_by("id").values_list("status_code", flat=True)) == [201, 409, 409]
+
+
+@pytest.mark.parametrize("steps", [
+    [("acquire", {"duration": 15})],
+    [("acquire", {"duration": -1}), ("break", {"break_period": 20})],
+    [("acquire", {"duration": 15}), ("break", {"break_period": 0})],
+    [("acquire", {"duration": 15}), ("release", {})],
+])
+def test_the_lease_answer_is_what_its_documented_serializer_renders(api, resource, clock, settings, steps):
+    """The lease actions' answer is built without DRF's serializer
+    (serializers.lease_action_result), which stays the OpenAPI schema's: the
+    two are equal, in an operator's time zone too (not only UTC's Z)."""
+    from leases.api.serializers import LeaseActionResultSerializer, lease_action_result
+    from leases.models import Blob, Container
+
+    settings.TIME_ZONE = "Europe/Berlin"
+    lease_id = None
+    for action, body in steps:
+        if lease_id is not None and action == "release":
+            body = {"lease_id": lease_id}
+        response = lease(api, action, resource, body)
+        assert response.status_code in (200, 201, 202), response.content
+        lease_id = response.json()["lease_id"] or lease_id
+    account, container, *blob = resource.split("/", 2)
+    obj = (Blob.objects.get(container__name=container, name=blob[0]) if blob
+           else Container.objects.get(account__name=account, name=container))
+    clock.advance(3)  # remaining seconds counted from a later instant than the action's
+    now = clock.now()
+    for lease_id_shown, lease_time in ((lease_id, None), (None, 20)):
+        fields = {"action": steps[-1][0], "lease_id": lease_id_shown and uuid.UUID(lease_id_shown),
+                  "lease_time": lease_time, "generation": obj.lease_generation}
+        documented = LeaseActionResultSerializer({**fields, "etag": obj.etag, "last_modified": obj.last_modified,
+                                                  "lease": obj}, context={"now": now}).data
+        assert lease_action_result(**fields, obj=obj, now=now) == documented
+        assert list(lease_action_result(**fields, obj=obj, now=now)) == list(documented)
+
+
+@pytest.mark.parametrize("accept, status", [
+    (None, 201), ("*/*", 201), ("application/json", 201), ("application/json; indent=2", 201),
+    ("text/html", 406), ("text/csv", 406),
+])
+def test_lease_answers_are_json_or_not_acceptable(api, resource, accept, status):
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    response = lease(api, "acquire", resource, {"duration": 15}, **headers)
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    if status == 406:
+        assert response.json()["code"] == "NotAcceptable"
+    elif accept and "indent" in accept:
+        assert response.content.startswith(b'{\n  "action"')  # DRF's negotiation, as before

@@ -185,3 +185,59 @@ def test_the_database_counter_is_exact_across_connections(transactional_db):
     from leases.models import ApiRateCount
 
     assert ApiRateCount.objects.get(key="shared").count == 50
+
+
+class _Spy:
+    """A shared counter, its calls counted (what a process writes to it)."""
+
+    def __init__(self, shared):
+        self.shared, self.calls, self.path = shared, 0, getattr(shared, "path", "")
+
+    def hit(self, *args, **kwargs):
+        self.calls += 1
+        return self.shared.hit(*args, **kwargs)
+
+    def counted(self, *args, **kwargs):
+        self.calls += 1
+        return self.shared.counted(*args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["file", "database"])
+def test_a_large_limit_is_counted_in_shares_within_one_percent_per_process(tmp_path, kind, request):
+    """Two processes (two LocalShares on one shared counter), taking turns:
+    each writes to the shared counter about once per 1% of the limit, not
+    per hit; together they admit the limit, and at most 1% per process
+    more; then both refuse."""
+    from leases.api.throttling import LocalShares
+
+    if kind == "database":
+        request.getfixturevalue("db")
+    shared = SlidingWindowCounter(str(tmp_path / "t.sqlite3")) if kind == "file" else DatabaseCounter()
+    processes = [(LocalShares(), _Spy(shared)), (LocalShares(), _Spy(shared))]
+    now, limit = WINDOW_START.timestamp() + 1, 1000
+    admitted = 0
+    for i in range(limit):
+        shares, spy = processes[i % 2]
+        admitted += shares.hit(spy, "k", limit=limit, period=60, now=now + i * 1e-4) is None
+    assert admitted == limit
+    assert all(spy.calls <= limit // 2 // 10 + 1 for _, spy in processes), [spy.calls for _, spy in processes]
+    for i in range(limit, 2 * limit):  # past the limit each refusal is the shared counter's
+        shares, spy = processes[i % 2]
+        admitted += shares.hit(spy, "k", limit=limit, period=60, now=now + i * 1e-4) is None
+    assert limit <= admitted <= limit * 1.02
+    last = [shares.hit(spy, "k", limit=limit, period=60, now=now + 1) for shares, spy in processes]
+    assert all(wait is not None and wait > 0 for wait in last)
+
+
+def test_shares_are_handed_over_within_a_second(tmp_path):
+    """A process's share is counted in the shared counter at its next hit a
+    second later at the latest, however few hits it has made."""
+    from leases.api.throttling import SYNC_SECONDS, LocalShares
+
+    spy = _Spy(SlidingWindowCounter(str(tmp_path / "t.sqlite3")))
+    shares, now = LocalShares(), WINDOW_START.timestamp() + 1
+    assert [shares.hit(spy, "k", limit=1000, period=60, now=now) for _ in range(3)] == [None] * 3
+    assert spy.calls == 1  # the first hit read the counts; two are this process's share
+    assert shares.hit(spy, "k", limit=1000, period=60, now=now + SYNC_SECONDS) is None
+    assert spy.calls == 2
+    assert spy.shared.counted("k", limit=1000, period=60, now=now + SYNC_SECONDS)[2] == 5  # 4, and this one

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "leases" / "machine.py"
+SOURCE = ROOT / "leases" / "domain" / "machine.py"
 PROPERTIES = ("test_every_outcome_is_consistent or test_two_clients_never_both_hold_the_lease or "
               "test_legacy_and_current_agree or test_current_clients_cannot_tell or "
               "test_old_and_new_clients_never_both_hold_the_lease")

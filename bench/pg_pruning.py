@@ -43,7 +43,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 ARMS = ("none", "2ms", "pg")
-BACKLOG_COLUMNS = ("occurred_at, action, outcome, resource_type, account, container, blob, lease_id, duration, "
+BACKLOG_COLUMNS = ("occurred_at, action, outcome, resource_type, account, container, blob, lease_fingerprint, duration, "
                    "state_before, state_after, generation, status_code, error_code, actor, via, reason, request_id, "
                    "client_request_id, remote_addr, user_agent")
 
@@ -87,7 +87,7 @@ def refill(url: str, rows: int) -> None:
         conn.execute(
             f"INSERT INTO leases_leaseevent ({BACKLOG_COLUMNS}) SELECT now() - interval '3 days' - g * interval "
             "'1 ms', CASE WHEN g %% 3 = 0 THEN 'acquire' ELSE 'renew' END, 'success', 'blob', 'devstoreaccount1', "
-            "'old', 'b-' || (g %% 64), gen_random_uuid(), 15, 'available', 'leased', g, 200, '', "
+            "'old', 'b-' || (g %% 64), left(md5(random()::text), 12), 15, 'available', 'leased', g, 200, '', "
             "'account:devstoreaccount1', 'azure', '', md5(g::text), '', '127.0.0.1', 'bench' "
             "FROM generate_series(1, %s) g", [rows])
         conn.execute("ANALYZE leases_leaseevent")

@@ -159,19 +159,21 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
     signer = loadgen.Signer(ACCOUNT, KEY)
     recs = [loadgen.Recorder() for _ in range(sc.clients)]
     arena = loadgen.Arena()
-    history_before = server.history_count() if isinstance(server, servers.Leasehold) else None
+    leasehold = server if isinstance(server, servers.Leasehold) else None
+    history_before = leasehold.history_count() if leasehold is not None else None
     t0 = time.perf_counter()
     stop_at = t0 + warmup + duration
-    threads = []
+    threads: list[threading.Thread] = []
     for i in range(sc.clients):
         if sc.kind == "cycle":
             reqs = [loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{cycle_blob(i)}")]
-            target, args = loadgen.cycle_worker, ("127.0.0.1", server.port, reqs, stop_at, recs[i])
+            threads.append(threading.Thread(target=loadgen.cycle_worker, daemon=True,
+                                            args=("127.0.0.1", server.port, reqs, stop_at, recs[i])))
         else:
             req = loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/hot")
-            target, args = loadgen.contention_worker, (i, "127.0.0.1", server.port, req, arena, stop_at,
-                                                        recs[i], backoff)
-        threads.append(threading.Thread(target=target, args=args, daemon=True))
+            threads.append(threading.Thread(target=loadgen.contention_worker, daemon=True,
+                                            args=(i, "127.0.0.1", server.port, req, arena, stop_at, recs[i],
+                                                  backoff)))
     for t in threads:
         t.start()
     w0 = t0 + warmup
@@ -216,8 +218,8 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
     res.lat["all"] = (pct(every, 0.5) * 1e3, pct(every, 0.99) * 1e3, len(every))
     res.client_cpu = 100 * (c1 - c0) / window
     res.server_cpu = 100 * (s1 - s0) / window
-    if history_before is not None:
-        res.history = server.history_count() - history_before
+    if leasehold is not None and history_before is not None:
+        res.history = leasehold.history_count() - history_before
     return res
 
 
@@ -297,7 +299,7 @@ def report(scenarios: list[Scenario], results: dict, names: list[str], rounds_do
             ok = all(h == a for h, a in hist)
             out.append(f"  {'history events':26}" + ("= answered lease requests in every round"
                                                      if ok else f"MISMATCH {hist}"))
-        bad = {}
+        bad: dict[tuple[str, int], int] = {}
         for n in names:
             for r in runs[n]:
                 for st, k in r.statuses.items():
@@ -410,13 +412,13 @@ def main() -> int:
             s.prepare()
         s.start()
         started.append(s)
-        servers.log(f"{s.name} listening on {s.host} (pid {s.proc.pid})")
+        servers.log(f"{s.name} listening on {s.host} (pid {s.pid})")
 
     desc = []
     for s in all_servers:
         if isinstance(s, servers.Azurite):
             desc.append(f"Azurite {s.version()} (in memory, one Node process)")
-        else:
+        elif isinstance(s, servers.Leasehold):
             desc.append(f"Leasehold ({s.settings_summary()}, SQLite file, synchronous={args.synchronous}, "
                         f"writer lock{', env ' + ' '.join(args.leasehold_env) if args.leasehold_env else ''})")
     print(f"# {' vs '.join(desc)}")
@@ -562,7 +564,7 @@ def soak(args, all_servers: list[servers.Server], deadline: float) -> int:
               f"and the anonymous part of their total (heap: what a leak grows; the rest is mapped "
               f"database pages, which grow with the database)")
         pids = s.pids()
-        labels = [f"{p} {'main' if p == s.proc.pid else 'worker'}" for p in pids]
+        labels = [f"{p} {'main' if p == s.pid else 'worker'}" for p in pids]
         print(f"  {'t s':>5} {'req/s':>7}  " + "  ".join(f"{lab:>14}" for lab in labels)
               + f"  {'total':>8}  {'anon':>8}")
         recs = [loadgen.Recorder() for _ in range(args.soak_clients)]

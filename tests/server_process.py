@@ -86,13 +86,13 @@ class Instance:
         self.env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(tmp),
                     "LEASEHOLD_BIND": f"127.0.0.1:{self.port}", "LEASEHOLD_WORKERS": str(workers),
                     "DJANGO_SETTINGS_MODULE": "config.settings"}
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> "Instance":
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
-                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, self.proc, output=self.output)
+        self.proc = proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
+                                            start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, proc, output=self.output)
         return self
 
     def stop(self) -> None:

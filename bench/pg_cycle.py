@@ -222,7 +222,7 @@ def main() -> int:
                 if key not in prepared:
                     server.prepare()
                     prepared.add(key)
-            if config.name == "pg-1-bare":
+            if config.name == "pg-1-bare" and config.database is not None:  # it has one
                 drop_lease_indexes(pg.url(config.database), set(args.bare.split(",")))
         results: dict[str, list[dict]] = {c.name: [] for c in configs}
         for round_no in range(args.rounds):

@@ -43,9 +43,9 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 ARMS = ("none", "2ms", "pg")
-BACKLOG_COLUMNS = ("occurred_at, action, outcome, resource_type, account, container, blob, lease_fingerprint, duration, "
-                   "state_before, state_after, generation, status_code, error_code, actor, via, reason, request_id, "
-                   "client_request_id, remote_addr, user_agent")
+BACKLOG_COLUMNS = ("occurred_at, action, outcome, resource_type, account, container, blob, lease_fingerprint, "
+                   "duration, state_before, state_after, generation, status_code, error_code, actor, via, reason, "
+                   "request_id, client_request_id, remote_addr, user_agent")
 
 
 def prune_for(arm: str, seconds: float) -> None:

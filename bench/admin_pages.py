@@ -86,7 +86,7 @@ def _time(client, url: str, runs: int) -> tuple[float, float, int]:
 
     totals, sql_times = [], []
     for run in range(runs + 1):
-        in_sql = []
+        in_sql: list[float] = []
 
         def timed(execute, sql, params, many, context, in_sql=in_sql):
             started = time.perf_counter()

@@ -21,6 +21,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote
 
 REPO = Path(__file__).resolve().parent.parent
@@ -116,9 +117,9 @@ def run(args, tmp: Path) -> int:
                              body=b"x")):
         st, _, body = call(raw)
         assert st.startswith("201"), (st, body)
-    reqs = loadgen.LeaseRequests(signer, host, f"/{ACCOUNT}/bench/b")
-    if args.door == "api":
-        reqs = loadgen.ApiLeaseRequests(api_token(), host, f"/{ACCOUNT}/bench/b")
+    reqs: loadgen.LeaseRequests | loadgen.ApiLeaseRequests = (
+        loadgen.ApiLeaseRequests(api_token(), host, f"/{ACCOUNT}/bench/b") if args.door == "api"
+        else loadgen.LeaseRequests(signer, host, f"/{ACCOUNT}/bench/b"))
 
     def cycle():
         lid = str(uuid.uuid4())
@@ -224,11 +225,12 @@ def run(args, tmp: Path) -> int:
         pstats.Stats(prof).sort_stats(args.sort).print_stats(35)
         if args.callers:
             pstats.Stats(prof).print_callers(args.callers)
-        stats = pstats.Stats(prof)
-        calls = sum(v[1] for v in stats.stats.values())
+        # (file, line, function) -> (primitive calls, calls, ...): pstats' table, which typeshed leaves out
+        table: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        calls = sum(v[1] for v in table.values())
         print(f"python calls per request: {calls / n:.0f}")
         by_file: dict[str, int] = {}
-        for (filename, _, _), (_, ncalls, _, _, _) in stats.stats.items():
+        for (filename, _, _), (_, ncalls, _, _, _) in table.items():
             key = "/".join(filename.split("site-packages/")[-1].split(str(REPO) + "/")[-1].split("/")[:3])
             by_file[key] = by_file.get(key, 0) + ncalls
         print("calls per request by file: " + ", ".join(
@@ -266,7 +268,9 @@ def run_batches(args, call, signer, host) -> int:
         for maker in makers:
             environ = environ_from(build(maker))
             environ["leasehold.received_at"] = time.monotonic()
-            requests.append((environ, fastpath.takes(environ)))
+            target = fastpath.takes(environ)
+            assert target is not None, environ  # a plain lease request: the lean path's
+            requests.append((environ, target))
         for response in fastpath.answer_together(requests):
             assert response.status_code in (200, 201), response.content
 

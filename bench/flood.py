@@ -136,7 +136,7 @@ def flood(server, *, total: int, connections: int, kind: str, every: float, quie
     load_before = os.getloadavg()[0]
     bystander.start()
     time.sleep(quiet)  # quiet renewals first, for comparison
-    pids = tree_pids(server.proc.pid)
+    pids = tree_pids(server.pid)
     cpu_before = cpu_seconds(pids)
     flood_start = time.monotonic()
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "client", str(server.port), server.host,

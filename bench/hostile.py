@@ -340,6 +340,7 @@ def stuck(server, hold: float, write_wait: float) -> dict:
                                "c.execute('BEGIN IMMEDIATE'); print('held', flush=True)\n"
                                "time.sleep(float(sys.argv[2])); c.execute('ROLLBACK')\n",
                                str(server.db), str(hold)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None  # spawned with a pipe
     assert holder.stdout.readline().strip() == "held"
     held_from = time.monotonic()
     held_until = held_from + hold

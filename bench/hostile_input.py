@@ -109,7 +109,7 @@ def main() -> int:
         setup_blobs(server, [f"holder-{i:02d}" for i in range(16)] + ["victim"])
         print(f"# Leasehold ({server.settings_summary()}), {os.cpu_count()} CPUs, "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        workers = [p for p in server.pids() if p != server.proc.pid]
+        workers = [p for p in server.pids() if p != server.pid]
         before = {p: rss_kib(p) for p in workers}
         for i in range(1000):
             junk = os.urandom(24 << 10).hex().encode()[: 64 << 10]  # 64 KiB of random header values

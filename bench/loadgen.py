@@ -151,11 +151,12 @@ class Connection:
         self.buf = b""
         self.connects = 0
 
-    def _connect(self) -> None:
+    def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.addr, timeout=SOCKET_TIMEOUT)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock, self.buf = sock, b""
         self.connects += 1
+        return sock
 
     def close(self) -> None:
         if self.sock is not None:
@@ -168,25 +169,26 @@ class Connection:
         """Send ``data``; return (status, lower-cased head, body). A reused
         connection that turns out closed before any byte of the answer is
         retried once on a fresh one (nothing reached the application)."""
-        reused = self.sock is not None
-        if not reused:
-            self._connect()
+        sock = self.sock
+        reused = sock is not None
+        if sock is None:
+            sock = self._connect()
         try:
-            self.sock.sendall(data)
-            return self._read()
+            sock.sendall(data)
+            return self._read(sock)
         except (ConnectionError, _Closed):
             self.close()
             if not reused:
                 raise
-            self._connect()
-            self.sock.sendall(data)
-            return self._read()
+            sock = self._connect()
+            sock.sendall(data)
+            return self._read(sock)
         except BaseException:
             self.close()
             raise
 
-    def _read(self) -> tuple[int, bytes, bytes]:
-        sock, buf = self.sock, self.buf
+    def _read(self, sock: socket.socket) -> tuple[int, bytes, bytes]:
+        buf = self.buf
         got_any = bool(buf)
         while True:
             i = buf.find(b"\r\n\r\n")

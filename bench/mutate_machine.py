@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE = ROOT / "leases" / "machine.py"
+SOURCE = ROOT / "leases" / "domain" / "machine.py"
 PROPERTIES = ("test_every_outcome_is_consistent or test_two_clients_never_both_hold_the_lease or "
               "test_legacy_and_current_agree or test_current_clients_cannot_tell or "
               "test_old_and_new_clients_never_both_hold_the_lease")
@@ -67,7 +67,7 @@ class _Mutate(ast.NodeTransformer):
     def __init__(self, target: int, order: dict[int, int]):
         self.target, self.order = target, order
 
-    def visit(self, node):
+    def visit(self, node: ast.AST) -> ast.AST:
         node = self.generic_visit(node)
         if self.order.get(id(node)) != self.target:
             return node
@@ -79,7 +79,7 @@ class _Mutate(ast.NodeTransformer):
             return node.operand
         elif isinstance(node, ast.BinOp):
             node.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
-        elif isinstance(node, ast.Constant):
+        elif isinstance(node, ast.Constant) and isinstance(node.value, int):  # the only constants targeted
             return ast.copy_location(ast.Constant(node.value + 1), node)
         return node
 

@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -78,19 +79,20 @@ def drop_lease_indexes(url: str, tables: set[str]) -> None:
     print(f"pg-1-bare: dropped {len(names)} indexes", file=sys.stderr, flush=True)
 
 
-def pg_counters(admin_url: str, database: str) -> dict:
+def pg_counters(admin_url: str, database: str) -> dict[str, Any]:
     import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        commits, = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
-                                [database]).fetchone()
-        lsn, = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
-        records, syncs = conn.execute("SELECT wal_records, wal_sync FROM pg_stat_wal").fetchone()
-        calls, = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d "
-                              "ON d.oid = s.dbid WHERE d.datname = %s", [database]).fetchone()
-        texts = dict(conn.execute("SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 110), sum(calls) "
-                                  "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
-                                  "WHERE d.datname = %s GROUP BY 1", [database]).fetchall())
+        [(commits,)] = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                                    [database]).fetchall()
+        [(lsn,)] = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchall()
+        [(records, syncs)] = conn.execute("SELECT wal_records, wal_sync FROM pg_stat_wal").fetchall()
+        [(calls,)] = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d "
+                                  "ON d.oid = s.dbid WHERE d.datname = %s", [database]).fetchall()
+        texts = {query: int(n) for query, n in conn.execute(
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 110), sum(calls) "
+            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = %s GROUP BY 1", [database])}
     return {"commits": int(commits), "wal_bytes": int(lsn), "wal_records": int(records), "fsyncs": int(syncs),
             "statements": int(calls), "texts": texts}
 
@@ -112,8 +114,8 @@ def other_instances_releasing(url: str, per_second: int, stop: threading.Event) 
             time.sleep(max(0.0, next_at - time.perf_counter()))
 
 
-def run_round(config: Config, clients: int, warmup: float, duration: float, pg, admin_url: str,
-              fleet_releases: int = 0) -> dict:
+def run_round(config: Config, clients: int, warmup: float, duration: float, pg: pg_cluster.Cluster,
+              admin_url: str, fleet_releases: int = 0) -> dict[str, Any]:
     signer = loadgen.Signer(ACCOUNT, KEY)
     recs = [loadgen.Recorder() for _ in range(clients)]
     start = time.perf_counter()
@@ -154,7 +156,7 @@ def run_round(config: Config, clients: int, warmup: float, duration: float, pg, 
     out = {"rps": count / window, "errors": errors, "lh_cpu_ms": (c1 - c0) * 1000 / max(count, 1),
            "pg_cpu_ms": (p1 - p0) * 1000 / max(count, 1) if config.database else 0.0,
            "lat": {a: (pct(sorted(v), 0.5) * 1000, pct(sorted(v), 0.99) * 1000) for a, v in lats.items() if v}}
-    if before is not None:
+    if before is not None and after is not None:
         texts = {q: (n - before["texts"].get(q, 0)) / max(count, 1) for q, n in after.pop("texts").items()}
         before.pop("texts")
         out.update({k: (after[k] - before[k]) / max(count, 1) for k in before})
@@ -220,7 +222,7 @@ def main() -> int:
                 if key not in prepared:
                     server.prepare()
                     prepared.add(key)
-            if config.name == "pg-1-bare":
+            if config.name == "pg-1-bare" and config.database is not None:  # it has one
                 drop_lease_indexes(pg.url(config.database), set(args.bare.split(",")))
         results: dict[str, list[dict]] = {c.name: [] for c in configs}
         for round_no in range(args.rounds):

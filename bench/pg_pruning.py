@@ -43,9 +43,9 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
 
 ARMS = ("none", "2ms", "pg")
-BACKLOG_COLUMNS = ("occurred_at, action, outcome, resource_type, account, container, blob, lease_id, duration, "
-                   "state_before, state_after, generation, status_code, error_code, actor, via, reason, request_id, "
-                   "client_request_id, remote_addr, user_agent")
+BACKLOG_COLUMNS = ("occurred_at, action, outcome, resource_type, account, container, blob, lease_fingerprint, "
+                   "duration, state_before, state_after, generation, status_code, error_code, actor, via, reason, "
+                   "request_id, client_request_id, remote_addr, user_agent")
 
 
 def prune_for(arm: str, seconds: float) -> None:
@@ -87,7 +87,7 @@ def refill(url: str, rows: int) -> None:
         conn.execute(
             f"INSERT INTO leases_leaseevent ({BACKLOG_COLUMNS}) SELECT now() - interval '3 days' - g * interval "
             "'1 ms', CASE WHEN g %% 3 = 0 THEN 'acquire' ELSE 'renew' END, 'success', 'blob', 'devstoreaccount1', "
-            "'old', 'b-' || (g %% 64), gen_random_uuid(), 15, 'available', 'leased', g, 200, '', "
+            "'old', 'b-' || (g %% 64), left(md5(random()::text), 12), 15, 'available', 'leased', g, 200, '', "
             "'account:devstoreaccount1', 'azure', '', md5(g::text), '', '127.0.0.1', 'bench' "
             "FROM generate_series(1, %s) g", [rows])
         conn.execute("ANALYZE leases_leaseevent")
@@ -97,7 +97,8 @@ def backlog(url: str) -> int:
     import psycopg
 
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT count(*) FROM leases_leaseevent WHERE container = 'old'").fetchone()[0]
+        [(count,)] = conn.execute("SELECT count(*) FROM leases_leaseevent WHERE container = 'old'").fetchall()
+        return count
 
 
 def main() -> None:
@@ -119,9 +120,8 @@ def main() -> None:
     from tests import pg_cluster
 
     blobs = [cycle_blob(i) for i in range(args.clients)]
-    results = {arm: [] for arm in ARMS}
-    pg_cluster.Cluster.start = _durable_start
-    with pg_cluster.cluster() as pg, tempfile.TemporaryDirectory(prefix="leasehold-pgprune-") as tmp:
+    results: dict[str, list[dict[str, float]]] = {arm: [] for arm in ARMS}
+    with pg_cluster.cluster(production={}) as pg, tempfile.TemporaryDirectory(prefix="leasehold-pgprune-") as tmp:
         url = pg.url()
         server = servers.Leasehold(args.port, Path(tmp), extra_env={"LEASEHOLD_DATABASE": url})
         server.prepare()
@@ -152,16 +152,6 @@ def main() -> None:
     print(f"pg: lease p99 with pruning / without, per round: {', '.join(f'{x:.2f}' for x in p99)}")
 
 
-def _durable_start(self):
-    """tests/pg_cluster.py's Cluster.start, without its fsync=off and asynchronous commits."""
-    self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C")
-    options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", str(self.root / "server.log"), "-w", "-t", "60",
-              "start")
-    self.create_database("leasehold")
-    return self
-
-
 def one_window(server, url, arm, args, blobs) -> dict:
     """The clients on the server for one window, the arm's pruner beside them."""
     from retention import one_window as load_window, summary  # bench/retention.py: the same load
@@ -171,14 +161,14 @@ def one_window(server, url, arm, args, blobs) -> dict:
         env = {**server.env, "LEASEHOLD_DATABASE": url}
         pruner = subprocess.Popen([sys.executable, __file__, "--prune-for", str(args.window), "--arm", arm],
                                   cwd=BENCH.parent, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert pruner.stdin is not None and pruner.stdout is not None  # spawned with pipes
         assert pruner.stdout.readline().strip() == "ready"
         pruner.stdin.write("go\n")
         pruner.stdin.flush()
     recs = load_window(server, args, blobs)
     pruned, batch = 0.0, 0
     if pruner:
-        out = json.loads(pruner.stdout.readline())
-        pruner.wait(60)
+        out = json.loads(pruner.communicate(timeout=60)[0])  # its one last line, then it exits
         pruned = out["deleted"] / out["seconds"]
         batch = statistics.median(out["sizes"]) if out["sizes"] else 0
     return {**summary(recs, args.window), "pruned": pruned, "batch": batch}

@@ -112,9 +112,9 @@ def main() -> None:
                 setup_server(server, blobs)
             servers.log(f"{rounds} rounds of {args.window:g} s on each server, {args.clients} clients, "
                         f"{args.horizon:g} s horizon on the pruned one")
-            records = ([], [])
-            per_round = ([], [])
-            samples = ([], [])
+            records: tuple[list[loadgen.Recorder], ...] = ([], [])
+            per_round: tuple[list[dict[str, float]], ...] = ([], [])
+            samples: tuple[list[tuple[float, int, int]], ...] = ([], [])
             t0 = time.perf_counter()
             for r in range(rounds):
                 # Alternate which server goes first, so neither always follows the other's load.

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,6 +166,7 @@ def lease_requests(server: servers.Server, door: str, blob: str):
     """One blob's lease requests through ``door``: the Azure door (SharedKey)
     or the JSON API (the server's bench token)."""
     if door == "api":
+        assert isinstance(server, servers.Leasehold)  # only Leasehold has the JSON API
         return loadgen.ApiLeaseRequests(server.api_token, server.host, f"/{ACCOUNT}/{CONTAINER}/{blob}")
     return loadgen.LeaseRequests(loadgen.Signer(ACCOUNT, KEY), server.host, f"/{ACCOUNT}/{CONTAINER}/{blob}")
 
@@ -174,10 +176,13 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
     signer = loadgen.Signer(ACCOUNT, KEY)
     recs = [loadgen.Recorder() for _ in range(sc.clients)]
     arena = loadgen.Arena()
-    history_before = server.history_count() if isinstance(server, servers.Leasehold) else None
+    leasehold = server if isinstance(server, servers.Leasehold) else None
+    history_before = leasehold.history_count() if leasehold is not None else None
     t0 = time.perf_counter()
     stop_at = t0 + warmup + duration
-    threads = []
+    threads: list[threading.Thread] = []
+    target: Callable[..., None]
+    args: tuple[object, ...]
     for i in range(sc.clients):
         if sc.kind in ("cycle", "doors"):
             reqs = [lease_requests(server, door, cycle_blob(i))]
@@ -232,8 +237,8 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
     res.client_cpu = 100 * (c1 - c0) / window
     res.server_cpu = 100 * (s1 - s0) / window
     res.server_cpu_ms = 1e3 * (s1 - s0) / count if count else float("nan")
-    if history_before is not None:
-        res.history = server.history_count() - history_before
+    if leasehold is not None and history_before is not None:
+        res.history = leasehold.history_count() - history_before
     return res
 
 
@@ -313,7 +318,7 @@ def report(scenarios: list[Scenario], results: dict, names: list[str], rounds_do
             ok = all(h == a for h, a in hist)
             out.append(f"  {'history events':26}" + ("= answered lease requests in every round"
                                                      if ok else f"MISMATCH {hist}"))
-        bad = {}
+        bad: dict[tuple[str, int], int] = {}
         for n in names:
             for r in runs[n]:
                 for st, k in r.statuses.items():
@@ -420,13 +425,13 @@ def main() -> int:
             s.prepare()
         s.start()
         started.append(s)
-        servers.log(f"{s.name} listening on {s.host} (pid {s.proc.pid})")
+        servers.log(f"{s.name} listening on {s.host} (pid {s.pid})")
 
     desc = []
     for s in all_servers:
         if isinstance(s, servers.Azurite):
             desc.append(f"Azurite {s.version()} (in memory, one Node process)")
-        else:
+        elif isinstance(s, servers.Leasehold):
             desc.append(f"Leasehold ({s.settings_summary()}, SQLite file, synchronous={args.synchronous}, "
                         f"writer lock{', env ' + ' '.join(args.leasehold_env) if args.leasehold_env else ''})")
     print(f"# {' vs '.join(desc)}")
@@ -629,7 +634,7 @@ def soak(args, all_servers: list[servers.Server], deadline: float) -> int:
               f"and the anonymous part of their total (heap: what a leak grows; the rest is mapped "
               f"database pages, which grow with the database)")
         pids = s.pids()
-        labels = [f"{p} {'main' if p == s.proc.pid else 'worker'}" for p in pids]
+        labels = [f"{p} {'main' if p == s.pid else 'worker'}" for p in pids]
         print(f"  {'t s':>5} {'req/s':>7}  " + "  ".join(f"{lab:>14}" for lab in labels)
               + f"  {'total':>8}  {'anon':>8}")
         recs = [loadgen.Recorder() for _ in range(args.soak_clients)]

@@ -158,15 +158,27 @@ class Server:
     def host(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def pid(self) -> int:
+        """The started server's main process."""
+        if self.proc is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return self.proc.pid
+
     def pids(self) -> list[int]:
         return tree_pids(self.proc.pid) if self.proc else []
 
-    def _spawn(self, argv: list[str], env: dict | None = None, cwd: Path | None = None) -> None:
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def _spawn(self, argv: list[str], env: dict[str, str] | None = None,
+               cwd: Path | None = None) -> subprocess.Popen[bytes]:
         if not port_free(self.port):
             raise SystemExit(f"port {self.port} is in use; pick others with --port-base")
         with open(self.logfile, "ab") as out:
             self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd,
                                          start_new_session=True)
+        return self.proc
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -189,10 +201,10 @@ class Azurite(Server):
     def start(self) -> None:
         binary = ensure_azurite()
         # in memory: nothing is written (cwd is the temporary directory all the same)
-        self._spawn([str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
-                     "--skipApiVersionCheck", "--inMemoryPersistence", "--silent", "--disableTelemetry"],
-                    cwd=self.workdir)
-        wait_port(self.port, self.proc, 60, self.logfile)
+        proc = self._spawn([str(binary), "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                            "--skipApiVersionCheck", "--inMemoryPersistence", "--silent", "--disableTelemetry"],
+                           cwd=self.workdir)
+        wait_port(self.port, proc, 60, self.logfile)
 
     def version(self) -> str:
         try:
@@ -240,8 +252,8 @@ class Leasehold(Server):
             argv = [a.format(host="127.0.0.1", port=self.port) for a in shlex.split(self.command)]
         else:
             argv = [self.python, "-m", "serving.server"]
-        self._spawn(argv, env=self.env, cwd=self.repo)
-        wait_port(self.port, self.proc, 60, self.logfile)
+        proc = self._spawn(argv, env=self.env, cwd=self.repo)
+        wait_port(self.port, proc, 60, self.logfile)
         # the first worker may listen before the others have imported Django
         time.sleep(1.0)
 

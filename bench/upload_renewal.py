@@ -31,7 +31,8 @@ from hostile import ACCOUNT, CONTAINER, KEY, pct, setup_blobs  # noqa: E402
 from loadgen import Connection, LeaseRequests, Signer  # noqa: E402
 
 
-def renew_loop(server, signer, name: str, stop: threading.Event, out: list) -> None:
+def renew_loop(server: servers.Leasehold, signer: Signer, name: str, stop: threading.Event,
+               out: list[tuple[float, int]]) -> None:
     conn = Connection("127.0.0.1", server.port)
     reqs = LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{name}")
     lease_id = str(uuid.uuid4())
@@ -46,11 +47,10 @@ def renew_loop(server, signer, name: str, stop: threading.Event, out: list) -> N
     conn.close()
 
 
-def upload(server, signer, name: str, size: int, out: list) -> None:
+def upload(server: servers.Leasehold, signer: Signer, name: str, size: int, out: list[tuple[int, float]]) -> None:
     body = os.urandom(1 << 20) * (size >> 20)
     conn = Connection("127.0.0.1", server.port)
-    conn._connect()
-    conn.sock.settimeout(300)  # queued behind the other uploads in the server's lane: not a failure
+    conn._connect().settimeout(300)  # queued behind the other uploads in the server's lane: not a failure
     t0 = time.monotonic()
     status, _, _ = conn.request(signer.build("PUT", server.host, f"/{ACCOUNT}/{CONTAINER}/{name}",
                                              headers={"x-ms-blob-type": "BlockBlob"}, body=body))
@@ -58,10 +58,12 @@ def upload(server, signer, name: str, size: int, out: list) -> None:
     conn.close()
 
 
-def phase(server, signer, uploads: int, size: int, seconds: float = 6.0) -> tuple[list[float], list]:
-    """Renewals for ``seconds`` (no uploads), or for as long as the uploads take."""
+def phase(server: servers.Leasehold, signer: Signer, uploads: int, size: int,
+          seconds: float = 6.0) -> tuple[list[tuple[float, int]], list[tuple[int, float]]]:
+    """Renewals for ``seconds`` (no uploads), or for as long as the uploads take:
+    (latency, status) of each renewal, (status, seconds) of each upload."""
     lat: list[tuple[float, int]] = []
-    done: list = []
+    done: list[tuple[int, float]] = []
     stop = threading.Event()
     holders = [threading.Thread(target=renew_loop, args=(server, signer, f"holder-{i:02d}", stop, lat))
                for i in range(16)]
@@ -134,7 +136,7 @@ def main() -> int:
     return 0
 
 
-def summary(rs) -> str:
+def summary(rs: list[tuple[float, int]]) -> str:
     lat = [t for t, _ in rs]
     failed = sum(1 for _, st in rs if st != 200)
     return (f"p50 {pct(lat, .5) * 1e3:.1f} p99 {pct(lat, .99) * 1e3:.1f} max {max(lat) * 1e3:.1f} ms "

@@ -14,6 +14,7 @@ Prints, per mode:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -21,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -39,12 +41,12 @@ from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY  # n
 from tests.conftest import CONNECTION  # noqa: E402
 from tests.server_process import Instance, prepare  # noqa: E402
 
-_ask = common.ServerWait.options
 
-
-def mode(polling: bool) -> None:
+def mode(polling: bool) -> contextlib.AbstractContextManager[object]:
     """Polling: the helpers never ask the server to wait (as with Azure or Azurite)."""
-    common.ServerWait.options = (lambda self, left, now: {}) if polling else _ask
+    if polling:
+        return mock.patch.object(common.ServerWait, "options", lambda self, left, now: {})
+    return contextlib.nullcontext()
 
 
 def service(url: str, counter: list | None = None) -> BlobServiceClient:
@@ -53,26 +55,34 @@ def service(url: str, counter: list | None = None) -> BlobServiceClient:
                                                     raw_request_hook=hook)
 
 
+def campaign(election: LeaderElection) -> AutoRenewLease:
+    term = election.campaign()
+    if term is None:  # only once stopped, which this bench never does
+        raise RuntimeError("the campaign stopped")
+    return term
+
+
 def takeover(url: str, container: str, name: str) -> float:
     blob = service(url).get_blob_client(container, name)
-    leader = LeaderElection(blob, duration=15).campaign()
+    leader = campaign(LeaderElection(blob, duration=15))
     standby = LeaderElection(blob, duration=15)
-    elected = {}
-    thread = threading.Thread(target=lambda: elected.update(term=standby.campaign(), at=time.monotonic()))
+    elected: list[tuple[AutoRenewLease, float]] = []
+    thread = threading.Thread(target=lambda: elected.append((campaign(standby), time.monotonic())))
     thread.start()
     time.sleep(2.0)
     released = time.monotonic()
     leader.release()
     thread.join()
-    elected["term"].release()
-    return elected["at"] - released
+    [(term, at)] = elected
+    term.release()
+    return at - released
 
 
 def requests_per_minute(url: str, container: str, name: str, window: float, waiters: int = 4) -> float:
     holder = service(url).get_blob_client(container, name)
     held = AutoRenewLease(holder, -1)  # infinite: nobody gets it during the window
     held.acquire()
-    counts = [[] for _ in range(waiters)]
+    counts: list[list[str]] = [[] for _ in range(waiters)]
     cancel = threading.Event()
     threads = [threading.Thread(target=AutoRenewLease(service(url, counts[i]).get_blob_client(container, name), 15,
                                                       timeout=window, cancel=cancel).acquire)
@@ -97,20 +107,19 @@ def main() -> None:
     database = tmp / "leasehold.sqlite3"
     prepare(str(database), tmp)
     server = Instance(str(database), tmp, "server", workers=2).start()
-    results = {"polling": {"takeover": [], "rpm": []}, "waiting": {"takeover": [], "rpm": []}}
+    results: dict[str, dict[str, list[float]]] = {name: {"takeover": [], "rpm": []} for name in ("polling", "waiting")}
     try:
         client = service(server.url)
         client.create_container("bench")
         for round_ in range(args.rounds):
             order = ("polling", "waiting") if round_ % 2 == 0 else ("waiting", "polling")
             for name in order:
-                mode(name == "polling")
-                results[name]["takeover"].append(takeover(server.url, "bench", f"leader-{round_}-{name}"))
+                with mode(name == "polling"):
+                    results[name]["takeover"].append(takeover(server.url, "bench", f"leader-{round_}-{name}"))
         for name in ("polling", "waiting"):
-            mode(name == "polling")
-            results[name]["rpm"].append(requests_per_minute(server.url, "bench", f"wait-{name}", args.window))
+            with mode(name == "polling"):
+                results[name]["rpm"].append(requests_per_minute(server.url, "bench", f"wait-{name}", args.window))
     finally:
-        mode(False)
         server.stop()
     for name, figures in results.items():
         takeovers = figures["takeover"]

@@ -61,12 +61,13 @@ def _sockets(pid: int) -> set[str]:
 
 def workers(server) -> tuple[list[int], list[int]]:
     """The supervisor's children, and those of them listening on the port."""
-    children = [p for p in servers.tree_pids(server.proc.pid) if p != server.proc.pid]
+    children = [p for p in servers.tree_pids(server.pid) if p != server.pid]
     listening = _listening_inodes(server.port)
     return children, [p for p in children if _sockets(p) & listening]
 
 
-def holder(server, signer, name: str, stop: threading.Event, out: list) -> None:
+def holder(server: servers.Leasehold, signer: Signer, name: str, stop: threading.Event,
+           out: list[tuple[float, int | str]]) -> None:
     reqs = LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/{name}")
     lease_id = str(uuid.uuid4())
     conn = Connection("127.0.0.1", server.port)
@@ -74,13 +75,14 @@ def holder(server, signer, name: str, stop: threading.Event, out: list) -> None:
     assert status == 201, status
     while not stop.is_set():
         t0 = time.monotonic()
+        outcome: int | str
         try:
-            status, _, _ = conn.request(reqs.renew(lease_id))
+            outcome, _, _ = conn.request(reqs.renew(lease_id))
         except OSError:  # its worker was killed: the connection is gone, reconnect
             conn.close()
             conn = Connection("127.0.0.1", server.port)
-            status = "cut"
-        out.append((time.monotonic() - t0, status))
+            outcome = "cut"
+        out.append((time.monotonic() - t0, outcome))
         time.sleep(0.05)
     conn.close()
 
@@ -97,7 +99,7 @@ def main() -> int:
     server.prepare()
     server.start()
     stop = threading.Event()
-    renewals: list = []
+    renewals: list[tuple[float, int | str]] = []
     try:
         signer = Signer(ACCOUNT, KEY)
         names = [f"holder-{i:02d}" for i in range(args.holders)]
@@ -107,7 +109,8 @@ def main() -> int:
             t.start()
         print(f"# Leasehold ({server.settings_summary()}), {args.holders} holders renewing, "
               f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        spawned, serving = [], []
+        spawned: list[float] = []
+        serving: list[float] = []
         for k in range(args.kills):
             time.sleep(2.0)  # load runs on both workers between kills
             before, listening = workers(server)
@@ -125,6 +128,7 @@ def main() -> int:
                 time.sleep(0.005)
             else:
                 raise SystemExit(f"kill {k + 1}: worker {victim} not replaced within 60 s")
+            assert seen_process is not None  # set once the replacement appeared, before it listened
             spawned.append(seen_process)
             serving.append(time.monotonic() - killed)
             print(f"kill {k + 1}: worker {victim}: replacement started after {spawned[-1]:.3f} s, "

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -87,8 +88,10 @@ def faketime_env(offset: str | None = None, *, offset_file: Path | None = None) 
     env = {"LD_PRELOAD": faketime_library(), "FAKETIME_DONT_FAKE_MONOTONIC": "1", "DONT_FAKE_MONOTONIC": "1"}
     if offset_file is not None:
         env.update(FAKETIME_TIMESTAMP_FILE=str(offset_file), FAKETIME_NO_CACHE="1")
-    else:
+    elif offset is not None:
         env["FAKETIME"] = offset
+    else:
+        raise TypeError("faketime_env needs an offset or an offset file")
     return env
 
 
@@ -118,6 +121,7 @@ class Cluster:
         self.data = root / "data"
         self.durable = False  # synchronous_commit on (a primary with a synchronous standby), else off
         self.on_disk = False  # fsync and full-page writes on, as in production (the bench's)
+        self.settings: dict[str, str] = {}  # postgresql.conf lines added at start (the bench's)
         # With faketime, the server's clock reads what this file says, at every reading ("+0", "-3600").
         self.clock_file = root / "clock-offset" if faketime else None
 
@@ -131,6 +135,8 @@ class Cluster:
     def set_clock(self, offset_seconds: float) -> None:
         """Set the server's clock to the real time plus ``offset_seconds``
         (a cluster started with ``faketime``): a step, at once."""
+        if self.clock_file is None:
+            raise RuntimeError("this cluster was started without faketime")
         tmp = self.clock_file.with_suffix(".new")
         tmp.write_text(f"{offset_seconds:+.3f}\n")
         tmp.chmod(0o644)
@@ -139,7 +145,7 @@ class Cluster:
     def start(self) -> "Cluster":
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8",
                   "--locale=C", "--no-sync")
-        self.configure(**getattr(self, "settings", {}))
+        self.configure(**self.settings)
         self.launch()
         self.create_database("leasehold")
         return self
@@ -215,7 +221,7 @@ class Cluster:
 
 
 @contextmanager
-def cluster(*, faketime: bool = False, production: dict | None = None):
+def cluster(*, faketime: bool = False, production: dict[str, str] | None = None) -> Iterator[Cluster]:
     """A started throwaway cluster with a database ``leasehold``; removed
     after. ``faketime``: its clock can be set (``Cluster.set_clock``).
     ``production``: durable as in production (fsync, full-page writes,

@@ -19,7 +19,7 @@ from tests.processes.test_processes import wait_for_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def prepare(database: str, var_dir: Path, env: dict | None = None) -> dict:
+def prepare(database: str | Path, var_dir: Path, env: dict | None = None) -> dict:
     """Migrate ``database`` and create the development account, as `make run`
     does; the environment a server on it needs (``env``: the server's, else
     the run's own).
@@ -86,13 +86,15 @@ class Instance:
         self.env = {**os.environ, "LEASEHOLD_DATABASE": str(database), "LEASEHOLD_VAR_DIR": str(tmp),
                     "LEASEHOLD_BIND": f"127.0.0.1:{self.port}", "LEASEHOLD_WORKERS": str(workers),
                     "DJANGO_SETTINGS_MODULE": "config.settings"}
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.database = database
+        self.token: str | None = None  # a JSON API token, for the tests that make one
 
     def start(self) -> "Instance":
         self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
-                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, self.proc, output=self.output)
+        self.proc = proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
+                                            start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, proc, output=self.output)
         return self
 
     def stop(self) -> None:

@@ -179,6 +179,7 @@ def imports(path: Path, root: Path) -> list[Import]:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
                 module = ".".join(base + ([node.module] if node.module else []))
             else:
+                assert node.module is not None  # an absolute import names its module
                 module = node.module
             names = tuple(alias.name for alias in node.names)
             # "from leases import services": the module leases.services.
@@ -273,7 +274,11 @@ def import_circles(root: Path = REPO) -> list[list[str]]:
         importer = module_name(path, root)
         graph[importer] = {imp.module for imp in imports(path, root)
                            if imp.module.split(".")[0] in PACKAGES and imp.module != importer}
-    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
 
     def visit(node: str) -> None:  # Tarjan's algorithm
         index[node] = low[node] = len(index)

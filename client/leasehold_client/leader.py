@@ -8,7 +8,7 @@ out on the server; each term carries Leasehold's fencing generation
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator, Iterator
 
 from .clock import SYSTEM_CLOCK, SystemClock
 from .core import Election
@@ -109,7 +109,7 @@ class LeaderElection(Leadership):
         self._elected(term)
         return term
 
-    def terms(self) -> Iterator[AutoRenewLease]:
+    def terms(self) -> Generator[AutoRenewLease, None, None]:
         """Each time this instance is elected, one term; released (if still
         held) when the loop body returns, then campaigns again. Ends on stop()."""
         while True:

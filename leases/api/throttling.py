@@ -14,6 +14,7 @@ import os
 import sqlite3
 import threading
 import time
+from typing import Protocol
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -155,6 +156,15 @@ class _Share:
         self.window, self.previous, self.current, self.pending, self.synced = window, previous, current, 0, synced
 
 
+class SharedCounter(Protocol):
+    """What LocalShares hands hits to: a SlidingWindowCounter or a DatabaseCounter."""
+
+    def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None: ...
+
+    def counted(self, key: str, *, limit: int, period: int, now: float,
+                carried: int = 0) -> tuple[float | None, int, int]: ...
+
+
 class LocalShares:
     """Each key's hits admitted in this process since it last counted in
     the shared counter, and the counts it read then (module docstring)."""
@@ -163,7 +173,7 @@ class LocalShares:
         self.shares: dict[str, _Share] = {}
         self.lock = threading.Lock()
 
-    def hit(self, shared: SlidingWindowCounter | DatabaseCounter, key: str, *, limit: int, period: int,
+    def hit(self, shared: SharedCounter, key: str, *, limit: int, period: int,
             now: float) -> float | None:
         slack = int(limit * SLACK)
         if slack < 1:

@@ -191,7 +191,7 @@ class _Generator:
 
     @staticmethod
     def when(naive_utc: datetime | None) -> str | None:
-        return naive_utc and naive_utc.isoformat(" ")
+        return naive_utc.isoformat(" ") if naive_utc is not None else None
 
     def lease(self) -> tuple:
         """LEASE_COLUMNS for one resource: 70 % never leased, the rest spread
@@ -200,6 +200,7 @@ class _Generator:
         roll = rnd.random()
         if roll < 0.70:
             return (machine.AVAILABLE, None, None, None, None, 0, None, "", "", "")
+        duration: int | None
         state, duration, expires, break_at = machine.LEASED, 60, None, None
         if roll < 0.80:
             expires = base + timedelta(seconds=rnd.uniform(0.5, 60))

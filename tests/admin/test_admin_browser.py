@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from playwright.sync_api import ConsoleMessage, Response
 
 from .helpers import screenshot
 
@@ -116,10 +117,19 @@ def test_admin_pages_load_their_icon_without_a_console_error(azure_server, opera
     a console error on every admin page. The admin names its icon, and
     /favicon.ico leads to the same one."""
     page = browser_page
-    errors = []
-    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
-    failed = []
-    page.on("response", lambda response: response.status >= 400 and failed.append(response.url))
+    errors: list[str] = []
+    failed: list[str] = []
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    def answered(response: Response) -> None:
+        if response.status >= 400:
+            failed.append(response.url)
+
+    page.on("console", console)
+    page.on("response", answered)
     page.goto(f"{azure_server}/admin/login/")
     page.wait_for_load_state("networkidle")
     icon = page.eval_on_selector("link[rel=icon]", "link => link.href")

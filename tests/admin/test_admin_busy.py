@@ -41,12 +41,12 @@ class Holder:
     def __init__(self, kind: str):
         self.proc = subprocess.Popen([sys.executable, "-c", HOLDERS[kind], str(connection.settings_dict["NAME"])],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None  # spawned with a pipe
         assert self.proc.stdout.readline().strip() == "held"
 
     def let_go(self) -> None:
         if self.proc.poll() is None:
-            self.proc.stdin.close()
-            self.proc.wait(10)
+            self.proc.communicate(timeout=10)  # its stdin closed: it lets go and exits
 
 
 @pytest.fixture
@@ -64,8 +64,13 @@ def short_wait(transactional_db, monkeypatch):
 def hold(request, short_wait):
     """hold() -> a Holder of the kind the test is run for (after the
     staff user logged in: a login writes its session)."""
-    started = []
-    yield lambda: started.append(Holder(request.param)) or started[-1]
+    started: list[Holder] = []
+
+    def hold() -> Holder:
+        started.append(Holder(request.param))
+        return started[-1]
+
+    yield hold
     for held in started:
         held.let_go()
 
@@ -117,7 +122,7 @@ def test_a_bulk_break_the_writer_stops_halfway_reports_what_was_and_was_not_brok
     """The first lease is broken, then another process takes the writer:
     the rest are reported not broken (busy), not a server error."""
     client.force_login(breaker)
-    holders = []
+    holders: list[Holder] = []
     real_break = lease_actions.lease_break
 
     def lease_break(**kwargs):

@@ -8,6 +8,7 @@ layout/ folder."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import ConsoleMessage
 
 from .helpers import screenshot
 from .test_admin_busy import short_wait  # noqa: F401 (a fixture)
@@ -136,7 +137,12 @@ def test_every_admin_page_is_laid_out_right(open_page, users, superuser, busy_es
     w, h = WIDTHS[width]
     page = open_page("root", width=w, height=h)
     errors: list[str] = []
-    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error":
+            errors.append(message.text)
+
+    page.on("console", console)
     found = {}
     for name, path in pages(busy_estate).items():
         go(page, path)

@@ -49,7 +49,9 @@ def test_history_shows_its_filters_as_removable_chips(superuser_client, estate):
 
 def test_history_rows_link_to_their_resource_which_may_be_gone(superuser_client, estate):
     page = superuser_client.get(HISTORY, {"action": "break"}).content.decode()
-    link = re.search(r'<a href="(/admin/leases/leaseevent/resource/\?[^"]+blob=broken.txt)">', page).group(1)
+    found = re.search(r'<a href="(/admin/leases/leaseevent/resource/\?[^"]+blob=broken.txt)">', page)
+    assert found, page
+    link = found.group(1)
     response = superuser_client.get(link.replace("&amp;", "&"))
     assert response.status_code == 302 and response.url == f"{BLOBS}{estate.blobs['broken'].pk}/change/"
 

@@ -13,6 +13,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,7 +71,7 @@ SIZES = {"data": (3 * MIB + 12_345, 4), "stream": (2 * MIB + MIB // 2, 3)}
 
 
 def test_uploads_in_blocks_onto_unleased_and_leased_blobs_and_block_lists(azure_server):
-    cases = [{"id": f"{method}-{lease}", "kind": "upload", "method": method, "lease": lease,
+    cases: list[dict[str, Any]] = [{"id": f"{method}-{lease}", "kind": "upload", "method": method, "lease": lease,
               "size": SIZES[method][0], "seed": f"{method}-{lease}", "container": f"jsup-{method}-{lease}"}
              for method in SIZES for lease in ("none", "right", "missing", "wrong")]
     cases.append({"id": "by-hand", "kind": "by-hand", "container": "jsup-by-hand"})

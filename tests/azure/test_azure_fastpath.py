@@ -292,7 +292,9 @@ def fast_state(db):
 
 
 def test_lean_path_answers_and_records_as_the_general_path(fast_state, monkeypatch):
-    statuses, codes, actors = set(), set(), set()
+    statuses: set[int] = set()
+    codes: set[str] = set()
+    actors: set[str] = set()
     for number, (path, spec) in enumerate(script()):
         (general, general_events), (lean, lean_events), (batched, batched_events) = \
             three_ways(monkeypatch, path, spec, seed=number)
@@ -379,5 +381,7 @@ def test_a_connection_an_outage_broke_is_replaced_before_the_checks():
     connection.ensure_connection()
     assert postgres.drop_all("a test's outage") >= 1
     sharedkey._known_keys.clear()  # the checks read the account's keys from the database
-    response = fastpath.answer(environ(path, headers), fastpath.takes(environ(path, headers)))
+    target = fastpath.takes(environ(path, headers))
+    assert target is not None  # a lease request the lean path takes
+    response = fastpath.answer(environ(path, headers), target)
     assert response.status_code == 201, response.content

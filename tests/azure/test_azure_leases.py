@@ -17,6 +17,7 @@ from leases.models import Blob, Container, LeaseEvent
 
 from tests import azure_raw
 from tests.machine.test_machine import ACCESS, ACQUIRE, BREAK, CHANGE, OK, RELEASE, RENEW, A, B, C, X
+from tests.sdk_errors import sdk_error_code
 
 # The README's "every outcome cell through the official SDK", on PostgreSQL too:
 # the lease transaction, its locks and the history insert are the database's.
@@ -173,7 +174,7 @@ def test_sdk_lease_client_walks_the_states(subject, clock):
     assert lease.id is None  # the SDK forgets a released id; renewing the old one must fail
     with pytest.raises(HttpResponseError) as exc:
         BlobLeaseClient(subject.client, lease_id=GUIDS[B]).renew()
-    assert exc.value.error_code == "LeaseIdMismatchWithLeaseOperation" and exc.value.status_code == 409
+    assert sdk_error_code(exc.value) == "LeaseIdMismatchWithLeaseOperation" and exc.value.status_code == 409
 
 
 def test_acquire_is_idempotent_for_the_same_id(subject):
@@ -197,7 +198,7 @@ def test_expired_blob_lease_cannot_be_renewed_after_a_write(service, clock):
     assert blob.get_blob_properties().lease.state == "available"  # ...and ends the lease
     with pytest.raises(HttpResponseError) as exc:
         lease.renew()
-    assert (exc.value.status_code, exc.value.error_code) == (409, "LeaseIdMismatchWithLeaseOperation")
+    assert (exc.value.status_code, sdk_error_code(exc.value)) == (409, "LeaseIdMismatchWithLeaseOperation")
     ended = LeaseEvent.objects.get(action="ended-by-write")
     assert (ended.state_before, ended.state_after, ended.lease_fingerprint) == (
         "expired", "available", fingerprints.of(lease.id))
@@ -294,7 +295,7 @@ def outcome(op, want, kind):
     status, code = want.format(K=kind).split()
     with pytest.raises(HttpResponseError) as exc:
         op()
-    assert (exc.value.status_code, exc.value.error_code) == (int(status), code)
+    assert (exc.value.status_code, sdk_error_code(exc.value)) == (int(status), code)
     return want
 
 
@@ -304,11 +305,11 @@ def test_upload_without_overwrite_onto_a_leased_blob_is_lease_id_missing(service
     blob.acquire_lease(lease_duration=-1)
     with pytest.raises(HttpResponseError) as exc:
         blob.upload_blob(b"y")  # overwrite=False sends If-None-Match: *
-    assert (exc.value.status_code, exc.value.error_code) == (412, "LeaseIdMissing")
+    assert (exc.value.status_code, sdk_error_code(exc.value)) == (412, "LeaseIdMissing")
     lease = BlobLeaseClient(blob, lease_id=Blob.objects.get().lease_id.hex)
     with pytest.raises(HttpResponseError) as exc:
         blob.upload_blob(b"y", lease=lease)
-    assert (exc.value.status_code, exc.value.error_code) == (409, "BlobAlreadyExists")
+    assert (exc.value.status_code, sdk_error_code(exc.value)) == (409, "BlobAlreadyExists")
     blob.upload_blob(b"y", lease=lease, overwrite=True)
     props = blob.get_blob_properties()
     assert props.lease.state == "leased" and props.size == 1  # an overwrite keeps the lease

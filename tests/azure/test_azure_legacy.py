@@ -12,6 +12,7 @@ import hmac
 import uuid
 from datetime import timedelta
 from email.utils import formatdate
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 import pytest
@@ -23,6 +24,7 @@ from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from leases.models import Blob, Container, LeaseEvent
 
 from tests.machine.test_machine_legacy import ACQUIRE, BREAK, RELEASE, RENEW, STATES, A, B, X
+from tests.sdk_errors import sdk_error_code
 
 pytestmark = pytest.mark.also_postgres
 
@@ -128,7 +130,7 @@ def test_legacy_lease_cell(old, action, state, lease_id, want):
     old.put_in(state)
     before = old.lease_columns()
     events = LeaseEvent.objects.count()
-    headers = {"lease_id": GUIDS.get(lease_id)}
+    headers: dict[str, Any] = {"lease_id": GUIDS.get(lease_id)}  # lease()'s keyword arguments
     if action == "change":
         headers["proposed_lease_id"] = GUIDS[B]
     response = lease(old.base, action, **headers)
@@ -215,13 +217,13 @@ def test_current_clients_do_not_see_a_released_lease(old):
     assert lease(old.base, "release", lease_id=lease_id).status_code == 200
     with pytest.raises(HttpResponseError) as exc:
         BlobLeaseClient(old.blob, lease_id=lease_id).renew()
-    assert exc.value.error_code == "LeaseIdMismatchWithLeaseOperation"
+    assert sdk_error_code(exc.value) == "LeaseIdMismatchWithLeaseOperation"
     with pytest.raises(HttpResponseError) as exc:
         BlobLeaseClient(old.blob).break_lease()
-    assert exc.value.error_code == "LeaseNotPresentWithLeaseOperation"
+    assert sdk_error_code(exc.value) == "LeaseNotPresentWithLeaseOperation"
     with pytest.raises(HttpResponseError) as exc:  # a write presenting the released id
         old.blob.upload_blob(b"x", overwrite=True, lease=lease_id)
-    assert exc.value.error_code == "LeaseNotPresentWithBlobOperation"
+    assert sdk_error_code(exc.value) == "LeaseNotPresentWithBlobOperation"
     assert lease(old.base, "renew", lease_id=lease_id).status_code == 200
 
 
@@ -232,7 +234,7 @@ def test_a_legacy_lease_protects_writes_and_current_clients_see_it(old):
     assert (props.lease.state, props.lease.status, props.lease.duration) == ("leased", "locked", "fixed")
     with pytest.raises(HttpResponseError) as exc:
         old.blob.upload_blob(b"x", overwrite=True)
-    assert exc.value.error_code == "LeaseIdMissing"
+    assert sdk_error_code(exc.value) == "LeaseIdMissing"
     old.blob.upload_blob(b"mine", overwrite=True, lease=lease_id)
     old.clock.advance(59)
     assert old.blob.get_blob_properties().lease.state == "leased"

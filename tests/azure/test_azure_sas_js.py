@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl
 
 import pytest
@@ -39,7 +40,7 @@ def run_node(azure_server: str, cases: list[dict]) -> dict[str, dict]:
 
 
 def test_each_lease_action_under_each_sas_and_permission_set(azure_server):
-    cases = []
+    cases: list[dict[str, Any]] = []
     for noun, kinds in (("blob", ("account", "blob", "container", "policy")), ("container", ("account", "container"))):
         for kind in kinds:
             for action in ACTIONS:
@@ -61,7 +62,7 @@ def test_each_lease_action_under_each_sas_and_permission_set(azure_server):
                 (False, 403, refusal(case["noun"], case["kind"])), (case["id"], got)
 
 
-REFUSALS = [
+REFUSALS: list[tuple[dict[str, Any], str]] = [
     ({"expiresIn": -60}, "AuthenticationFailed"),
     ({"startsIn": 600}, "AuthenticationFailed"),
     ({"ip": "10.1.2.3"}, "AuthorizationSourceIPMismatch"),
@@ -71,7 +72,7 @@ REFUSALS = [
 
 
 def test_refusals(azure_server):
-    cases = [{"id": str(n), "noun": "blob", "kind": "account" if "resourceTypes" in extra else "blob",
+    cases: list[dict[str, Any]] = [{"id": str(n), "noun": "blob", "kind": "account" if "resourceTypes" in extra else "blob",
               "action": "acquire", "letters": "w", "container": f"js-refused-{n}", "blob": "item.bin", **extra}
              for n, (extra, _) in enumerate(REFUSALS)]
     cases.append({"id": "fine", "noun": "blob", "kind": "blob", "action": "acquire", "letters": "w",

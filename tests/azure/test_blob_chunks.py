@@ -23,9 +23,10 @@ from leases.storage.blob_content import CHUNK_BYTES
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT
 from leases.models import Blob, BlobChunk, BlobContent, LeaseEvent
 from leases.services import Actor, ResourceRef
-from engines.sqlite.base import writer_lock_path
 
 from tests import azure_raw
+from tests.sdk_errors import sdk_error_code
+from tests.storage import writer_lock_file
 
 pytestmark = pytest.mark.also_postgres
 
@@ -135,11 +136,11 @@ def test_a_refused_upload_stores_nothing_and_is_recorded(container):
         client.upload_blob(_content(seed=b"new"), overwrite=True,
                            lease="00000000-0000-0000-0000-000000000001")
     assert refused.value.status_code == 412
-    assert refused.value.error_code == "LeaseIdMismatchWithBlobOperation"
+    assert sdk_error_code(refused.value) == "LeaseIdMismatchWithBlobOperation"
     with pytest.raises(HttpResponseError) as unmet:
         client.upload_blob(_content(seed=b"new"), overwrite=True, lease=lease, etag='"0xNOTIT"',
                            match_condition=MatchConditions.IfNotModified)
-    assert unmet.value.status_code == 412 and unmet.value.error_code == "ConditionNotMet"
+    assert unmet.value.status_code == 412 and sdk_error_code(unmet.value) == "ConditionNotMet"
     assert _stored() == before
     assert _row().content_version == version
     assert client.download_blob().readall() == old
@@ -156,10 +157,15 @@ def test_an_upload_refused_after_its_content_was_staged_leaves_no_chunks(contain
     monkeypatch.setattr(services.blobs, "_put_refused_now", lambda *a: False)  # the look came before the acquire
     staged = []
     real_stage = blob_content.stage
-    monkeypatch.setattr(blob_content, "stage", lambda content: staged.append(real_stage(content)) or staged[-1])
+
+    def stage(content):
+        staged.append(real_stage(content))
+        return staged[-1]
+
+    monkeypatch.setattr(blob_content, "stage", stage)
     with pytest.raises(HttpResponseError) as refused:
         client.upload_blob(_content(), overwrite=True)
-    assert refused.value.error_code == "LeaseIdMissing"
+    assert sdk_error_code(refused.value) == "LeaseIdMissing"
     assert len(staged) == 1  # it was staged, then discarded
     assert _stored() == (0, 0)
     assert bytes(_row().content) == b"small"
@@ -218,7 +224,7 @@ def test_the_writer_is_free_between_the_chunks_of_an_upload(container, service, 
     try:
         assert paused.wait(30), "the upload never reached its second piece"
         if connection.vendor == "sqlite":
-            path = writer_lock_path(str(connection.settings_dict["NAME"]))
+            path = writer_lock_file()
             assert _take_within(path, 10), "the writer lock stayed held while the upload was paused"
             other = sqlite3.connect(str(connection.settings_dict["NAME"]), timeout=10, isolation_level=None)
             try:

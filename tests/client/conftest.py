@@ -50,6 +50,7 @@ def azurite_url(tmp_path_factory):
         [node, str(AZURITE_MAIN), "--blobHost", "127.0.0.1", "--blobPort", str(port), "--location", str(location),
          "--silent", "--loose", "--skipApiVersionCheck", "--disableTelemetry"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    assert proc.stderr is not None  # spawned with a pipe
     deadline = time.monotonic() + 60
     while True:
         if proc.poll() is not None:

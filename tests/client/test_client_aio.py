@@ -150,7 +150,7 @@ def test_aio_partitioned_leader_steps_down_before_the_next_is_elected(leasehold)
         old = LeaderElection(aio.blob(container, name, raw_request_hook=partition), duration=15, safety_margin=2,
                              clock=aio.clock)
         new = LeaderElection(aio.blob(container, name), duration=15, poll_interval=1, clock=aio.clock)
-        terms = {}
+        terms: dict[str, AutoRenewLease] = {}
 
         async def new_elected(term):
             with pytest.raises(LeaseLostError):
@@ -165,10 +165,13 @@ def test_aio_partitioned_leader_steps_down_before_the_next_is_elected(leasehold)
         assert (old.is_leader, new.is_leader, old.transitions, new.transitions) == (True, False, 1, 0)
         partition.blocked = True
         await aio.run_until(lambda: "new" in terms)
-        assert terms["new"].acquired_at - terms["old"].lost_at >= 1.5
-        assert terms["new"].generation == terms["old"].generation + 1
+        old_term, new_term = terms["old"], terms["new"]
+        assert new_term.acquired_at is not None and old_term.lost_at is not None
+        assert new_term.acquired_at - old_term.lost_at >= 1.5
+        assert old_term.generation is not None and new_term.generation == old_term.generation + 1
         assert (old.is_leader, new.is_leader, new.transitions) == (False, True, 1)
-        old.stop(), new.stop()
+        old.stop()
+        new.stop()
         await asyncio.gather(old_task, new_task)
         assert (old.is_leader, new.is_leader, old.transitions, new.transitions) == (False, False, 2, 2)
     run(leasehold, scenario)

@@ -41,7 +41,8 @@ def test_backoff_grows_is_capped_and_jittered_downwards():
 
 def _http_error(status, code=None, headers=None):
     err = HttpResponseError(message="x", response=None)
-    err.status_code, err.error_code = status, code
+    err.status_code = status
+    err.error_code = code  # type: ignore[attr-defined]  # azure-storage sets it; azure-core does not declare it
     err.response = SimpleNamespace(headers=headers or {})
     return err
 
@@ -63,10 +64,15 @@ def test_retry_after_is_read_from_the_refusal_when_sent():
 
 
 def test_manual_clock_moves_only_when_advanced_and_wakes_waiters():
-    moved = []
+    moved: list[float] = []
     clock = ManualClock(start=50, wall_start=1_000_000, on_advance=moved.append)
     woke = threading.Event()
-    thread = clock.enlist(threading.Thread(target=lambda: (clock.sleep(10), woke.set())))
+
+    def sleeper() -> None:
+        clock.sleep(10)
+        woke.set()
+
+    thread = clock.enlist(threading.Thread(target=sleeper))
     thread.start()
     assert clock.settle()  # the thread is asleep on the clock
     clock.advance(9.5)

@@ -25,7 +25,8 @@ T0 = 1000.0
 
 def refusal(status, code=None, headers=None, server="Leasehold/1"):
     err = HttpResponseError(message="x", response=None)
-    err.status_code, err.error_code = status, code
+    err.status_code = status
+    err.error_code = code  # type: ignore[attr-defined]  # azure-storage sets it; azure-core does not declare it
     err.response = SimpleNamespace(headers={"Server": server, **(headers or {})})
     return err
 
@@ -36,7 +37,7 @@ def held_elsewhere(**headers):
 
 def missing(code="BlobNotFound"):
     err = ResourceNotFoundError("missing")
-    err.error_code = code
+    err.error_code = code  # type: ignore[attr-defined]  # azure-storage sets it; azure-core does not declare it
     return err
 
 

@@ -35,9 +35,13 @@ class Store:
 
     def rows(self, resource: str) -> list[tuple]:
         found: list[tuple] = []
-        self.transaction(lambda conn, cursor: (
-            cursor.execute(f"SELECT body, generation FROM app_report WHERE resource = {self.mark} ORDER BY generation,"
-                           f" body", (resource,)), found.extend(tuple(row) for row in cursor.fetchall())))
+
+        def read(conn, cursor) -> None:
+            cursor.execute(f"SELECT body, generation FROM app_report WHERE resource = {self.mark} "
+                           f"ORDER BY generation, body", (resource,))
+            found.extend(tuple(row) for row in cursor.fetchall())
+
+        self.transaction(read)
         return found
 
 

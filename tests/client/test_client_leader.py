@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from leasehold_client import LeaderElection, LeaseLostError
+from leasehold_client import AutoRenewLease, LeaderElection, LeaseLostError
 from tests.client.helpers import REPO, Partition
 
 LEADER_PROCESS = """
@@ -29,6 +29,7 @@ for term in election.terms():
 def _leader_process(backend, container, name):
     proc = subprocess.Popen([sys.executable, "-c", LEADER_PROCESS, backend.connection_string, container, name],
                             stdout=subprocess.PIPE, text=True, cwd=REPO, start_new_session=True)
+    assert proc.stdout is not None  # spawned with a pipe
     line = proc.stdout.readline().split()
     if line[:1] != ["elected"]:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -93,20 +94,23 @@ def test_a_leader_whose_renewals_stop_steps_down_before_the_next_is_elected(back
     def old_deposed(term):
         events.append(("old deposed", backend.clock.monotonic()))
 
+    terms: dict[str, AutoRenewLease] = {}  # each leader's term, as its callback saw it
+    old_refused: list[bool] = []
+
     def new_elected(term):
         # The moment the new leader starts, the old one must already refuse
         # to act. Recorded here, asserted by the test's own thread below: an
         # assertion in this callback's thread could not fail the test.
-        new.term_seen = term
+        terms["new"] = term
         try:
-            old.term_seen.check()
-            new.old_refused = False
+            terms["old"].check()
+            old_refused.append(False)
         except LeaseLostError:
-            new.old_refused = True
+            old_refused.append(True)
         events.append(("new elected", backend.clock.monotonic()))
 
     def remember(term):
-        old.term_seen = term
+        terms["old"] = term
         old_elected(term)
 
     old_thread = backend.start(old.run, remember, old_deposed)
@@ -114,21 +118,25 @@ def test_a_leader_whose_renewals_stop_steps_down_before_the_next_is_elected(back
     new_thread = backend.start(new.run, new_elected)
     backend.advance(6)
     assert [e for e, _ in events] == ["old elected"]  # renewals keep it
-    assert old.term_seen.renewals >= 1
+    assert terms["old"].renewals >= 1
     partition.blocked = True  # the old leader's process lives; its renewals no longer arrive
     backend.run_until(lambda: len(events) == 3, step=0.5)
-    new.stop(), old.stop()
-    new_thread.join(timeout=10), old_thread.join(timeout=10)
+    new.stop()
+    old.stop()
+    new_thread.join(timeout=10)
+    old_thread.join(timeout=10)
     assert [e for e, _ in events] == ["old elected", "old deposed", "new elected"]
-    assert new.old_refused, "the old leader's term.check() passed when the new leader was elected"
+    assert old_refused == [True], "the old leader's term.check() passed when the new leader was elected"
+    old_term, new_term = terms["old"], terms["new"]
     if backend.fake_time:  # Leasehold's fencing generation; Azure has none
-        assert new.term_seen.generation == old.term_seen.generation + 1
+        assert old_term.generation is not None and new_term.generation == old_term.generation + 1
     else:
-        assert old.term_seen.generation is None and new.term_seen.generation is None
+        assert old_term.generation is None and new_term.generation is None
     # Lost at its local deadline (13 s after its last renewal was sent), the
     # lease granted to the next leader no earlier than 15 s after it: the
     # 2 s margin apart, less up to one 0.5 s step of the test's clock.
-    assert new.term_seen.acquired_at - old.term_seen.lost_at >= 1.5
+    assert new_term.acquired_at is not None and old_term.lost_at is not None
+    assert new_term.acquired_at - old_term.lost_at >= 1.5
 
 
 def test_leader_terms_iterator_hands_over_on_step_down(backend):
@@ -153,10 +161,11 @@ def test_leader_terms_iterator_hands_over_on_step_down(backend):
     backend.run_until(lambda: len(seen) == 2, step=0.5, limit=30)
     thread.join(timeout=10)
     assert [who for who, _ in seen] == ["first", "second"]
+    (_, first_generation), (_, second_generation) = seen
     if backend.fake_time:
-        assert seen[1][1] == seen[0][1] + 1
+        assert first_generation is not None and second_generation == first_generation + 1
     else:
-        assert seen[0][1] is None and seen[1][1] is None
+        assert first_generation is None and second_generation is None
 
 
 def test_leadership_is_visible_and_exported(backend):

@@ -49,7 +49,9 @@ def test_renews_in_the_background_past_the_duration(backend):
     interval = 5.0 if backend.fake_time else 0.5
     with AutoRenewLease(backend.blob(container, name), 15, renew_interval=interval, clock=backend.clock) as lease:
         held_for = 40.0 if backend.fake_time else 1.5
-        backend.run_until(lambda: lease.clock.monotonic() - lease.acquired_at >= held_for,
+        acquired_at = lease.acquired_at
+        assert acquired_at is not None
+        backend.run_until(lambda: lease.clock.monotonic() - acquired_at >= held_for,
                           step=1.0 if backend.fake_time else 0.1)
         lease.check()
         assert lease.renewals >= 2 and not lease.lost.is_set()
@@ -59,7 +61,7 @@ def test_renews_in_the_background_past_the_duration(backend):
 def test_a_broken_lease_is_noticed_within_one_renewal_interval(backend):
     container, name = backend.names()
     interval = 5.0 if backend.fake_time else 1.0
-    losses = []
+    losses: list[AutoRenewLease] = []
     with AutoRenewLease(backend.blob(container, name), 15, renew_interval=interval, clock=backend.clock,
                         on_lost=losses.append) as lease:
         backend.advance(0.5)
@@ -70,7 +72,7 @@ def test_a_broken_lease_is_noticed_within_one_renewal_interval(backend):
         assert took <= interval + (0.25 if backend.fake_time else 0.5)
         # on_lost runs on the renewal thread right after `lost` is set: wait for it, not for time.
         backend.run_until(lambda: bool(losses), step=0.01, limit=interval)
-        assert losses == [lease] and "renewal refused" in lease.lost_reason
+        assert losses == [lease] and lease.lost_reason is not None and "renewal refused" in lease.lost_reason
         assert lease.lost_at - broken_at <= interval + 0.5
         with pytest.raises(LeaseLostError, match="renewal refused"):
             lease.check()
@@ -122,6 +124,7 @@ def test_renewals_that_stop_make_check_raise_before_the_server_lets_go(leasehold
     with pytest.raises(LeaseLostError, match="deadline"):
         lease.check()
     assert partition.refused >= 2  # it kept retrying while time remained
+    assert lease.lost_at is not None and rival.acquired_at is not None and lease.generation is not None
     assert lease.lost_at < rival.acquired_at
     assert lease.lost_at - start <= 13 + 0.5 and rival.acquired_at - start >= 15
     assert rival.generation == lease.generation + 1
@@ -176,7 +179,7 @@ def test_a_waiter_follows_retry_after_capped_by_its_poll_interval(leasehold, ret
     transport = _RetryAfterTransport(leasehold.clock, retry_after)
     waiter = AutoRenewLease(leasehold.blob(container, name, transport=transport), 15, timeout=60, poll_interval=5,
                             clock=leasehold.clock)
-    result = {}
+    result: dict[str, bool] = {}
     leasehold.start(lambda: result.setdefault("got", waiter.acquire()))
     leasehold.run_until(lambda: len(transport.sent) >= 2, step=0.25)
     gap = transport.sent[1] - transport.sent[0]

@@ -94,7 +94,7 @@ def _run_instances(backend, job, *, count, until, period, step):
 def test_once_per_runs_once_per_period_across_three_instances(backend):
     container, name = backend.names()
     period = 60.0 if backend.fake_time else 1.0
-    runs = []  # (slot, instance)
+    runs: list[tuple[int | None, int]] = []  # (slot, instance)
 
     def job(i):
         def report():
@@ -103,15 +103,18 @@ def test_once_per_runs_once_per_period_across_three_instances(backend):
                            clock=backend.clock)
         return instance
 
-    first = {}
+    first: dict[str, int] = {}
 
     def three_periods_done():
         if runs and "slot" not in first:
-            first["slot"] = runs[0][0]
+            slot = runs[0][0]
+            assert slot is not None, runs  # a job runs within its period
+            first["slot"] = slot
         return bool(runs) and math.floor(backend.clock.time() / period) >= first["slot"] + 3
 
     _run_instances(backend, job, count=3, until=three_periods_done, period=period, step=period / 20)
-    slots = [slot for slot, _ in runs]
+    slots = [slot for slot, _ in runs if slot is not None]
+    assert len(slots) == len(runs), f"a job ran outside a period: {runs}"
     assert len(slots) == len(set(slots)), f"a period ran twice: {runs}"
     if backend.fake_time:  # on real time a loaded machine may let a 1 s period pass unseen
         assert slots == list(range(slots[0], slots[0] + len(slots)))  # and none was skipped
@@ -149,7 +152,9 @@ def test_the_guide_initialisation_example_runs(leasehold):
     import re
 
     section = (REPO / "docs" / "guide" / "client-helpers.md").read_text()
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    example = re.search(r"```python\n(.*?)```", section, re.S)
+    assert example, section
+    code = example.group(1)
     code = code.replace('"UseDevelopmentStorage=true"', "CONNECTION_STRING")
     loads = []
     namespace = {"CONNECTION_STRING": leasehold.connection_string, "deployment_id": "deployment-1",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from leases.domain import machine
 from leases.domain.errors import LeaseholdError
@@ -137,6 +138,7 @@ def test_a_violation_in_a_long_history_is_reported_small():
     history = _valid_history(random.Random(7), clients=6, count=200)
     assert check(history), check(history).explain()
     holder = next(o for o in history[len(history) // 2:] if o.action == "acquire" and o.status == 201)
+    assert holder.complete is not None  # answered: 201
     intruder = str(uuid.uuid4())  # granted the holder's generation: a second lease of that generation
     planted = Op("intruder", R, "acquire", holder.complete + 0.001, holder.complete + 0.002, 201,
                  proposed_id=intruder, duration=15, result_id=intruder, generation=holder.generation)
@@ -161,15 +163,17 @@ def _valid_history(rng: random.Random, *, clients: int, count: int) -> list[Op]:
         now += rng.choice([0.001, 0.01, 0.2, 3, 14.9, 15.1, 16])  # leases end between and within windows
         who = rng.randrange(clients)
         action = rng.choice(["acquire", "acquire", "renew", "release", "break", "change"])
-        sent = {"acquire": {"proposed_id": ids[who], "duration": 15},
-                "renew": {"lease_id": ids[who]}, "release": {"lease_id": ids[who]},
-                "change": {"lease_id": ids[who], "proposed_id": ids[who]},
-                "break": {"break_period": rng.choice([None, 0, 2])}}[action]
-        parse = {k: uuid.UUID(v) if k.endswith("id") else v for k, v in sent.items()}
+        requests: dict[str, dict[str, Any]] = {  # the headers each action sends, as keyword arguments
+            "acquire": {"proposed_id": ids[who], "duration": 15},
+            "renew": {"lease_id": ids[who]}, "release": {"lease_id": ids[who]},
+            "change": {"lease_id": ids[who], "proposed_id": ids[who]},
+            "break": {"break_period": rng.choice([None, 0, 2])}}
+        sent = requests[action]
+        parse: dict[str, Any] = {k: uuid.UUID(v) if k.endswith("id") else v for k, v in sent.items()}
         try:
             outcome = machine.apply(action, record, _at(now), **parse)
             record = outcome.record
-            answer = dict(status={"acquire": 201, "break": 202}.get(action, 200),
+            answer: dict[str, Any] = dict(status={"acquire": 201, "break": 202}.get(action, 200),
                           result_id=str(outcome.lease_id) if action in ("acquire", "change") else None,
                           generation=record.generation if action == "acquire" else None,
                           lease_time=outcome.lease_time if action == "break" else None)

@@ -4,6 +4,7 @@ then properties over random records, times and action sequences."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -38,8 +39,9 @@ STATES = ["available", "leased", "infinite", "breaking", "broken", "expired"]
 
 # The outcome table, written from the reference, not from the code.
 # Each cell: "409 Code" / "412 Code" / (status, state after, lease id after).
+Cell = str | tuple[int, str, uuid.UUID | int | None]
 OK = object()
-ACQUIRE = {  # (proposed id) -> per state
+ACQUIRE: dict[uuid.UUID | None, dict[str, Cell]] = {  # (proposed id) -> per state
     None: {"available": (201, "leased", X), "leased": "409 LeaseAlreadyPresent",
            "infinite": "409 LeaseAlreadyPresent", "breaking": "409 LeaseAlreadyPresent",
            "broken": (201, "leased", X), "expired": (201, "leased", X)},
@@ -49,13 +51,13 @@ ACQUIRE = {  # (proposed id) -> per state
     B: {"available": (201, "leased", B), "leased": "409 LeaseAlreadyPresent", "infinite": "409 LeaseAlreadyPresent",
         "breaking": "409 LeaseAlreadyPresent", "broken": (201, "leased", B), "expired": (201, "leased", B)},
 }
-RENEW = {
+RENEW: dict[uuid.UUID, dict[str, Cell]] = {
     A: {"available": "409 LeaseIdMismatchWithLeaseOperation", "leased": (200, "leased", A),
         "infinite": (200, "leased", A), "breaking": "409 LeaseIsBrokenAndCannotBeRenewed",
         "broken": "409 LeaseIsBrokenAndCannotBeRenewed", "expired": (200, "leased", A)},
     B: {s: "409 LeaseIdMismatchWithLeaseOperation" for s in STATES},
 }
-CHANGE = {  # (lease id, proposed id)
+CHANGE: dict[tuple[uuid.UUID, uuid.UUID], dict[str, Cell]] = {  # (lease id, proposed id)
     (A, B): {"available": "409 LeaseNotPresentWithLeaseOperation", "leased": (200, "leased", B),
              "infinite": (200, "leased", B), "breaking": "409 LeaseIsBreakingAndCannotBeChanged",
              "broken": "409 LeaseNotPresentWithLeaseOperation", "expired": "409 LeaseNotPresentWithLeaseOperation"},
@@ -66,12 +68,12 @@ CHANGE = {  # (lease id, proposed id)
              "infinite": "409 LeaseIdMismatchWithLeaseOperation", "breaking": "409 LeaseIdMismatchWithLeaseOperation",
              "broken": "409 LeaseNotPresentWithLeaseOperation", "expired": "409 LeaseNotPresentWithLeaseOperation"},
 }
-RELEASE = {
+RELEASE: dict[uuid.UUID, dict[str, Cell]] = {
     A: {"available": "409 LeaseIdMismatchWithLeaseOperation", **{s: (200, "available", None) for s in STATES[1:]}},
     B: {s: "409 LeaseIdMismatchWithLeaseOperation" for s in STATES},
 }
 # break: (period) -> per state: (202, state after, x-ms-lease-time)
-BREAK = {
+BREAK: dict[int | None, dict[str, Cell]] = {
     None: {"available": "409 LeaseNotPresentWithLeaseOperation", "leased": (202, "breaking", 30),
            "infinite": (202, "broken", 0), "breaking": (202, "breaking", 20), "broken": (202, "broken", 0),
            "expired": (202, "broken", 0)},
@@ -186,7 +188,7 @@ def test_break_without_period_breaks_fixed_lease_at_its_expiry():
 def test_bad_input_is_400_in_every_state(action, params, field, code, state):
     """Both where the doors check first (validate, before the resource is
     looked up) and in the action itself, each on its own."""
-    calls = [lambda: m.apply(action, record(state), NOW, **params)]
+    calls: list[Callable[[], object]] = [lambda: m.apply(action, record(state), NOW, **params)]
     if action in m.ACTIONS:
         calls.append(lambda: m.validate(action, **params))
     for call in calls:
@@ -213,7 +215,7 @@ def test_non_guids_are_400(text):
 
 # ---------------------------------------------------------------- use attempts (§4.2)
 
-ACCESS = {  # (presented id) -> state -> (write outcome, read outcome)
+ACCESS: dict[uuid.UUID | None, dict[str, tuple[object, ...]]] = {  # (presented id) -> state -> (write, read)
     None: {"available": (OK, OK), "leased": ("412 LeaseIdMissing", OK), "infinite": ("412 LeaseIdMissing", OK),
            "breaking": ("412 LeaseIdMissing", OK), "broken": (OK, OK), "expired": (OK, OK)},
     A: {"available": ("412 LeaseNotPresentWith{K}Operation",) * 2, "leased": (OK, OK), "infinite": (OK, OK),
@@ -237,7 +239,7 @@ def test_use_attempts(noun, presented, state, write):
         got = OK
     except LeaseholdError as err:
         got = f"{err.status} {err.code}"
-    if want is not OK:
+    if isinstance(want, str):  # a refusal, not OK
         want = want.format(K=noun.capitalize())
     assert got == want
 
@@ -311,7 +313,7 @@ def check_outcome(rec, action_params, elapsed) -> None:
         assert after == m.AVAILABLE and out.record.lease_id is None
     if action == "break":
         assert after in (m.BREAKING, m.BROKEN)
-        assert 0 <= out.lease_time <= 60
+        assert out.lease_time is not None and 0 <= out.lease_time <= 60
         assert (out.lease_time == 0) == (after == m.BROKEN)
         if before == m.BREAKING:  # re-breaking never lengthens
             assert out.record.state == m.BROKEN or out.record.break_at <= rec.break_at
@@ -355,7 +357,7 @@ def never_two_holders(steps) -> None:
     once, or if a client is granted a renew of a lease it never held. Lease
     ids are the clients' own (``OWN``); a change proposes the changer's."""
     rec, now = m.LeaseRecord(), NOW
-    holds: dict[str, tuple[uuid.UUID, datetime | None]] = {}  # client -> (lease id, deadline or None)
+    holds: dict[str, tuple[uuid.UUID | None, datetime | None]] = {}  # client -> (lease id, deadline or None)
     durations: dict[str, int] = {}  # the duration each client last asked for
     for who, action, params, legacy, wait in steps:
         now += timedelta(seconds=wait)

@@ -55,23 +55,23 @@ SEEN_AS = {"released": "available", "infinite": "leased"}  # the state a client 
 # The legacy outcome table, written from the references, not from the code.
 # Each cell: "4xx Code" / (status, state after, lease id answered | x-ms-lease-time for break).
 MISMATCH = "409 LeaseIdMismatchWithLeaseOperation"
-ACQUIRE = {  # no proposed id, no duration: always a new 60 s lease under X, or 409
+ACQUIRE: dict[str, machine_tests.Cell] = {  # no proposed id, no duration: always a new 60 s lease under X, or 409
     "available": (201, "leased", X), "released": (201, "leased", X), "leased": "409 LeaseAlreadyPresent",
     "infinite": "409 LeaseAlreadyPresent", "breaking": "409 LeaseAlreadyPresent", "broken": (201, "leased", X),
     "expired": (201, "leased", X),
 }
-RENEW = {
+RENEW: dict[uuid.UUID, dict[str, machine_tests.Cell]] = {
     A: {"available": MISMATCH, "released": (200, "leased", A),  # renew after release succeeds
         "leased": (200, "leased", A), "infinite": (200, "leased", A),
         "breaking": "409 LeaseIsBrokenAndCannotBeRenewed", "broken": "409 LeaseIsBrokenAndCannotBeRenewed",
         "expired": (200, "leased", A)},
     B: {s: MISMATCH for s in STATES},
 }
-RELEASE = {
+RELEASE: dict[uuid.UUID, dict[str, machine_tests.Cell]] = {
     A: {"available": MISMATCH, **{s: (200, "available", None) for s in STATES[1:]}},
     B: {s: MISMATCH for s in STATES},
 }
-BREAK = {  # no x-ms-lease-break-period in these versions
+BREAK: dict[str, machine_tests.Cell] = {  # no x-ms-lease-break-period in these versions
     "available": "409 LeaseNotPresentWithLeaseOperation",
     "released": (202, "broken", 0),  # break after release succeeds
     "leased": (202, "breaking", 30),  # over the lease's remaining time
@@ -260,7 +260,7 @@ current_records = st.one_of(  # what current-version actions can leave (no remem
 )
 released_records = st.builds(lambda i, d, g: m.LeaseRecord(m.AVAILABLE, i, d, None, None, g),
                              ids, st.sampled_from([None, -1, 15, 60]), st.integers(0, 10**6))
-legacy_actions = st.one_of(
+legacy_actions: st.SearchStrategy[tuple[str, dict[str, uuid.UUID]]] = st.one_of(
     st.tuples(st.just("acquire"), st.just({})),
     st.tuples(st.just("renew"), st.fixed_dictionaries({"lease_id": ids})),
     st.tuples(st.just("release"), st.fixed_dictionaries({"lease_id": ids})),

@@ -26,6 +26,7 @@ from azure.storage.blob import BlobClient
 from tests import azure_raw
 from tests.conftest import CONNECTION
 from tests.server_process import ROOT, Instance, prepare
+from tests.sdk_errors import sdk_error_code
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT
 
 pytestmark = pytest.mark.processes
@@ -58,7 +59,6 @@ def server(tmp_path_factory):
     instance = Instance(str(database), tmp, "server", workers=2)
     instance.env["LEASEHOLD_SQLITE_SYNCHRONOUS"] = os.environ.get("LEASEHOLD_SQLITE_SYNCHRONOUS", "NORMAL")
     instance.env["LEASEHOLD_WAITERS_PER_PRINCIPAL"] = str(WAITERS // 3)  # some of the burst is refused
-    instance.database = database
     instance.token = max(made.stdout.split(), key=len)
     instance.start()
     try:
@@ -130,7 +130,7 @@ def test_floods_and_a_burst_stall_no_other_tenant(server):
 
     connection = CONNECTION.format(a=OTHER, k=OTHER_KEY, url=server.url)
     blob = BlobClient.from_connection_string(connection, "held", "lease", retry_total=0)
-    lost: list[str] = []
+    lost: list[str | None] = []  # the reasons of leases lost
     with AutoRenewLease(blob, duration=15, renew_interval=1.0, on_lost=lambda lease: lost.append(lease.lost_reason)) \
             as lease:
         assert lease.has_lease
@@ -299,13 +299,17 @@ def test_every_kind_of_valid_credentials_passes_the_check_before_the_lane(server
 
     with http.Session() as browser:
         page = browser.get(server.url + "/admin/login/", timeout=30)
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        form = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+        assert form, page.text[:500]
+        token = form.group(1)
         logged = browser.post(server.url + "/admin/login/", timeout=30, allow_redirects=False, data={
             "csrfmiddlewaretoken": token, "username": "admin", "password": "x" * 12, "next": "/admin/"},
             headers={"Referer": server.url + "/admin/login/"})
         assert logged.status_code == 302, logged.text[:500]
+        csrf = browser.cookies["csrftoken"]
+        assert csrf is not None  # set with the login page
         by_session = browser.post(server.url + api, data=body, timeout=30, headers={
-            "Content-Type": "application/json", "X-CSRFToken": browser.cookies["csrftoken"],
+            "Content-Type": "application/json", "X-CSRFToken": csrf,
             "Referer": server.url + "/admin/"})
         assert (by_session.status_code, by_session.json()["code"]) == (409, "LeaseAlreadyPresent"), by_session.text
 
@@ -347,7 +351,8 @@ def test_a_sas_passes_the_check_before_the_lane_and_a_tampered_one_is_refused_th
     with pytest.raises(HttpResponseError) as refused:
         BlobLeaseClient(BlobClient(f"{server.url}/{DEV_ACCOUNT}", container, "b", credential=tampered,
                                    retry_total=0)).acquire(lease_duration=15)
-    assert (refused.value.status_code, refused.value.error_code) == (403, "AuthenticationFailed")
+    assert (refused.value.status_code, sdk_error_code(refused.value)) == (403, "AuthenticationFailed")
+    assert refused.value.response is not None  # refused by the server, not before
     assert "Signature did not match" in refused.value.response.text()
     with sqlite3.connect(server.database) as db:
         rows = db.execute("SELECT action, status_code, actor FROM leases_leaseevent WHERE container = ? "

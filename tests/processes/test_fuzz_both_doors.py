@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -170,7 +171,8 @@ def test_thousands_of_mutated_requests_on_both_doors_never_5xx_and_harm_no_bysta
                    for i in range(BYSTANDERS)]
         for t in holders:
             t.start()
-        results = [{"answers": 0, "cut": 0, "5xx": [], "refused_ids": []} for _ in range(FUZZERS)]
+        results: list[dict[str, Any]] = [{"answers": 0, "cut": 0, "5xx": [], "refused_ids": []}
+                                         for _ in range(FUZZERS)]
         fuzzers = [threading.Thread(target=_fuzz, args=(server.port, SEED + i, blobs[BYSTANDERS:], results[i]))
                    for i in range(FUZZERS)]
         for t in fuzzers:

@@ -72,6 +72,7 @@ def test_leasehold_serve_from_any_directory(installed, tmp_path):
         seen = b""
         deadline = time.monotonic() + 90
         while b"Leasehold ready on" not in seen:
+            assert proc.stdout is not None  # spawned with a pipe
             line = proc.stdout.readline()
             assert line or proc.poll() is None, seen.decode(errors="replace")
             assert time.monotonic() < deadline, seen.decode(errors="replace")

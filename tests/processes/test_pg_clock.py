@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import psycopg
 import pytest
@@ -58,7 +59,8 @@ class Timeline:
 @pytest.fixture(scope="module")
 def two_clocks(tmp_path_factory):
     """A PostgreSQL whose clock the test sets, instance A on the real clock,
-    B an hour ahead of it and C an hour behind, and the database's timeline."""
+    B an hour ahead of it and C an hour behind, the database's timeline, and
+    the headers of a token that may scrape /metrics."""
     tmp = tmp_path_factory.mktemp("pgclock")
     with pg_cluster.cluster(faketime=True) as pg:
         database = pg.url()
@@ -73,8 +75,7 @@ def two_clocks(tmp_path_factory):
                 instance.start()
             assert azure_raw.signed("PUT", a.url, f"{CONTAINER}?restype=container").status_code == 201
             headers = {"Authorization": f"Bearer {max(made.stdout.split(), key=len)}"}
-            a.behind = c  # the third instance, for the test that plays the script both ways
-            yield pg, a, b, Timeline(pg), headers
+            yield pg, a, b, c, Timeline(pg), headers
         finally:
             for instance in (a, b, c):
                 instance.stop()
@@ -121,11 +122,11 @@ def _play(timeline: Timeline, holder: Instance, other: Instance, name: str) -> l
     outcomes = []
     for t, who, where, action, headers in SCRIPT:
         timeline.at(t)
-        headers = dict(headers)
+        sent: dict[str, Any] = dict(headers)  # azure_raw.lease's keyword arguments
         if who is not None:
-            headers["proposed_lease_id" if action == "acquire" else "lease_id"] = who
+            sent["proposed_lease_id" if action == "acquire" else "lease_id"] = who
         instance = holder if where == "holder" else other
-        outcomes.append(_outcome(azure_raw.lease(instance.url, path, action, **headers)))
+        outcomes.append(_outcome(azure_raw.lease(instance.url, path, action, **sent)))
     return outcomes
 
 
@@ -163,12 +164,11 @@ def test_two_instances_an_hour_apart_decide_as_one(two_clocks):
     other client on B (an hour ahead), the other way round, and with C (an
     hour behind) against B and A: the same outcomes, and those of the lease
     rules (EXPECTED); the history in time order."""
-    pg, a, b, timeline, _ = two_clocks
+    pg, a, b, c, timeline, _ = two_clocks  # c: an hour behind A, two behind B
     one = _play(timeline, a, a, "one")
     assert one == EXPECTED
     assert _play(timeline, a, b, "a-then-b") == one
     assert _play(timeline, b, a, "b-then-a") == one
-    c = a.behind  # an hour behind A, two behind B
     assert _play(timeline, c, b, "c-then-b") == one
     assert _play(timeline, a, c, "a-then-c") == one
     for blob, events in _history(pg, "").items():
@@ -180,7 +180,7 @@ def test_races_across_instances_never_make_two_holders(two_clocks):
     instances at once, at moments when the leases end: every answer is a
     lease answer (no 5xx), the history shows no two holders, and the
     answers are linearizable on the database's timeline (tests/lincheck.py)."""
-    pg, a, b, timeline, _ = two_clocks
+    pg, a, b, _, timeline, _ = two_clocks
     names = [f"race-{n}" for n in range(12)]
     paths = [_blob(a.url, name) for name in names]
     rng = random.Random(24)
@@ -237,7 +237,7 @@ def test_a_step_back_of_the_databases_clock_shortens_no_lease_and_is_reported(tw
     lease still holds a newcomer off after its own 15 s, X renews through
     the other instance without its deadline moving back, and each instance
     logs the step; /health/ready warns of it, /metrics counts it."""
-    pg, a, b, timeline, scraper = two_clocks
+    pg, a, b, _, timeline, scraper = two_clocks
     path = _blob(a.url, "step")
     time.sleep(1.2)  # the instances read the clock once a second: after any earlier move of it, not lease time
     before = value(scrape(a.url, scraper), "leasehold_clock_steps_total")

@@ -68,13 +68,15 @@ class Log:
         while True:
             request_id = str(uuid.uuid4())
             sent_at = self.history.clock()
+            status: int | str
             try:
                 response = azure_raw.lease(instance.url, path, action, **headers,
                                            **{"x-ms-client-request-id": request_id})
                 status = response.status_code
             except OSError as exc:  # requests' errors are OSErrors: no answer at all
                 response, status = None, f"no answer: {type(exc).__name__}"
-            self.history.http(headers.get("proposed_lease_id") or headers.get("lease_id"), path, action, sent_at,
+            client = headers.get("proposed_lease_id") or headers["lease_id"]  # every call names its lease
+            self.history.http(client, path, action, sent_at,
                               response, lease_id=headers.get("lease_id"),
                               proposed_id=headers.get("proposed_lease_id"), duration=headers.get("duration"))
             with self.lock:
@@ -257,9 +259,12 @@ def test_a_locked_row_delays_no_request_for_another_row(postgres, tmp_path):
                 thread.start()
             # the renewals of the locked row are waiting for it, in the database
             with psycopg.connect(database, autocommit=True) as watch:
-                _until(lambda: watch.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'").fetchone()[0] > 0, 10, "a renewal waiting for the row")
+                def waiting_for_the_row() -> bool:
+                    [(count,)] = watch.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                                               "current_database() AND wait_event_type = 'Lock'").fetchall()
+                    return count > 0
+
+                _until(waiting_for_the_row, 10, "a renewal waiting for the row")
             while_locked = renew_others()  # each asserts 200
             answered_while_locked = list(statuses)
             holder.rollback()

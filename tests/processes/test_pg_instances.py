@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -117,6 +118,14 @@ BACKLOG = ("INSERT INTO leases_leaseevent (occurred_at, action, outcome, resourc
            "remote_addr, user_agent) SELECT now() - interval '3 days' - g * interval '1 ms', 'renew', 'success', "
            "'blob', 'devstoreaccount1', 'old', 'b', 'leased', 'leased', 200, '', '', 'azure', '', '', '', '', '' "
            "FROM generate_series(1, 30000) g")
+
+
+def _one(conn: psycopg.Connection, query: str) -> Any:
+    """The value of a query that answers one row of one column."""
+    [(value,)] = conn.execute(query).fetchall()
+    return value
+
+
 # Connections in a pruning transaction (deleting events, or moving the horizon in the same transaction).
 PRUNING = ("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state IN "
            "('active', 'idle in transaction') AND (query LIKE 'DELETE FROM leases_leaseevent%%' "
@@ -132,9 +141,9 @@ def test_one_pruner_at_a_time_across_instances(two):
         most, samples, deadline = 0, 0, time.monotonic() + 60
         while time.monotonic() < deadline:
             for _ in range(50):
-                most = max(most, conn.execute(PRUNING).fetchone()[0])
+                most = max(most, _one(conn, PRUNING))
                 samples += 1
-            if not conn.execute("SELECT count(*) FROM leases_leaseevent WHERE container = 'old'").fetchone()[0]:
+            if not _one(conn, "SELECT count(*) FROM leases_leaseevent WHERE container = 'old'"):
                 break
         else:
             raise AssertionError("the backlog was not pruned")
@@ -168,9 +177,9 @@ def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
             # bound on a wait: a fixed hold raced the migrate's start-up.
             with psycopg.connect(database, autocommit=True) as watcher:
                 deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not watcher.execute(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE 'ALTER TABLE%%'").fetchone()[0]:
+                while time.monotonic() < deadline and not _one(
+                        watcher, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE 'ALTER TABLE%%'"):
                     time.sleep(0.05)
             time.sleep(HOLD)
 
@@ -189,7 +198,7 @@ def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
         slowest = max(slowest, time.monotonic() - started)
         time.sleep(0.05)  # the requests' pace, not a check
     reader.join(30)
-    out = migrate.stdout.read()
+    out = migrate.communicate()[0]  # it has exited: the rest of its output
     print(f"slowest lease request and read while the migration waited: {slowest:.2f} s")
     assert statuses == {200, 404}, (statuses, slowest)
     assert migrate.returncode == 0, out

@@ -13,7 +13,9 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -41,7 +43,7 @@ class Server:
         self.env = {**os.environ, "LEASEHOLD_DATABASE": str(self.db), "LEASEHOLD_VAR_DIR": str(tmp),
                     "LEASEHOLD_BIND": f"127.0.0.1:{self.port}", "LEASEHOLD_WORKERS": str(workers),
                     "DJANGO_SETTINGS_MODULE": "config.settings"}
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def migrate(self):
         """migrate + leasehold_setup, as `make run` does (a copy of a database
@@ -54,9 +56,9 @@ class Server:
     def start(self):
         # A file, not a pipe: a pipe nobody reads would stall a chatty server.
         self.log = open(self.db.with_name("server.log"), "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
-                                     start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for_port(self.port, self.proc, output=self.output)
+        self.proc = proc = subprocess.Popen([sys.executable, "-m", "serving.server"], cwd=ROOT, env=self.env,
+                                            start_new_session=True, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, proc, output=self.output)
         return self
 
     def kill(self):
@@ -80,11 +82,17 @@ class Server:
         return self.db.with_name("server.log").read_bytes().decode(errors="replace")
 
 
-def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60, output=None) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 60,
+                  output: Callable[[], str] | None = None) -> None:
+    """``output``: the server's output so far; without it, ``proc``'s piped stdout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            text = output() if output else proc.stdout.read().decode(errors="replace")
+            if output is not None:
+                text = output()
+            else:
+                assert proc.stdout is not None, "a server without an output function pipes its stdout"
+                text = proc.stdout.read().decode(errors="replace")
             raise AssertionError(f"server exited: {text[-2000:]}")
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -121,7 +129,8 @@ def test_many_processes_never_grant_one_blob_twice(server_factory):
 
     lock = threading.Lock()
     holder: list[str | None] = [None]
-    granted, double, statuses, errors = [], [], {}, []
+    granted, double, errors = [], [], []
+    statuses: dict[int, int] = {}
     stop = time.monotonic() + 3  # enough for hundreds of attempts (checked below)
     history = Recorder()
 
@@ -302,7 +311,7 @@ def test_readme_start_command_serves_development_storage(tmp_path):
         here = CONNECTION.format(a=DEV_ACCOUNT, k=DEV_KEY, url=base)
         example = _readme_example().replace('"UseDevelopmentStorage=true"', repr(here))
         for _ in range(2):
-            namespace = {}
+            namespace: dict[str, Any] = {}
             exec(compile(example, "README.md", "exec"), namespace)
             assert namespace["blob"].get_blob_properties().lease.state == "available"
         assert requests.get(f"{base}/admin/login/", timeout=10).status_code == 200
@@ -319,4 +328,6 @@ def test_readme_start_command_serves_development_storage(tmp_path):
 def _readme_example() -> str:
     text = (ROOT / "README.md").read_text()
     quick_start = text[text.index("## Quick start"):]
-    return re.search(r"```python\n(.*?)```", quick_start, re.S).group(1)
+    example = re.search(r"```python\n(.*?)```", quick_start, re.S)
+    assert example, quick_start
+    return example.group(1)

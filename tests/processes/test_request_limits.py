@@ -22,9 +22,13 @@ from .test_processes import ROOT, Server
 pytestmark = pytest.mark.processes
 
 
+class ScrapedServer(Server):
+    scrape_headers: dict[str, str]  # the Authorization of a token that may read /metrics
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = Server(tmp_path_factory.mktemp("limits"), workers=1)
+    s = ScrapedServer(tmp_path_factory.mktemp("limits"), workers=1)
     s.migrate()
     made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
                            "scrape"], cwd=ROOT, env=s.env, check=True, capture_output=True, text=True)

@@ -282,7 +282,8 @@ def test_a_slow_upload_holds_back_neither_a_create_container_nor_a_renewal(serve
 
 
 def _dechunk(data: bytes) -> bytes:
-    out, pos = [], 0
+    out: list[bytes] = []
+    pos = 0
     while True:
         end = data.index(b"\r\n", pos)
         size = int(data[pos:end], 16)

@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -46,7 +47,6 @@ def sqlite_server(tmp_path_factory):
     made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
                            "waiter"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     server = Instance(str(database), tmp, "server", workers=2)
-    server.database = database
     server.token = max(made.stdout.split(), key=len)
     server.start()
     try:
@@ -97,7 +97,7 @@ def _released_while_waiting(holder_base: str, waiter_base: str, paths: list[str]
     return [(answers[path][0], answers[path][1] - released[path]) for path in paths]
 
 
-def _events(database: Path, path: str) -> list[tuple]:
+def _events(database: str, path: str) -> list[tuple]:
     container = path.rsplit("/", 1)[1]
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
         return db.execute("SELECT action, status_code, error_code FROM leases_leaseevent WHERE container = ? "
@@ -124,7 +124,7 @@ def test_a_waiter_is_granted_at_the_end_of_a_break_without_a_signal(sqlite_serve
     base = sqlite_server.url
     path = _container(base)
     assert _acquire(base, path, -1).status_code == 201
-    answer = {}
+    answer: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: answer.update(r=_acquire(base, path, 15, **{WAIT: "10"}),
                                                             at=time.monotonic()))
     thread.start()
@@ -180,7 +180,7 @@ def test_the_leader_helpers_standby_takes_over_at_the_release(sqlite_server):
     leader = LeaderElection(blob, duration=15).campaign()
     assert leader is not None
     standby = LeaderElection(blob, duration=15)
-    elected = {}
+    elected: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: elected.update(term=standby.campaign(), at=time.monotonic()))
     thread.start()
     time.sleep(1.5)  # the standby is waiting on the server by now
@@ -207,6 +207,7 @@ def test_a_thousand_waiters_take_no_thread_each(tmp_path):
         base = server.url
         path = _container(base)
         assert _acquire(base, path, -1).status_code == 201
+        assert server.proc is not None  # started
         threads_before = _threads(server.proc.pid)
         answers, threads_waiting = asyncio.run(_many_waiters(server, path, count=1000, wait=4))
         assert [status for status, _ in answers] == [409] * 1000
@@ -257,8 +258,9 @@ def _listening(database: str) -> int:
     import psycopg
 
     with psycopg.connect(database, autocommit=True) as conn:
-        return conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                            "AND query = 'LISTEN leasehold_wake'").fetchone()[0]
+        [(count,)] = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                  "AND query = 'LISTEN leasehold_wake'").fetchall()
+        return count
 
 
 @pytest.mark.postgres
@@ -292,7 +294,7 @@ def test_a_waiter_on_a_blob_then_deleted_is_answered_404_at_the_delete(sqlite_se
     held = azure_raw.signed("PUT", base, path + "?comp=lease", headers={"x-ms-lease-action": "acquire",
                                                                        "x-ms-lease-duration": "60"})
     assert held.status_code == 201
-    answer = {}
+    answer: dict[str, Any] = {}
 
     def waiter():
         started = time.monotonic()

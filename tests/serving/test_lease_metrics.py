@@ -70,7 +70,8 @@ def test_refused_renewals_keep_to_a_fixed_set_of_reasons(code, reason):
     before = counter._value.get()
     metrics.lease_committed("renew", "blob", None, LeaseholdError(code))
     assert counter._value.get() == before + 1
-    assert not [s for s in metrics.RENEWALS_REFUSED.collect()[0].samples if s.labels["reason"] == code != reason]
+    [family] = metrics.RENEWALS_REFUSED.collect()
+    assert not [s for s in family.samples if s.labels["reason"] == code != reason]
 
 
 def test_a_write_or_a_delete_that_ends_a_lease_that_ran_out_counts_it(azure_server, service, clock):

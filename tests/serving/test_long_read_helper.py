@@ -41,6 +41,7 @@ def test_the_helper_is_started_while_the_event_loop_goes_on(monkeypatch):
                 await asyncio.sleep(0.005)  # the loop runs this while the spawn is under way
             loop_ran.set()
             path = await starting
+            assert helper.proc is not None
             os.kill(helper.proc.pid, 0)  # running (and it said it is ready)
             reader, writer = await asyncio.open_unix_connection(path)  # and serving
             writer.close()

@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_unset_and_empty_take_the_default():
-    for helper, default in ((env_int, 7), (env_float, 0.5), (env_bool, True), (env_str, "x")):
+    cases: list[tuple[Callable[..., object], object]] = [(env_int, 7), (env_float, 0.5), (env_bool, True),
+                                                         (env_str, "x")]
+    for helper, default in cases:
         assert helper("LEASEHOLD_X", default, environ={}) == default
         assert helper("LEASEHOLD_X", default, environ={"LEASEHOLD_X": ""}) == default
     assert env_choice("LEASEHOLD_X", "b", ("a", "b"), environ={"LEASEHOLD_X": ""}) == "b"
@@ -211,7 +214,7 @@ def _reads_the_environment(path: Path) -> list[str]:
             named = node.slice
         else:
             continue
-        if isinstance(named, ast.Constant) and str(named.value).startswith("LEASEHOLD_"):
+        if isinstance(named, ast.Constant) and isinstance(named.value, str) and named.value.startswith("LEASEHOLD_"):
             found.append(f"{path.name}:{node.lineno} reads {named.value}")
     return found
 

@@ -107,7 +107,8 @@ def test_on_postgresql_a_worker_listens_only_while_it_holds_waiters(monkeypatch)
                 cursor = await other.execute(
                     "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                     "AND pid <> pg_backend_pid() AND query = %s", [f"LISTEN {wakeups.CHANNEL}"])
-                return (await cursor.fetchone())[0]
+                [(count,)] = await cursor.fetchall()
+                return count
 
             waiters = Waiters(bound=10)
             waiters.start()

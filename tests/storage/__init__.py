@@ -3,6 +3,17 @@
 import fcntl
 import os
 
+from django.db import connection
+
+from engines.sqlite.writer_lock import writer_lock_path
+
+
+def writer_lock_file() -> str:
+    """The writer lock's file beside the test database (a file, not in memory)."""
+    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    assert path is not None, "an in-memory database has no writer lock"
+    return path
+
 
 def lock_is_free(lock_file: str) -> bool:
     """Whether another open file description could take the writer lock

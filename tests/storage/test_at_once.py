@@ -20,9 +20,8 @@ from django.db import connection
 from leases import services
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
-from engines.sqlite.base import writer_lock_path
 from engines.busy import WouldWait, at_once, must_not_wait
-from tests.storage import lock_is_free
+from tests.storage import lock_is_free, writer_lock_file
 
 REF = ResourceRef("devstoreaccount1", "atonce", "b")
 ACTOR = Actor(name="account:devstoreaccount1", via="azure")
@@ -51,7 +50,7 @@ def _refused_at_once() -> float:
 
 
 def test_our_writer_lock_held_elsewhere(blob):
-    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    path = writer_lock_file()
     holder = os.open(path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, as far as the server can tell
     try:
@@ -65,7 +64,7 @@ def test_our_writer_lock_held_elsewhere(blob):
 
 
 def test_sqlites_own_lock_held_by_another_program(blob):
-    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    path = writer_lock_file()
     other = sqlite3.connect(str(connection.settings_dict["NAME"]), isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # past our writer lock, as a stuck outside program would
     try:

@@ -149,7 +149,7 @@ def test_the_pass_under_the_writer_lock_copies_at_most_a_bounded_number_of_frame
 
     path = str(tmp_path / "db.sqlite3")
     writer = _wal_database(path)
-    locked_copies = []
+    locked_copies: list[int | None] = []
 
     class BigCommitsBesideEachPass:
         """The round's connection; during every pass beside the writers, a
@@ -170,8 +170,9 @@ def test_the_pass_under_the_writer_lock_copies_at_most_a_bounded_number_of_frame
     con = sqlite3.connect(path, isolation_level=None)
     round_ = Checkpointer(path, 60, "FULL")  # not started: one round, by hand
     round_.checkpoint(BigCommitsBesideEachPass(con))
-    assert all(left <= LOCKED_FRAMES for left in locked_copies)
-    assert frames_to_copy(path) > LOCKED_FRAMES  # left for later, not copied under the lock
+    assert all(left is not None and left <= LOCKED_FRAMES for left in locked_copies)
+    left = frames_to_copy(path)
+    assert left is not None and left > LOCKED_FRAMES  # left for later, not copied under the lock
     writer.execute("INSERT INTO t VALUES (1)")  # a quiet moment: the next round copies the rest
     round_.checkpoint(con)
     assert frames_to_copy(path) == 0

@@ -20,8 +20,8 @@ from serving.answers import batched
 from serving.lease_batch import LeaseBatcher
 from leases.azure import fastpath
 from leases.models import LeaseEvent
-from leases.services import Actor, ResourceRef
-from engines.sqlite.base import writer_lock_path
+from leases.services import Actor, LeaseResult, ResourceRef
+from tests.storage import writer_lock_file
 from tests.azure.test_azure_fastpath import environ
 
 REF = ResourceRef("devstoreaccount1", "inline", "b")
@@ -63,13 +63,15 @@ def _batcher(executor, in_flight: int) -> LeaseBatcher:
                         batched, in_flight=lambda: in_flight)
 
 
-def _acquire_request(blob: str = "b") -> tuple[dict, tuple]:
+def _acquire_request(blob: str = "b") -> tuple[dict, tuple[str, str, str | None]]:
     import time
 
     env = environ(f"/devstoreaccount1/inline/{blob}", {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15",
                                                  "x-ms-proposed-lease-id": LEASE_ID})
     env["leasehold.received_at"] = time.monotonic()
-    return env, fastpath.takes(dict(env))
+    target = fastpath.takes(dict(env))
+    assert target is not None  # a lease request the lean path takes
+    return env, target
 
 
 def _answered(status_headers_body) -> tuple[int, str | None]:
@@ -99,7 +101,7 @@ def test_a_busy_writer_sends_the_batch_to_the_thread_and_the_loop_goes_on(lane):
     batch is the thread's; a loop that waited for the lock itself could not
     run it, and would answer 503 at the write wait (10 s here; a timer lets
     the lock go after 15 s whatever happens)."""
-    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    path = writer_lock_file()
     holder = os.open(path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
     released_by: list[str] = []
@@ -142,7 +144,7 @@ def test_a_name_outside_latin_1_is_checked_again_by_the_thread_after_the_loop_st
     from leases import services
 
     services.blob_put(ref=ResourceRef("devstoreaccount1", "inline", name), actor=ACTOR, content=b"x")
-    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    path = writer_lock_file()
     holder = os.open(path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
     threading.Timer(0.3, os.close, (holder,)).start()
@@ -198,5 +200,5 @@ def test_a_member_whose_write_cannot_be_prepared_fails_alone_with_its_own_error(
     requests = [dict(action="acquire", ref=ResourceRef("devstoreaccount1", "inline", name), actor=ACTOR,
                      duration=15, proposed_lease_id=None) for name in ("b", "c")]
     first, second = services.lease_actions_together(requests)
-    assert first.resource.lease_state == "leased"
+    assert isinstance(first, LeaseResult) and first.resource.lease_state == "leased"
     assert isinstance(second, RuntimeError) and str(second) == "a bug preparing one write"

@@ -15,10 +15,10 @@ from django.db import connection
 from leases import services
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
-from engines.sqlite.base import FlockWaiter, writer_lock_path
+from engines.sqlite.base import FlockWaiter
 from engines.busy import WriterBusy, is_writer_busy
 from leases.storage.busy import server_busy
-from tests.storage import lock_is_free
+from tests.storage import lock_is_free, writer_lock_file
 
 REF = ResourceRef("devstoreaccount1", "wait", "b")
 ACTOR = Actor(name="account:devstoreaccount1", via="azure")
@@ -52,8 +52,10 @@ def test_a_waiter_closed_while_its_helper_is_blocked_closes_later(lock_file):
     waiter.close()  # the helper still blocks on the descriptor: it is not closed yet
     os.fstat(waiter.fd)
     os.close(holder)
-    waiter.thread.join(10)
-    assert not waiter.thread.is_alive()
+    helper = waiter.thread
+    assert helper is not None  # started by the acquire that gave up
+    helper.join(10)
+    assert not helper.is_alive()
     assert lock_is_free(lock_file)  # the helper got the lock, then closed the descriptor
 
 
@@ -64,7 +66,7 @@ def blob(make_blob):
 
 def test_a_writer_is_refused_in_bounded_time_and_writes_nothing(blob, monkeypatch):
     monkeypatch.setitem(connection.settings_dict["OPTIONS"], "write_wait", 0.2)
-    path = writer_lock_path(str(connection.settings_dict["NAME"]))
+    path = writer_lock_file()
     holder = os.open(path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)  # another process's writer, as far as the server can tell
     before = LeaseEvent.objects.count()

@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection, connections, transaction
@@ -284,16 +286,17 @@ class _Spy:
 def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, monkeypatch, no_background_checkpoints):
     wrapper = connections["default"]
     assert isinstance(wrapper, LeaseholdSQLite)
-    if wrapper._writer_lock_path() is None:
+    lock = wrapper._writer_lock_path()
+    if lock is None:
         pytest.skip("an in-memory database has no writer lock")
     spy = _Spy(monkeypatch, wrapper, engine_internals.PRIVATE_BACKEND_HOOKS)
     with transaction.atomic():
         assert spy.calls == ["_start_transaction_under_autocommit"], \
             "atomic() no longer begins through _start_transaction_under_autocommit"
-        assert not lock_is_free(wrapper._writer_lock_path())
+        assert not lock_is_free(lock)
         Blob.objects.filter(pk=leased.pk).update(lease_holder="hooks")
     assert spy.calls[1:] == ["_commit"], "leaving atomic() no longer commits through _commit"
-    assert lock_is_free(wrapper._writer_lock_path()), "the writer lock outlived the commit"
+    assert lock_is_free(lock), "the writer lock outlived the commit"
 
     spy.calls.clear()
     with pytest.raises(RuntimeError), transaction.atomic():
@@ -301,24 +304,34 @@ def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, mo
         raise RuntimeError
     assert spy.calls == ["_start_transaction_under_autocommit", "_rollback"], \
         "a failed atomic() no longer rolls back through _rollback"
-    assert lock_is_free(wrapper._writer_lock_path()) and Blob.objects.get(pk=leased.pk).lease_holder == "hooks"
+    assert lock_is_free(lock) and Blob.objects.get(pk=leased.pk).lease_holder == "hooks"
 
     spy.calls.clear()
     with transaction.atomic():
-        assert not lock_is_free(wrapper._writer_lock_path())
+        assert not lock_is_free(lock)
         wrapper.close()  # closing inside a transaction: Django rolls back by closing
         assert spy.calls[-1] == "_close", "close() no longer closes through _close"
-        assert lock_is_free(wrapper._writer_lock_path()), "the writer lock outlived its connection"
+        assert lock_is_free(lock), "the writer lock outlived its connection"
         wrapper.needs_rollback = True
     wrapper.connect()
 
 
-def test_a_service_write_is_group_committed_on_sqlite_and_atomic_elsewhere(db, monkeypatch):
-    wrapper = connections["default"]
-    grouped = []
+def _count_group_commits(wrapper: BaseDatabaseWrapper, monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], Any]]:
+    """The work each group commit of SQLite's engine is given, from now on (none elsewhere)."""
+    grouped: list[Callable[[], Any]] = []
     if isinstance(wrapper, LeaseholdSQLite):
         original = wrapper.group_commit
-        monkeypatch.setattr(wrapper, "group_commit", lambda fn: grouped.append(fn) or original(fn))
+
+        def group_commit(fn: Callable[[], Any]) -> Any:
+            grouped.append(fn)
+            return original(fn)
+
+        monkeypatch.setattr(wrapper, "group_commit", group_commit)
+    return grouped
+
+
+def test_a_service_write_is_group_committed_on_sqlite_and_atomic_elsewhere(db, monkeypatch):
+    grouped = _count_group_commits(connections["default"], monkeypatch)
 
     def work():
         assert transaction.get_connection().in_atomic_block
@@ -332,10 +345,6 @@ def test_a_service_write_is_group_committed_on_sqlite_and_atomic_elsewhere(db, m
 
 @pytest.mark.django_db(transaction=True)
 def test_outside_a_transaction_the_sqlite_engine_groups_the_commit(monkeypatch):
-    wrapper = connections["default"]
-    grouped = []
-    if isinstance(wrapper, LeaseholdSQLite):
-        original = wrapper.group_commit
-        monkeypatch.setattr(wrapper, "group_commit", lambda fn: grouped.append(fn) or original(fn))
+    grouped = _count_group_commits(connections["default"], monkeypatch)
     assert write_transaction(lambda: transaction.get_connection().in_atomic_block) is True
     assert len(grouped) == (1 if connection.vendor == "sqlite" else 0)

@@ -135,7 +135,7 @@ def test_on_postgresql_a_batch_waits_for_no_locked_row(make_blob):
         assert LeaseEvent.objects.filter(blob="held").count() == events  # nothing of the renewal
         assert holder.execute("SELECT lease_state FROM leases_blob WHERE name = 'free'").fetchone() == ("leased",)
         assert holder.execute("SELECT count(*) FROM leases_leaseevent WHERE blob = 'free' AND action = 'acquire'"
-                              ).fetchone()[0] == 1  # committed: seen by the other session
+                              ).fetchone() == (1,)  # committed: seen by the other session
         threading.Timer(0.3, holder.rollback).start()  # the row is let go while the renewal waits alone
         alone = services.lease_actions_together([renew])
     assert isinstance(alone[0], LeaseResult), alone

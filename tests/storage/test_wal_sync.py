@@ -110,7 +110,7 @@ def test_sqlite_syncs_by_itself_when_switched_off_or_not_full(blob, fsyncs, opti
     options["sync_outside_lock"] = option
     options["init_command"] = options["init_command"].replace("synchronous=FULL", f"synchronous={synchronous}")
     try:
-        statements = []
+        statements: list[str] = []
         connection.ensure_connection()
         connection.connection.set_trace_callback(statements.append)
         services.lease_acquire(ref=blob, actor=ACTOR, duration=15)

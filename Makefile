@@ -77,8 +77,10 @@ PG_TESTS ?= -m also_postgres
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 2 )))
 
 # What the tests need, the independent parts side by side (the venv, npm,
-# apt): on a clean clone that is most of a minute otherwise.
-test-setup: $(BIN)/.installed debian azurite checks
+# apt): on a clean clone that is most of a minute otherwise. make test runs
+# the checks beside its SQLite pass, whose workers leave a core idle while
+# they wait for server processes.
+test-setup: $(BIN)/.installed debian azurite
 
 # The checks that need no server: the docs site, the linter, the type
 # checker, the alert rules and their unit tests.
@@ -106,7 +108,9 @@ test: export LEASEHOLD_FULL_RUN = $(FULL_RUN)
 test:
 	$(MAKE) --no-print-directory -j3 test-setup
 	set +e; empty=$(if $(FULL_RUN),0,5); \
+	$(MAKE) --no-print-directory checks > $(VENV)/checks.log 2>&1 & checks=$$!; \
 	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist worksteal -m "not postgres and not big" $(PYTEST_ARGS); a=$$?; \
+	wait $$checks; c=$$?; [ $$c -eq 0 ] || { cat $(VENV)/checks.log; echo "make test: the checks failed"; exit $$c; }; \
 	[ $$a -eq 0 ] || [ $$a -eq $$empty ] || { [ $$a -ne 5 ] || echo "make test: the SQLite pass selected no test"; exit $$a; }; \
 	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs --durations=25 -n auto $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
 	[ $$b -eq 0 ] || [ $$b -eq $$empty ] || { [ $$b -ne 5 ] || echo "make test: the PostgreSQL pass selected no test"; exit $$b; }; \

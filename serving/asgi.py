@@ -296,7 +296,7 @@ class LeaseholdASGI:
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
-            self._commits_together = bool(self.batcher.context.run(commits_together, wait_for_rows=False))
+            self._commits_together = bool(self.batcher.context.run(commits_together))
         return self._commits_together
 
     def body_cap(self, scope) -> int:

@@ -20,7 +20,7 @@ from django.utils.log import log_response
 from leases import services
 from leases.domain import paths, waiting
 from leases.services import ResourceRef
-from leases.storage.transactions import RetryAlone
+from leases.storage.write_queue import RetryAlone
 from leases.auth.sas import SAS_PARAMETERS
 from leases.azure import inputs, lease_request, wire
 from leases.azure.auth import actor_name, credentials, lease_operation, permit

@@ -22,6 +22,7 @@ from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 from engines.sqlite.base import writer_lock_path
 from engines.busy import WouldWait, at_once, must_not_wait
+from leases.storage.transactions import write_transaction
 from tests.storage import lock_is_free
 
 REF = ResourceRef("devstoreaccount1", "atonce", "b")
@@ -91,7 +92,7 @@ def test_another_thread_of_this_process_committing(blob):
             release.wait(30)
 
         try:
-            conn.group_commit(work)
+            write_transaction(work)
         finally:
             conn.close()
 

@@ -32,6 +32,7 @@ from engines.sqlite.base import DatabaseWrapper as LeaseholdSQLite
 from engines import django_internals as engine_internals
 from leases.storage import django_internals, statements
 from leases.storage.transactions import write_transaction
+from leases.storage.write_queue import WriteQueue
 from tests.storage import lock_is_free
 
 pytestmark = pytest.mark.also_postgres
@@ -313,29 +314,25 @@ def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, mo
     wrapper.connect()
 
 
-def test_a_service_write_is_group_committed_on_sqlite_and_atomic_elsewhere(db, monkeypatch):
-    wrapper = connections["default"]
-    grouped = []
-    if isinstance(wrapper, LeaseholdSQLite):
-        original = wrapper.group_commit
-        monkeypatch.setattr(wrapper, "group_commit", lambda fn: grouped.append(fn) or original(fn))
+def test_a_write_inside_a_transaction_is_a_savepoint_of_it_not_queued(db, monkeypatch):
+    queued = []
+    original = WriteQueue.run_all
+    monkeypatch.setattr(WriteQueue, "run_all", lambda self, fns, **kw: queued.append(fns) or original(self, fns, **kw))
 
     def work():
         assert transaction.get_connection().in_atomic_block
         return "done"
 
     # pytest-django's db fixture holds a transaction open: a nested write is a savepoint of it.
-    assert write_transaction(work) == "done" and grouped == []
+    assert write_transaction(work) == "done" and queued == []
     with transaction.atomic():
-        assert write_transaction(work) == "done" and grouped == []
+        assert write_transaction(work) == "done" and queued == []
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_the_sqlite_engine_groups_the_commit(monkeypatch):
-    wrapper = connections["default"]
-    grouped = []
-    if isinstance(wrapper, LeaseholdSQLite):
-        original = wrapper.group_commit
-        monkeypatch.setattr(wrapper, "group_commit", lambda fn: grouped.append(fn) or original(fn))
+def test_outside_a_transaction_a_write_goes_through_the_write_queue(monkeypatch):
+    queued = []
+    original = WriteQueue.run_all
+    monkeypatch.setattr(WriteQueue, "run_all", lambda self, fns, **kw: queued.append(fns) or original(self, fns, **kw))
     assert write_transaction(lambda: transaction.get_connection().in_atomic_block) is True
-    assert len(grouped) == (1 if connection.vendor == "sqlite" else 0)
+    assert len(queued) == 1  # SQLite on a file and PostgreSQL alike

@@ -26,14 +26,11 @@ from serving.lease_batch import LeaseBatcher
 from serving.admission import Admission
 from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
-from engines import postgres
-from engines.busy import received_at
 from leases.operations import clockwatch, retention, timing
 from leases import conf
 from leases.domain import waiting
 from leases.azure import fastpath
 from leases.domain import paths
-from leases.storage.transactions import RetryAlone, commits_together
 
 # The event loop writes lean lease batches itself when the writer is free
 # (serving/lease_batch.py): deliberately, without ever waiting for a lock
@@ -54,7 +51,7 @@ class LeaseholdASGI:
         (batched) instead of ``app`` (only where ``app`` is Leasehold's own)."""
         self.app = app
         self.lean_path = lean_path
-        postgres.serving()  # a server process: on PostgreSQL every statement and lock wait is bounded
+        fastpath.server_process()  # a server process: on PostgreSQL every statement and lock wait is bounded
         # On PostgreSQL a write waits for its row's lock, not the database's:
         # more threads, one per row at a time (serving/lanes.py).
         self.row_locks = settings.DATABASES["default"]["ENGINE"] == "engines.postgres"
@@ -263,7 +260,7 @@ class LeaseholdASGI:
         could not write it (PostgreSQL: RetryAlone), alone in its row's turn."""
         try:
             return await self.batcher.submit(environ, names)
-        except RetryAlone:
+        except fastpath.RetryAlone:
             async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
                 return await self.in_lane(environ, lane)
 
@@ -284,7 +281,7 @@ class LeaseholdASGI:
         """A batch's bound (``writes_by``), from its oldest request's arrival."""
         if not self.row_locks:
             return contextlib.nullcontext()
-        return postgres.writes_by(received_at + self.write_wait)
+        return fastpath.writes_by(received_at + self.write_wait)
 
     def writes_by(self, environ):
         """On PostgreSQL, a write (any lane but reads) that waited its
@@ -292,11 +289,11 @@ class LeaseholdASGI:
         first statement (503 ServerBusy), as SQLite's writer lock refuses it."""
         if not self.row_locks or environ.get("leasehold.lane") == "read":
             return contextlib.nullcontext()
-        return postgres.writes_by(environ["leasehold.received_at"] + self.write_wait)
+        return fastpath.writes_by(environ["leasehold.received_at"] + self.write_wait)
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
-            self._commits_together = bool(self.batcher.context.run(commits_together))
+            self._commits_together = bool(self.batcher.context.run(fastpath.commits_together))
         return self._commits_together
 
     def body_cap(self, scope) -> int:
@@ -329,7 +326,7 @@ class LeaseholdASGI:
             marks["thread"] = time.monotonic()
             timing.attach(marks)
         try:
-            with received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
+            with fastpath.received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
                 result = self.app(environ, start_response)
         finally:
             if marks is not None:

@@ -15,7 +15,7 @@ import time
 
 from leases.operations import timing
 from serving.lanes import PRINCIPAL, fair_share
-from engines.busy import WouldWait, at_once, received_at
+from leases.azure.fastpath import WouldWait, at_once, received_at
 
 MAX_BATCH = 64
 

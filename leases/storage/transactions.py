@@ -12,17 +12,18 @@ from leases.storage.write_queue import RetryAlone, commits_together, queue_for
 __all__ = ["RetryAlone", "commits_together", "write_together", "write_transaction"]
 
 
-def write_transaction(fn, *, using: str | None = None):
+def write_transaction(fn, *, using: str | None = None, skips_rows: bool = False):
     """``with transaction.atomic(): return fn()`` -- through the write queue,
-    unless the caller already is in a transaction."""
+    unless the caller already is in a transaction. ``skips_rows``: see
+    WriteQueue.run_all."""
     queue = None if transaction.get_connection(using).in_atomic_block else queue_for(using)
     if queue is None:
         with transaction.atomic(using=using):
             return fn()
-    return queue.run(fn)
+    return queue.run(fn, skips_rows=skips_rows)
 
 
-def write_together(fns, *, using: str | None = None, wait_for_rows: bool = True
+def write_together(fns, *, using: str | None = None, wait_for_rows: bool = True, skips_rows: bool = False
                    ) -> list[tuple[object, BaseException | None]]:
     """Run each of ``fns`` as ``write_transaction`` would, submitted together
     to the write queue; every one's (result, error), in order, returned only
@@ -33,7 +34,7 @@ def write_together(fns, *, using: str | None = None, wait_for_rows: bool = True
     transaction each."""
     queue = None if transaction.get_connection(using).in_atomic_block else queue_for(using)
     if queue is not None:
-        return queue.run_all(fns, wait_for_rows=wait_for_rows)
+        return queue.run_all(fns, wait_for_rows=wait_for_rows, skips_rows=skips_rows)
     outcomes: list[tuple[object, BaseException | None]] = []
     for fn in fns:
         try:

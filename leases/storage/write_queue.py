@@ -28,11 +28,18 @@ class RetryAlone(Exception):
     thread that may wait for its row."""
 
 
-class _Member:
-    __slots__ = ("fn", "result", "error", "done", "alone")
+# PostgreSQL: how long a statement of a shared transaction may wait for a lock that another
+# transaction holds (a write that does not read its rows through statements.load_locked) before
+# its member is made alone instead, outside the batch.
+BATCH_LOCK_WAIT_MS = 1
 
-    def __init__(self, fn):
+
+class _Member:
+    __slots__ = ("fn", "skips_rows", "result", "error", "done", "alone")
+
+    def __init__(self, fn, skips_rows: bool):
         self.fn = fn
+        self.skips_rows = skips_rows  # reads its rows with load_locked: SKIP LOCKED in a batch
         self.result = None
         self.error: BaseException | None = None
         self.done = False
@@ -49,22 +56,27 @@ class WriteQueue:
         self.queue: list[_Member] = []
         self.busy = False
 
-    def run(self, fn):
+    def run(self, fn, *, skips_rows: bool = False):
         """``fn()`` written and committed (with whatever else is queued); its
         result, or its error raised."""
-        (result, error), = self.run_all([fn])
+        (result, error), = self.run_all([fn], skips_rows=skips_rows)
         if error is not None:
             raise error
         return result
 
-    def run_all(self, fns, *, wait_for_rows: bool = True) -> list[tuple[object, BaseException | None]]:
+    def run_all(self, fns, *, wait_for_rows: bool = True, skips_rows: bool = False
+                ) -> list[tuple[object, BaseException | None]]:
         """Each of ``fns`` written, in one batch (with whatever else is
         queued); each one's (result, error), in order, once the commit that
         covers it is done. Under ``busy.at_once()``: ``WouldWait`` if another
         thread is writing or queued, or if the writer is not free this
         moment; nothing written. ``wait_for_rows=False``: a member that must
-        be made alone (see ``RetryAlone``) is answered RetryAlone instead."""
-        members = [_Member(fn) for fn in fns]
+        be made alone (see ``RetryAlone``) is answered RetryAlone instead.
+        ``skips_rows``: ``fns`` lock their rows with statements.load_locked
+        only (the lease writes), which skips a locked row in a batch; any
+        other write's lock waits in a batch on PostgreSQL are cut short
+        (BATCH_LOCK_WAIT_MS) and the member made alone."""
+        members = [_Member(fn, skips_rows) for fn in fns]
         with self.cond:
             if must_not_wait() and (self.busy or self.queue):
                 # another thread's batch is committing, or about to: leading
@@ -107,15 +119,20 @@ class WriteQueue:
         """The leader's work: ``batch`` in one transaction."""
         try:
             with transaction.atomic(using=self.alias), self._rows_not_waited_for():
+                conn = transaction.get_connection(self.alias)
+                if self.rows_locked and not all(member.skips_rows for member in batch):
+                    with conn.wrap_database_errors:
+                        conn.connection.execute(f"SET LOCAL lock_timeout = '{BATCH_LOCK_WAIT_MS}ms'")
                 if len(batch) == 1:
                     member = batch[0]
                     try:
                         member.result = member.fn()
-                    except statements.RowLocked:  # nothing of it kept: made alone
-                        member.alone = True
+                    except Exception as exc:
+                        if not _lock_not_waited_for(exc):
+                            raise
+                        member.alone = True  # nothing of it kept: made alone
                         transaction.set_rollback(True, using=self.alias)
                 else:
-                    conn = transaction.get_connection(self.alias)
                     for member in batch:
                         _in_savepoint(conn, member)
                     if conn.needs_rollback:
@@ -173,17 +190,26 @@ def _in_savepoint(conn, member: _Member) -> None:
     full disk; PostgreSQL lost the connection) raises: the batch's
     transaction fails, and nobody is told their write succeeded."""
     raw = conn.connection
+    hooks = len(conn.run_on_commit)
     with conn.wrap_database_errors:
         raw.execute("SAVEPOINT leasehold_member")
         try:
             member.result = member.fn()
-        except statements.RowLocked:  # its first statement: nothing of it written
-            member.alone = True
-            raw.execute("ROLLBACK TO SAVEPOINT leasehold_member")
         except Exception as exc:
-            member.error = exc
+            if _lock_not_waited_for(exc):  # nothing of it kept: made alone
+                member.alone = True
+            else:
+                member.error = exc
             raw.execute("ROLLBACK TO SAVEPOINT leasehold_member")
+            del conn.run_on_commit[hooks:]  # what it asked to run after the commit was undone with it
         raw.execute("RELEASE SAVEPOINT leasehold_member")
+
+
+def _lock_not_waited_for(exc: BaseException) -> bool:
+    """Whether ``exc`` is a member's lock that a batch did not wait for:
+    a locked row skipped (RowLocked), or a lock wait cut short on PostgreSQL
+    (lock_not_available)."""
+    return isinstance(exc, statements.RowLocked) or getattr(exc.__cause__, "sqlstate", None) == "55P03"
 
 
 _queues: dict[tuple, WriteQueue] = {}

@@ -145,3 +145,41 @@ def test_on_postgresql_a_batch_waits_for_no_locked_row(make_blob):
         alone = services.lease_actions_together([renew])
     assert isinstance(alone[0], LeaseResult), alone
     assert LeaseEvent.objects.filter(blob="held").count() == events + 1
+
+
+def test_on_postgresql_a_batch_cuts_short_any_other_writes_lock_wait(make_blob):
+    """A write that locks its row the usual way (a blob delete: select_for_update)
+    in a batch with a lease write, its row held by another session: the batch
+    does not wait for it (its lock wait is cut short), commits the lease write,
+    and the delete is made alone -- here answered RetryAlone, as the lease
+    batch's thread is answered; alone, it waits for the row and is made."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's")
+    import psycopg
+
+    from leases import services
+    from leases.models import Blob
+    from leases.services import Actor, ResourceRef
+
+    actor = Actor(name="account:devstoreaccount1", via="azure")
+    held = make_blob(ResourceRef("devstoreaccount1", "cut-held", "held"), actor)
+    free = make_blob(ResourceRef("devstoreaccount1", "cut-free", "free"), actor)
+    with psycopg.connect(connection.settings_dict["OPTIONS"]["conninfo"],
+                         dbname=connection.settings_dict["NAME"]) as holder:  # the test database
+        holder.execute("SELECT 1 FROM leases_blob WHERE name = 'held' FOR UPDATE")
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # a wait for the row fails the test, not hangs it
+
+        def delete():
+            return services.blob_delete(ref=held, actor=actor)
+
+        def acquire():
+            return services.lease_acquire(ref=free, actor=actor, duration=15).lease_id
+
+        outcomes = write_together([delete, acquire], wait_for_rows=False)
+        assert isinstance(outcomes[0][1], RetryAlone), outcomes
+        assert outcomes[1][1] is None and outcomes[1][0] is not None, outcomes
+        assert holder.execute("SELECT lease_state FROM leases_blob WHERE name = 'free'").fetchone() == ("leased",)
+        holder.rollback()  # the row let go: alone, the delete is made
+    assert write_together([delete]) == [(None, None)]
+    assert not Blob.objects.filter(name="held").exists()

@@ -120,7 +120,8 @@ class WriteQueue:
         try:
             with transaction.atomic(using=self.alias), self._rows_not_waited_for():
                 conn = transaction.get_connection(self.alias)
-                if self.rows_locked and not all(member.skips_rows for member in batch):
+                cut_short = self.rows_locked and not all(member.skips_rows for member in batch)
+                if cut_short:
                     with conn.wrap_database_errors:
                         conn.connection.execute(f"SET LOCAL lock_timeout = '{BATCH_LOCK_WAIT_MS}ms'")
                 if len(batch) == 1:
@@ -139,6 +140,11 @@ class WriteQueue:
                         # a savepoint could not be rolled back: the whole
                         # transaction will be, so nobody may report success
                         raise TransactionManagementError("the batch's transaction was rolled back")
+                if cut_short and not conn.needs_rollback:
+                    # The commit waits as any commit does: the foreign keys
+                    # (deferred) are checked there, locking the rows they name.
+                    with conn.wrap_database_errors:
+                        conn.connection.execute("SET LOCAL lock_timeout TO DEFAULT")
         except WouldWait:  # at_once(): nothing was begun; only the caller's own write was here
             raise
         except OperationalError as exc:

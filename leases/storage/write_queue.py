@@ -133,6 +133,16 @@ class WriteQueue:
                             raise
                         member.alone = True  # nothing of it kept: made alone
                         transaction.set_rollback(True, using=self.alias)
+                elif self.rows_locked and not cut_short:
+                    # PostgreSQL, lease writes only: no savepoints (two round
+                    # trips a member). A locked row is skipped by its first
+                    # statement, nothing of it written; any other failure
+                    # undoes the batch and each member is made alone.
+                    for member in batch:
+                        try:
+                            member.result = member.fn()
+                        except statements.RowLocked:
+                            member.alone = True
                 else:
                     for member in batch:
                         _in_savepoint(conn, member)

@@ -149,3 +149,23 @@ def test_writes_queued_while_one_commits_are_committed_together_by_one_leader(mo
         thread.join(30)
     assert results == {"first": "first", **{f"t{i}": f"q{i}" for i in range(5)}}
     assert batches == [1, 5]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failing_lease_write_in_a_batch_fails_alone():
+    """Lease writes (skips_rows: on PostgreSQL a batch of them has no
+    savepoints): one that fails after writing undoes the batch there, and the
+    queue makes each alone, so it fails alone and the others are written."""
+
+    def plain(i):
+        Account.objects.create(name=f"lease{i}", key1="a2V5")
+        return i
+
+    def fails_after_writing():
+        Account.objects.create(name="undone", key1="a2V5")
+        raise ValueError("after writing")
+
+    outcomes = write_together([lambda: plain(1), fails_after_writing, lambda: plain(2)], skips_rows=True)
+    assert [result for result, _ in outcomes] == [1, None, 2]
+    assert [type(error) for _, error in outcomes] == [type(None), ValueError, type(None)]
+    assert sorted(Account.objects.values_list("name", flat=True)) == ["lease1", "lease2"]

@@ -25,14 +25,11 @@ from serving.lease_batch import LeaseBatcher
 from serving.admission import Admission
 from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
-from engines import postgres
-from engines.busy import received_at
 from leases.operations import clockwatch, retention
 from leases import conf
 from leases.domain import waiting
 from leases.azure import fastpath
 from leases.domain import paths
-from leases.storage.transactions import RetryAlone, commits_together
 
 
 API_LEASES = paths.API_LEASES
@@ -48,7 +45,7 @@ class LeaseholdASGI:
         ``long_read_helper``: the helper's module (serving/long_reads.py)."""
         self.app = app
         self.lean_path = lean_path
-        postgres.serving()  # a server process: on PostgreSQL every statement and lock wait is bounded
+        fastpath.server_process()  # a server process: on PostgreSQL every statement and lock wait is bounded
         # On PostgreSQL a write waits for its row's lock, not the database's:
         # more threads, one per row at a time (serving/lanes.py).
         self.row_locks = settings.DATABASES["default"]["ENGINE"] == "engines.postgres"
@@ -239,7 +236,7 @@ class LeaseholdASGI:
         could not write it (PostgreSQL: RetryAlone), alone in its row's turn."""
         try:
             return await self.batcher.submit(environ, names)
-        except RetryAlone:
+        except fastpath.RetryAlone:
             async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
                 return await self.in_lane(environ, lane)
 
@@ -261,7 +258,7 @@ class LeaseholdASGI:
         """A batch's bound (``writes_by``), from its oldest request's arrival."""
         if not self.row_locks:
             return contextlib.nullcontext()
-        return postgres.writes_by(received_at + self.write_wait)
+        return fastpath.writes_by(received_at + self.write_wait)
 
     def writes_by(self, environ):
         """On PostgreSQL, a write (any lane but reads) that waited its
@@ -269,11 +266,11 @@ class LeaseholdASGI:
         first statement (503 ServerBusy), as SQLite's writer lock refuses it."""
         if not self.row_locks or environ.get("leasehold.lane") == "read":
             return contextlib.nullcontext()
-        return postgres.writes_by(environ["leasehold.received_at"] + self.write_wait)
+        return fastpath.writes_by(environ["leasehold.received_at"] + self.write_wait)
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
-            self._commits_together = bool(self.batcher.context.run(commits_together, wait_for_rows=False))
+            self._commits_together = bool(self.batcher.context.run(fastpath.commits_together))
         return self._commits_together
 
     def body_cap(self, scope) -> int:
@@ -301,7 +298,7 @@ class LeaseholdASGI:
             # of an upload's writes waits for the writer on its own
             # (leases/storage/blob_content.py), so its wait counts from its turn.
             environ["leasehold.received_at"] = time.monotonic()
-        with received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
+        with fastpath.received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
             result = self.app(environ, start_response)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         if streamed:

@@ -1,10 +1,14 @@
-"""Lease requests that a worker receives together are committed together (one write transaction, a
-savepoint each, one commit and one fsync), and when the batch is one request, nothing else is in
-flight and the writer is free, the event loop writes it itself, because a renewal's cost is mostly
-its commit and a lone request's latency mostly the hand-over to a thread; nobody is answered before
-the commit that covers their request. That inline write is the one place the event loop's thread
-reaches the database (``_lent``). docs/development/architecture.md ("Lease batches") tells who
-writes a batch, its bounds and PostgreSQL's case; docs/decisions/0007, 0008 and 0024 say why."""
+"""Lease requests that a worker receives together are submitted to the process's write queue
+together (leases/storage/write_queue.py, through the Azure door's ``fastpath.write_together``),
+which commits them together with whatever else is queued (one transaction, a savepoint each, one
+commit and one fsync); when the batch is one request and nothing else is in flight, the event loop
+submits it itself under ``at_once()`` (the queue writes it only if idle and the writer free this
+moment, else refuses it and the lane's thread submits it), because a lone request's latency is mostly
+the hand-over to a thread (that submission is the one place the event loop's thread reaches the
+database: ``_lent``). This module only schedules: who submits (the loop or the lane's thread),
+what is submitted together, fairly between principals; what commits together and when is the
+queue's. docs/development/architecture.md ("Lease batches") tells the bounds and PostgreSQL's case;
+docs/decisions/0007, 0008 and 0024 say why."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import contextvars
 import threading
 
 from serving.lanes import PRINCIPAL, fair_share
-from engines.busy import WouldWait, at_once, received_at
+from leases.azure.fastpath import WouldWait, at_once, received_at
 
 MAX_BATCH = 64
 

@@ -229,7 +229,7 @@ class Waiters:
         effect is covered by wake_all: each waiter tries once more."""
         import psycopg
 
-        from engines.postgres.base import side_connection
+        from leases.azure.fastpath import side_connection
 
         conninfo, params = side_connection(settings.DATABASES["default"])
         while self._wants_signals():

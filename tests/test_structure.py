@@ -252,6 +252,8 @@ def layering_violations(root: Path = REPO) -> list[tuple[str, str, str]]:
                 why = "one door imports another"
             elif own == SERVING and theirs == DOOR and imp.module not in SERVING_SEAM:
                 why = f"serving reaches a door outside its seam ({', '.join(sorted(SERVING_SEAM))})"
+            elif own == SERVING and theirs in (ENGINE, MODELS) and imp.module.split(".")[:2] != ["leases", "models"]:
+                why = "serving reaches the storage layer or an engine (through the Azure door's seam instead)"
             else:
                 continue
             found.append((importer, imp.module, f"{where}:{imp.line}: {importer} -> {imp.module} ({why})"))
@@ -495,6 +497,58 @@ def test_django_async_check_is_never_switched_off():
                        f"never with Django's check off: {found}")
 
 
+# ------------------------------------------------------------------ (g) one write path
+
+# Every write transaction is the write queue's (leases/storage/write_queue.py: write_transaction,
+# write_together), so that the doors' lease writes are made together and each fails alone: outside
+# the storage layer a transaction is opened (transaction.atomic) only where listed here, as a
+# savepoint inside a queued write or for a write that is no lease's. (path, function): why.
+ATOMIC_ALLOWED = {
+    ("leases/services/access.py", "refuse"): "a savepoint of the caller's queued write; for a read, its refusal's event",
+    ("leases/services/blobs.py", "_blob_put_swap"): "a savepoint inside the queued write (a concurrent create)",
+    ("leases/services/blocks.py", "_block_record"): "a savepoint inside the queued write (a concurrent stage)",
+    ("leases/services/blocks.py", "write_blob"): "a savepoint inside the queued write (a concurrent create)",
+    ("leases/api/throttling.py", "counted"): "the throttle database's counter, no lease",
+    ("leases/api/health.py", "readiness_problems"): "the readiness check's probe, no lease",
+    ("leases/operations/retention.py", "_prune_batch"): "pruning old history, no lease",
+    ("leases/operations/clockwatch.py", "_report"): "a clock step's count, no lease",
+}
+
+
+def transactions_outside_the_queue(root: Path = REPO) -> list[tuple[str, str, str]]:
+    """(path, function, where) for every use of transaction.atomic outside the storage layer."""
+    found = []
+    for path in source_files(root, "leases", "serving", "config"):
+        where = rel(path, root)
+        if where.startswith(STORAGE_PATHS):
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        scopes: list[tuple[ast.AST, str]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                scopes += [(inner, node.name) for inner in ast.walk(node) if inner is not node]
+        owner = {id(node): name for node, name in reversed(scopes)}  # named by its outermost function
+        for node in ast.walk(tree):
+            named = (isinstance(node, ast.Attribute) and node.attr == "atomic") or (
+                isinstance(node, ast.Name) and node.id == "atomic") or (
+                isinstance(node, ast.alias) and node.name == "atomic")
+            if named:
+                function = owner.get(id(node), "<module>")
+                line = getattr(node, "lineno", 0)
+                found.append((where, function, f"{where}:{line}: transaction.atomic in {function}()"))
+    return found
+
+
+def test_every_write_transaction_is_the_write_queues():
+    found = transactions_outside_the_queue()
+    new = [how for path, function, how in found if (path, function) not in ATOMIC_ALLOWED]
+    assert not new, ("a transaction opened outside the write queue: use leases.storage.transactions."
+                     "write_transaction (or list a savepoint or a write that is no lease's in ATOMIC_ALLOWED):\n"
+                     + "\n".join(f"  {h}" for h in new))
+    stale = set(ATOMIC_ALLOWED) - {(path, function) for path, function, _ in found}
+    assert not stale, f"no longer there; remove from ATOMIC_ALLOWED: {sorted(stale)}"
+
+
 # ------------------------------------------------------------------ the checks catch what they are for
 
 def source_tree(root: Path, files: dict[str, str]) -> Path:
@@ -507,6 +561,20 @@ def source_tree(root: Path, files: dict[str, str]) -> Path:
                 (root / package / "__init__.py").touch()
         path.write_text(source)
     return root
+
+
+def test_a_transaction_outside_the_write_queue_is_found(tmp_path):
+    root = source_tree(tmp_path, {
+        "leases/services/containers.py": "from django.db import transaction\n\n\ndef container_delete():\n"
+                                         "    with transaction.atomic():\n        pass\n",
+        "leases/api/views.py": "from django.db.transaction import atomic\n\n\n@atomic\ndef break_lease():\n"
+                               "    pass\n",
+        "leases/storage/transactions.py": "from django.db import transaction\n\n\ndef write_transaction():\n"
+                                          "    with transaction.atomic():\n        pass\n",
+    })
+    assert sorted(how for _, _, how in transactions_outside_the_queue(root)) == [
+        "leases/api/views.py:1: transaction.atomic in <module>()", "leases/api/views.py:4: transaction.atomic in break_lease()",
+        "leases/services/containers.py:5: transaction.atomic in container_delete()"]
 
 
 def test_an_oversized_module_is_found(tmp_path):
@@ -534,6 +602,13 @@ def test_an_oversized_module_is_found(tmp_path):
     ({"leases/storage/blob_content.py": "from leases.services import Actor\n", "leases/services/__init__.py": ""},
      "leases/storage/blob_content.py:1: leases.storage.blob_content -> leases.services (models/storage imports services/selectors)"),
     ({"leases/newthing.py": ""}, "leases/newthing.py is in no layer: place it in LAYERS"),
+    ({"serving/asgi.py": "from leases.storage.transactions import RetryAlone\n",
+      "leases/storage/transactions.py": ""},
+     "serving/asgi.py:1: serving.asgi -> leases.storage.transactions "
+     "(serving reaches the storage layer or an engine (through the Azure door's seam instead))"),
+    ({"serving/asgi.py": "from engines import postgres\n", "engines/postgres/__init__.py": ""},
+     "serving/asgi.py:1: serving.asgi -> engines.postgres "
+     "(serving reaches the storage layer or an engine (through the Azure door's seam instead))"),
     ({"engines/sqlite/base.py": "from leases.operations import timing\n", "leases/operations/timing.py": ""},
      "engines/sqlite/base.py:1: engines.sqlite.base -> leases.operations.timing "
      "(an engine imports Leasehold (report through engines.hooks instead))"),

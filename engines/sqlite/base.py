@@ -1,7 +1,7 @@
-"""Leasehold's SQLite engine: the DatabaseWrapper that ties the writer lock (writer_lock.py), group
-commit (group_commit.py) and WAL checkpoints off the request path (checkpoints.py) into Django's
-transactions, and fsyncs the WAL after the writer lock is let go (``sync_outside_lock`` in OPTIONS),
-so that the next writer does not wait for this one's fsync; docs/development/architecture.md ("The
+"""Leasehold's SQLite engine: the DatabaseWrapper that ties the writer lock (writer_lock.py) and WAL
+checkpoints off the request path (checkpoints.py) into Django's transactions, and fsyncs the WAL
+after the writer lock is let go (``sync_outside_lock`` in OPTIONS), so that the next writer does not
+wait for this one's fsync; docs/development/architecture.md ("The
 fsync outside the lock") says why that is as durable as synchronous=FULL. The private hooks of
 Django's backend it overrides are listed with their use in engines/django_internals.py."""
 
@@ -11,7 +11,6 @@ import fcntl
 import os
 import time
 
-from django.db import transaction
 from django.db.utils import OperationalError
 
 from .. import hooks  # what the engine reports: the writer lock's wait, the fsync, timing marks
@@ -19,7 +18,6 @@ from ..django_internals import SQLiteDatabaseWrapper
 
 from ..busy import WouldWait, WriterBusy, is_writer_busy, must_not_wait, time_left
 from .checkpoints import Checkpointer, _checkpointers, ensure_checkpointer  # noqa: F401  (imported from here)
-from .group_commit import GroupCommit, _groups, _groups_lock
 from .writer_lock import FlockWaiter, open_lock_file, writer_lock_path
 
 DEFAULT_WRITE_WAIT = 5.0
@@ -64,30 +62,6 @@ class DatabaseWrapper(SQLiteDatabaseWrapper):
             _, _, path = conn.execute("PRAGMA database_list").fetchone()  # main, absolute
             self._wal_path = path + "-wal"
         return conn
-
-    def group_commit(self, fn):
-        """Run ``fn`` in a write transaction shared with the other threads of
-        this process that write at the same time (group_commit.py);
-        outside any transaction of the caller's. On an in-memory database,
-        whose connections do not share data, a transaction of its own."""
-        if self._writer_lock_path() is None:
-            with transaction.atomic(using=self.alias):
-                return fn()
-        return self._group().run(fn)
-
-    def group_commit_all(self, fns) -> list[tuple[object, BaseException | None]]:
-        """``group_commit`` for several transactions at once, committed
-        together (GroupCommit.run_all); each one's (result, error)."""
-        return self._group().run_all(fns)
-
-    def _group(self) -> GroupCommit:
-        """This process's group commit for this database file."""
-        key = str(self.settings_dict["NAME"])
-        group = _groups.get(key)
-        if group is None:
-            with _groups_lock:
-                group = _groups.setdefault(key, GroupCommit(self.alias))
-        return group
 
     def _writer_lock_path(self) -> str | None:
         return writer_lock_path(str(self.settings_dict["NAME"]))

@@ -15,6 +15,7 @@ from leases.domain.errors import LeaseholdError
 from leases.models import Blob
 from leases.services.common import Actor, ResourceRef
 from leases.services.history import _event_start, _record, record_refusal
+from leases.storage.transactions import write_transaction
 
 
 # ------------------------------------------------------------------ use under a lease
@@ -52,15 +53,17 @@ class _Recorded(Exception):
 
 
 def _committing_refusals(fn):
-    """Run ``fn`` in one transaction; if it refuses with an event already
-    written, commit that event and then raise the refusal."""
+    """Run ``fn`` as one write transaction (through the write queue); if it
+    refuses with an event already written, commit that event and then raise
+    the refusal."""
     def wrapper(*args, **kwargs):
-        refusal = None
-        with transaction.atomic():
+        def write():
             try:
-                result = fn(*args, **kwargs)
+                return fn(*args, **kwargs), None
             except _Recorded as rec:
-                refusal = rec.error
+                return None, rec.error
+
+        result, refusal = write_transaction(write)
         if refusal is not None:
             raise refusal
         return result

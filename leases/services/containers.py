@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import uuid
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from leases.storage import blob_content
 from leases.domain import machine
@@ -14,6 +14,7 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Account, Blob, Container, FencingGeneration, new_etag
 from leases.storage import dbclock
+from leases.storage.transactions import write_transaction
 from leases.services.access import _check_access, _committing_refusals, _ended_by_delete, _reading
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
 
@@ -37,13 +38,15 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
     acct = Account.objects.filter(name=account).first()
     if acct is None:
         raise LeaseholdError("ResourceNotFound")
+    def write() -> Container:
+        now = dbclock.transaction_now().replace(microsecond=0)
+        return Container.objects.create(account=acct, name=name, metadata=metadata or {},
+                                        public_access=public_access, etag=new_etag(),
+                                        last_modified=now, created_at=now,
+                                        lease_generation=FencingGeneration.last(account, name))
+
     try:
-        with transaction.atomic():
-            now = dbclock.transaction_now().replace(microsecond=0)
-            return Container.objects.create(account=acct, name=name, metadata=metadata or {},
-                                            public_access=public_access, etag=new_etag(),
-                                            last_modified=now, created_at=now,
-                                            lease_generation=FencingGeneration.last(account, name))
+        return write_transaction(write)
     except IntegrityError:
         raise LeaseholdError("ContainerAlreadyExists", noun=machine.CONTAINER) from None
 

@@ -11,6 +11,7 @@ from leases.domain.errors import LeaseholdError
 from leases.models import LeaseEvent
 from leases.storage import dbclock
 from leases.storage.statements import RowInsert
+from leases.storage.transactions import write_transaction
 from leases.services.common import Actor, ResourceRef
 
 EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection
@@ -77,10 +78,12 @@ def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: s
     """Record a refused attempt to change or delete lease history (a DELETE
     on the events API, a POST to an event's admin page): the database would
     refuse it anyway, and auditors want to know someone tried."""
-    with transaction.atomic():
+    def write():
         LeaseEvent.objects.create(
             occurred_at=dbclock.transaction_now(), action=attempt[:16], outcome=LeaseEvent.Outcome.REFUSED,
             resource_type="history", account="", container="", blob="", status_code=status,
             error_code="HistoryIsAppendOnly", actor=actor.name[:200], via=actor.via, reason=target[:500],
             request_id=actor.request_id, client_request_id=actor.client_request_id[:1024],
             remote_addr=actor.remote_addr[:64], user_agent=actor.user_agent[:512])
+
+    write_transaction(write)

@@ -72,7 +72,7 @@ def _lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditi
     write = _lease_write(action, ref=ref, actor=actor, conditions=conditions, reason=reason, legacy=legacy,
                          lease_id=lease_id, proposed_id=proposed_id, duration=duration,
                          break_period=break_period, unparsed=unparsed, wait=wait)
-    return _committed(write_transaction(write), action, ref)
+    return _committed(write_transaction(write, skips_rows=True), action, ref)
 
 
 def _committed(written: tuple, action: str | None, ref: ResourceRef) -> LeaseResult:
@@ -327,7 +327,8 @@ def lease_actions_together(requests: list[dict], *, wait_for_rows: bool = True) 
     actions = [_arguments(**request) for request in requests]
     writes = [_own_failure(_lease_write, arguments) for arguments in actions]
     answers: list[LeaseResult | BaseException] = []
-    for arguments, (written, error) in zip(actions, write_together(writes, wait_for_rows=wait_for_rows)):
+    for arguments, (written, error) in zip(actions, write_together(writes, wait_for_rows=wait_for_rows,
+                                                                           skips_rows=True)):
         if isinstance(error, RetryAlone):  # not written: counted when it is
             answers.append(error)
             continue

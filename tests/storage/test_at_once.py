@@ -21,6 +21,7 @@ from leases import services
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 from engines.busy import WouldWait, at_once, must_not_wait
+from leases.storage.transactions import write_transaction
 from tests.storage import lock_is_free, writer_lock_file
 
 REF = ResourceRef("devstoreaccount1", "atonce", "b")
@@ -90,7 +91,7 @@ def test_another_thread_of_this_process_committing(blob):
             release.wait(30)
 
         try:
-            conn.group_commit(work)
+            write_transaction(work)
         finally:
             conn.close()
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
+from datetime import timedelta
 
 import pytest
 from django.db import connection, connections, transaction
@@ -34,6 +33,7 @@ from engines.sqlite.base import DatabaseWrapper as LeaseholdSQLite
 from engines import django_internals as engine_internals
 from leases.storage import django_internals, statements
 from leases.storage.transactions import write_transaction
+from leases.storage.write_queue import WriteQueue
 from tests.storage import lock_is_free
 
 pytestmark = pytest.mark.also_postgres
@@ -316,35 +316,34 @@ def test_django_calls_the_backend_hooks_where_the_writer_lock_expects(leased, mo
     wrapper.connect()
 
 
-def _count_group_commits(wrapper: BaseDatabaseWrapper, monkeypatch: pytest.MonkeyPatch) -> list[Callable[[], Any]]:
-    """The work each group commit of SQLite's engine is given, from now on (none elsewhere)."""
-    grouped: list[Callable[[], Any]] = []
-    if isinstance(wrapper, LeaseholdSQLite):
-        original = wrapper.group_commit
+def _count_queued(monkeypatch: pytest.MonkeyPatch) -> list[list]:
+    """The writes submitted to the write queue from now on, a list per submission."""
+    queued: list[list] = []
+    original = WriteQueue.run_all
 
-        def group_commit(fn: Callable[[], Any]) -> Any:
-            grouped.append(fn)
-            return original(fn)
+    def run_all(self: WriteQueue, fns: list, **kw: Any) -> Any:
+        queued.append(fns)
+        return original(self, fns, **kw)
 
-        monkeypatch.setattr(wrapper, "group_commit", group_commit)
-    return grouped
+    monkeypatch.setattr(WriteQueue, "run_all", run_all)
+    return queued
 
 
-def test_a_service_write_is_group_committed_on_sqlite_and_atomic_elsewhere(db, monkeypatch):
-    grouped = _count_group_commits(connections["default"], monkeypatch)
+def test_a_write_inside_a_transaction_is_a_savepoint_of_it_not_queued(db, monkeypatch):
+    queued = _count_queued(monkeypatch)
 
     def work():
         assert transaction.get_connection().in_atomic_block
         return "done"
 
     # pytest-django's db fixture holds a transaction open: a nested write is a savepoint of it.
-    assert write_transaction(work) == "done" and grouped == []
+    assert write_transaction(work) == "done" and queued == []
     with transaction.atomic():
-        assert write_transaction(work) == "done" and grouped == []
+        assert write_transaction(work) == "done" and queued == []
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_the_sqlite_engine_groups_the_commit(monkeypatch):
-    grouped = _count_group_commits(connections["default"], monkeypatch)
+def test_outside_a_transaction_a_write_goes_through_the_write_queue(monkeypatch):
+    queued = _count_queued(monkeypatch)
     assert write_transaction(lambda: transaction.get_connection().in_atomic_block) is True
-    assert len(grouped) == (1 if connection.vendor == "sqlite" else 0)
+    assert len(queued) == 1  # SQLite on a file and PostgreSQL alike

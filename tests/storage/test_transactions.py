@@ -17,7 +17,7 @@ from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from leases.models import Account, Blob, Container
-from leases.storage.transactions import RetryAlone, commits_together, write_together, write_transaction
+from leases.storage.transactions import RetryAlone, write_together, write_transaction
 
 pytestmark = pytest.mark.also_postgres
 
@@ -39,15 +39,14 @@ def _container(name: str):
     return write
 
 
-def test_a_commit_that_fails_is_the_answer_of_its_write(transactional_db):
-    together = commits_together()  # SQLite on a file: one transaction for all three
+def test_a_commit_that_fails_is_the_answer_of_its_write_only(transactional_db):
+    """One transaction for the three (the write queue); its commit refused,
+    nothing of it is kept and each write is made alone, so that only the
+    one at fault fails."""
     outcomes = write_together([_container("before"), _dangling_blob, _container("after")])
-    failed = [n for n, (result, error) in enumerate(outcomes) if error is not None]
-    assert len(outcomes) == 3 and failed == ([0, 1, 2] if together else [1]), outcomes
-    assert all(result is None and isinstance(error, IntegrityError) for result, error in map(outcomes.__getitem__,
-                                                                                               failed)), outcomes
-    kept = set(Container.objects.values_list("name", flat=True))
-    assert kept == (set() if together else {"before", "after"})
+    assert [result for result, _ in outcomes] == ["before", None, "after"], outcomes
+    assert [type(error) for _, error in outcomes] == [type(None), IntegrityError, type(None)], outcomes
+    assert set(Container.objects.values_list("name", flat=True)) == {"before", "after"}
     assert not Blob.objects.filter(name="orphan").exists()
     _durable_again()
 
@@ -93,14 +92,20 @@ def test_on_postgresql_a_lease_requests_statements_are_prepared(make_blob):
                for text in prepared), prepared
 
 
-def test_a_batch_whose_commit_fails_keeps_nothing(transactional_db):
-    """A server's lease batch (wait_for_rows=False). SQLite: one commit, whose
-    failure is every write's answer. PostgreSQL: one transaction too; it is
-    undone and every write is answered RetryAlone, to be made alone."""
+def test_a_batch_whose_commit_fails_keeps_nothing_of_it(transactional_db):
+    """A server's lease batch (wait_for_rows=False), whose commit is
+    refused: nothing of the shared transaction is kept. SQLite: each write
+    is then made alone by the queue, only the one at fault failing.
+    PostgreSQL: the batch's thread may not wait for rows, so every write is
+    answered RetryAlone, to be made alone where it may wait."""
     outcomes = write_together([_container("before"), _dangling_blob, _container("after")], wait_for_rows=False)
-    expected = IntegrityError if connection.vendor == "sqlite" else RetryAlone
-    assert [(result, type(error)) for result, error in outcomes] == [(None, expected)] * 3, outcomes
-    assert not Container.objects.filter(name__in=["before", "after"]).exists()
+    if connection.vendor == "sqlite":
+        assert [(result, type(error)) for result, error in outcomes] == [
+            ("before", type(None)), (None, IntegrityError), ("after", type(None))], outcomes
+        assert set(Container.objects.values_list("name", flat=True)) == {"before", "after"}
+    else:
+        assert [(result, type(error)) for result, error in outcomes] == [(None, RetryAlone)] * 3, outcomes
+        assert not Container.objects.filter(name__in=["before", "after"]).exists()
     assert not Blob.objects.filter(name="orphan").exists()
     _durable_again()
 
@@ -140,3 +145,41 @@ def test_on_postgresql_a_batch_waits_for_no_locked_row(make_blob):
         alone = services.lease_actions_together([renew])
     assert isinstance(alone[0], LeaseResult), alone
     assert LeaseEvent.objects.filter(blob="held").count() == events + 1
+
+
+def test_on_postgresql_a_batch_cuts_short_any_other_writes_lock_wait(make_blob):
+    """A write that locks its row the usual way (a blob delete: select_for_update)
+    in a batch with a lease write, its row held by another session: the batch
+    does not wait for it (its lock wait is cut short), commits the lease write,
+    and the delete is made alone -- here answered RetryAlone, as the lease
+    batch's thread is answered; alone, it waits for the row and is made."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are PostgreSQL's")
+    import psycopg
+
+    from leases import services
+    from leases.models import Blob
+    from leases.services import Actor, ResourceRef
+
+    actor = Actor(name="account:devstoreaccount1", via="azure")
+    held = make_blob(ResourceRef("devstoreaccount1", "cut-held", "held"), actor)
+    free = make_blob(ResourceRef("devstoreaccount1", "cut-free", "free"), actor)
+    with psycopg.connect(connection.settings_dict["OPTIONS"]["conninfo"],
+                         dbname=connection.settings_dict["NAME"]) as holder:  # the test database
+        holder.execute("SELECT 1 FROM leases_blob WHERE name = 'held' FOR UPDATE")
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # a wait for the row fails the test, not hangs it
+
+        def delete():
+            return services.blob_delete(ref=held, actor=actor)
+
+        def acquire():
+            return services.lease_acquire(ref=free, actor=actor, duration=15).lease_id
+
+        outcomes = write_together([delete, acquire], wait_for_rows=False)
+        assert isinstance(outcomes[0][1], RetryAlone), outcomes
+        assert outcomes[1][1] is None and outcomes[1][0] is not None, outcomes
+        assert holder.execute("SELECT lease_state FROM leases_blob WHERE name = 'free'").fetchone() == ("leased",)
+        holder.rollback()  # the row let go: alone, the delete is made
+    assert write_together([delete]) == [(None, None)]
+    assert not Blob.objects.filter(name="held").exists()

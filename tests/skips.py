@@ -25,6 +25,7 @@ JUSTIFIED_SKIPS = {
     "the writer lock is SQLite's",
     "the writer lock file is SQLite's",
     "SQLite's WAL",
+    "SQLite's own end of a transaction",
     "SQLite's write-ahead log",
     "engines.sqlite's hooks",
     "the statements as SQLite's driver runs them",

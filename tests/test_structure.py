@@ -682,14 +682,16 @@ def routing_spelled_elsewhere(root: Path = REPO) -> list[str]:
         for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 found += [f"{where}:{node.lineno}: {spelling!r}" for spelling in ROUTING_SPELLINGS
-                          if spelling in node.value and not is_docstring(path, node)]
+                          if spelling in node.value and id(node) not in docstrings(path)]
     return found
 
 
-def is_docstring(path: Path, node: ast.Constant) -> bool:
-    return any(isinstance(body, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-               and ast.get_docstring(body, clean=False) is not None and body.body[0].value is node  # type: ignore[attr-defined]
-               for body in ast.walk(parsed(path)))
+@cache
+def docstrings(path: Path) -> frozenset[int]:
+    """The ids of the file's docstring constants (prose may name a path)."""
+    return frozenset(id(body.body[0].value) for body in ast.walk(parsed(path))  # type: ignore[attr-defined]
+                     if isinstance(body, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                     and ast.get_docstring(body, clean=False) is not None)
 
 
 def test_routing_is_spelled_in_one_place():

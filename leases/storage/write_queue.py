@@ -10,6 +10,7 @@ write queue") tells the rules; docs/decisions/0007, 0008 and 0024 say why writes
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from django.db import OperationalError, transaction
@@ -184,17 +185,7 @@ class WriteQueue:
                 member.done = True
 
     def _rows_not_waited_for(self):
-        if self.rows_locked:
-            return statements.rows_not_waited_for()
-        return _nothing()
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+        return statements.rows_not_waited_for() if self.rows_locked else contextlib.nullcontext()
 
 
 def _in_savepoint(conn, member: _Member) -> None:

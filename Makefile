@@ -71,10 +71,11 @@ PG_TESTS ?= -m also_postgres
 # test time is spent waiting (server processes starting and stopping,
 # real-time lease expiry on Azurite, the browser), and work stealing, since a
 # few tests take tens of seconds and the default split left one worker idle
-# for that long at the end (on 2 cores: 155 s with 4 workers, 169-189 s with
-# 3). The PostgreSQL pass stays at one worker a core: its server takes the
-# spare CPU there (3 workers: no faster).
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2) + 2 )))
+# for that long at the end. The PostgreSQL pass, which runs beside it, one
+# worker a core: its server takes the spare CPU there.
+CORES := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
+TEST_WORKERS ?= $(shell echo $$(( $(CORES) + 2 )))
+PG_WORKERS ?= $(CORES)
 
 # What the tests need, the independent parts side by side (the venv, npm,
 # apt): on a clean clone that is most of a minute otherwise. make test runs
@@ -98,6 +99,12 @@ checks: $(BIN)/.installed debian
 # empty, which is fine; a run in which neither pass selected anything is not.
 # -rs prints every skip's reason.
 #
+# The checks, the SQLite pass and the PostgreSQL pass run at once: each
+# leaves the cores idle at moments (a server starting, a browser, a cluster
+# being made), and the others fill them. The SQLite pass prints as it goes;
+# the checks' and the PostgreSQL pass's output is kept in .venv/ and printed
+# when the SQLite pass is done (the checks' only if they failed).
+#
 # Bytecode is written even where the environment asks Python not to: without
 # it every test process compiles our modules and pytest rewrites the
 # asserts of hypothesis's and schemathesis's modules anew, which doubles each
@@ -109,10 +116,13 @@ test:
 	$(MAKE) --no-print-directory -j3 test-setup
 	set +e; empty=$(if $(FULL_RUN),0,5); \
 	$(MAKE) --no-print-directory checks > $(VENV)/checks.log 2>&1 & checks=$$!; \
+	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs --durations=25 -n $(PG_WORKERS) $(PG_TESTS) $(PYTEST_ARGS) \
+	  > $(VENV)/postgres.log 2>&1 & pg=$$!; \
 	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist worksteal -m "not postgres and not big" $(PYTEST_ARGS); a=$$?; \
-	wait $$checks; c=$$?; [ $$c -eq 0 ] || { cat $(VENV)/checks.log; echo "make test: the checks failed"; exit $$c; }; \
+	wait $$checks; c=$$?; wait $$pg; b=$$?; \
+	echo "==== the PostgreSQL pass (.venv/postgres.log)"; cat $(VENV)/postgres.log; \
+	[ $$c -eq 0 ] || { cat $(VENV)/checks.log; echo "make test: the checks failed"; exit $$c; }; \
 	[ $$a -eq 0 ] || [ $$a -eq $$empty ] || { [ $$a -ne 5 ] || echo "make test: the SQLite pass selected no test"; exit $$a; }; \
-	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs --durations=25 -n auto $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
 	[ $$b -eq 0 ] || [ $$b -eq $$empty ] || { [ $$b -ne 5 ] || echo "make test: the PostgreSQL pass selected no test"; exit $$b; }; \
 	[ $$a -eq 0 ] || [ $$b -eq 0 ] || { echo "make test: no test selected"; exit 5; }
 

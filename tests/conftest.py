@@ -253,9 +253,12 @@ def free_port() -> int:
     its own, below the ephemeral range that bind(0), outgoing connections and
     the throwaway PostgreSQL clusters use. With bind(0), two workers could
     get the same port between one's pick and its server's bind, and a test
-    then talked to the other's server."""
+    then talked to the other's server. `make test` runs its two passes at
+    once, each with workers gw0, gw1, ...: the PostgreSQL pass takes the upper
+    six slices, the SQLite pass the lower six."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")[2:]
-    first = _PORTS_FROM + (int(worker) % 12 if worker.isdigit() else 0) * _PORTS_EACH
+    upper = 6 if os.environ.get("LEASEHOLD_DATABASE", "").startswith(("postgres://", "postgresql://")) else 0
+    first = _PORTS_FROM + (upper + (int(worker) % 6 if worker.isdigit() else 0)) * _PORTS_EACH
     for _ in range(_PORTS_EACH):
         port = first + next(_next_port) % _PORTS_EACH
         with socket.socket() as s:

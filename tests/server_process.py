@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from .conftest import free_port
 from tests.processes.test_processes import wait_for_port
@@ -24,23 +25,63 @@ def prepare(database: str | Path, var_dir: Path, env: dict | None = None) -> dic
     does; the environment a server on it needs (``env``: the server's, else
     the run's own).
 
-    A new SQLite file is a byte copy of one this process prepared the same
-    way once (``migrated_template``): ``manage.py migrate`` and
-    ``leasehold_setup`` are two Django start-ups and a few hundred fsyncs,
-    seconds per test on a busy machine. Anything else (PostgreSQL, an
-    existing file, an environment those commands could read differently)
-    runs the commands."""
+    ``manage.py migrate`` and ``leasehold_setup`` are two Django start-ups
+    and a few hundred fsyncs, seconds per test on a busy machine, so a
+    database is a copy of one this process prepared the same way once: a new
+    SQLite file a byte copy of ``migrated_template``, an empty PostgreSQL
+    database remade from a template database on its server
+    (``_pg_template``). Anything else (an existing SQLite file, a
+    PostgreSQL database with tables, an environment those commands could
+    read differently) runs the commands."""
     env = {**(os.environ if env is None else env), "LEASEHOLD_DATABASE": str(database),
            "LEASEHOLD_VAR_DIR": str(var_dir), "DJANGO_SETTINGS_MODULE": "config.settings"}
     path = Path(database)
-    if "://" not in str(database) and not path.exists() and _template_fits(env):
+    if not _template_fits(env):
+        _migrate(env)
+    elif str(database).startswith(("postgres://", "postgresql://")):
+        _pg_copy(str(database), env)
+    elif "://" not in str(database) and not path.exists():
         template = migrated_template()
         for suffix in ("", "-wal", "-shm"):  # as the commands left them, WAL included
             if template.with_name(template.name + suffix).exists():
                 shutil.copyfile(template.with_name(template.name + suffix), path.with_name(path.name + suffix))
-        return env
-    _migrate(env)
+    else:
+        _migrate(env)
     return env
+
+
+def _pg_copy(url: str, env: dict) -> None:
+    """Remake the empty database ``url`` names as a copy of its server's
+    template (CREATE DATABASE ... TEMPLATE: a file copy on the server); a
+    database that has tables already is migrated as it is."""
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    with psycopg.connect(url, autocommit=True) as conn:
+        empty = conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'").fetchone() == (0,)
+    if not empty:
+        _migrate(env)
+        return
+    template = _pg_template(urlunsplit(parts._replace(path="/postgres")), env)
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+
+
+def _pg_template(admin_url: str, env: dict) -> str:
+    """A database on ``admin_url``'s server migrated and set up as
+    ``prepare`` does, once per test process and server (made again if the
+    server is a new one on the same port): its name."""
+    import psycopg
+
+    name = f"leasehold_template_{os.getpid()}"
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            return name
+        conn.execute(f'CREATE DATABASE "{name}"')
+    _migrate({**env, "LEASEHOLD_DATABASE": urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))})
+    return name
 
 
 def _migrate(env: dict) -> None:
@@ -54,7 +95,8 @@ def _migrate(env: dict) -> None:
 # migrate, so a new setting is never silently ignored.
 _PER_SERVER = {"LEASEHOLD_DATABASE", "LEASEHOLD_VAR_DIR", "LEASEHOLD_BIND", "LEASEHOLD_WORKERS"}
 _SERVING_ONLY = ("LEASEHOLD_HEADER_TIMEOUT", "LEASEHOLD_BODY_IDLE_TIMEOUT", "LEASEHOLD_MAX_BLOB_BYTES",
-                 "LEASEHOLD_WRITE_WAIT", "LEASEHOLD_RETENTION_")
+                 "LEASEHOLD_WRITE_WAIT", "LEASEHOLD_RETENTION_", "LEASEHOLD_LONG_READ", "LEASEHOLD_WORKER_",
+                 "LEASEHOLD_STAGE_PAUSE")
 
 
 def _template_fits(env: dict) -> bool:

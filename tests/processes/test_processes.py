@@ -232,11 +232,13 @@ def test_acknowledged_leases_survive_a_sigkill_mid_load(server_factory):
         sent_at = history.clock()
         try:
             response = azure_raw.lease(base, path, action, **sent)
-        except requests.ConnectionError as exc:
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
             if "Connection refused" in str(exc):  # never reached a server: nothing to record
                 time.sleep(0.05)  # the server is starting again
                 return None
-            response = None  # cut by the kill: it may or may not have been made, before now
+            # cut by the kill, before its answer or in the middle of its body:
+            # it may or may not have been made, before now
+            response = None
         history.http(me, path, action, sent_at, response, server_gone=response is None,
                      lease_id=sent.get("lease_id"), proposed_id=sent.get("proposed_lease_id"),
                      duration=sent.get("duration"))

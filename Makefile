@@ -27,13 +27,15 @@ run: $(BIN)/.installed
 	exec $(BIN)/python -m config.serve
 
 # Debian's packages the tests need, installed if missing, in one apt run:
-# Chromium (the admin's browser tests), promtool (the alert rules in
+# Chromium's headless shell (the admin's browser tests: Chromium's own
+# engine and layout without the desktop browser's windows and UI,
+# docs/development/tests.md), promtool (the alert rules in
 # docs/deploy/, from the prometheus package), systemd-analyze (the unit
 # file's check, from the systemd package) and ss (a Unix socket's queue, read
 # by the worker supervision tests; iproute2).
 debian:
 	@pkgs=""; \
-	command -v chromium >/dev/null 2>&1 || pkgs="$$pkgs chromium"; \
+	command -v chromium-headless-shell >/dev/null 2>&1 || pkgs="$$pkgs chromium-headless-shell"; \
 	command -v promtool >/dev/null 2>&1 || pkgs="$$pkgs prometheus"; \
 	command -v systemd-analyze >/dev/null 2>&1 || pkgs="$$pkgs systemd"; \
 	command -v ss >/dev/null 2>&1 || pkgs="$$pkgs iproute2"; \

@@ -12,8 +12,9 @@ from playwright.sync_api import ConsoleMessage, Response
 
 from .helpers import screenshot
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+# Debian's chromium-headless-shell (`make debian`): Chromium's engine without the desktop browser's UI
+CHROMIUM = "/usr/bin/chromium-headless-shell"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 

@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--profile-cpu", action="store_true", help="profile by CPU time (default: wall time)")
     ap.add_argument("--sort", default="tottime")
     ap.add_argument("--callers", default=None, help="show callers of functions matching this")
+    ap.add_argument("--callees", default=None, help="show what functions matching this call (with --batch)")
     ap.add_argument("--synchronous", default="FULL")
     ap.add_argument("--show-response", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="N threads calling the app at once for --seconds")
@@ -248,7 +249,7 @@ def api_token() -> str:
     user, _ = User.objects.get_or_create(username="bench-api")
     user.user_permissions.add(*Permission.objects.filter(
         codename__in=["change_blob", "break_blob_lease", "view_blob"]))
-    return ApiToken.issue(user=user, name="bench")[1]
+    return ApiToken.issue(user=user, name=f"bench-{uuid.uuid4().hex[:8]}")[1]
 
 
 def run_batches(args, call, signer, host) -> int:
@@ -315,6 +316,8 @@ def run_batches(args, call, signer, host) -> int:
     if prof:
         import pstats
         pstats.Stats(prof).sort_stats(args.sort).print_stats(40)
+        if args.callees:
+            pstats.Stats(prof).print_callees(args.callees)
         table: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
         print(f"python calls per request: {sum(v[1] for v in table.values()) / (rounds * 3 * args.batch):.0f}")
     return 0

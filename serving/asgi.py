@@ -177,7 +177,9 @@ class LeaseholdASGI:
                 return
             environ[PRINCIPAL] = admitted
         names = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None
-        if lane is self.lanes["lease"] and isinstance(body, bytes) and _may_wait(scope, environ, body):
+        # A JSON request the lean path took asks no wait (api_fastpath.takes): its body is not parsed again.
+        if lane is self.lanes["lease"] and isinstance(body, bytes) and not isinstance(names, api_fastpath.Lease) \
+                and _may_wait(scope, environ, body):
             await serve_waiting(self, scope, receive, send, body, length, environ, names, lane)
             return
         if names is not None and self.batching and self.commits_together():

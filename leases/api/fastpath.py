@@ -179,7 +179,7 @@ class ApiLeaseCall:
         if token is None:
             raise RetryAlone()
         request.auth, request.user = token, token.user
-        if not token.user.has_perms(PERMISSIONS[lease.action, lease.blob is not None]):
+        if not _has_perms(token.user, PERMISSIONS[lease.action, lease.blob is not None]):
             raise RetryAlone()
         conditions = Conditions.parse(lambda name: environ.get("HTTP_" + name.upper().replace("-", "_")) or None)
         data = lease.data
@@ -265,6 +265,18 @@ def _view_headers(request: LeanRequest, environ: dict) -> list[tuple[str, str]]:
     if client_id:
         headers.append(("X-Client-Request-Id", client_id))
     return headers
+
+
+def _has_perms(user, perms: tuple[str, ...]) -> bool:
+    """``user.has_perms(perms)``, answered once per remembered user: the
+    user usable_token shares is read only, its permissions loaded before it
+    is shared (leases/api/authentication.py), so the answer cannot change
+    while it is remembered; a user looked up again starts afresh."""
+    answers = user.__dict__.setdefault("_leasehold_lean_perms", {})
+    allowed = answers.get(perms)
+    if allowed is None:
+        allowed = answers[perms] = user.has_perms(perms)
+    return allowed
 
 
 def _client_request_id(environ: dict) -> str:

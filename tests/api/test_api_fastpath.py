@@ -309,3 +309,37 @@ def test_unusual_shapes_go_to_the_view(change):
     assert api_fastpath.takes({**env, **change}, body) is None
     assert api_fastpath.takes(env, b"") is None
     assert api_fastpath.takes(dict(env), b'{"duration": 15, "wait": 5}') is None  # a waiting acquire
+
+
+def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypatch, settings):
+    """On PostgreSQL a batch answers RetryAlone for a request whose row
+    another transaction holds, after the lean path counted it: the view then
+    answers it without counting it again."""
+    settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api": "2/minute"}}
+    from rest_framework.settings import api_settings
+
+    api_settings.reload()
+    try:
+        statuses = []
+        for number in range(3):
+            env = environ("acquire", BLOB, {"duration": 15, "proposed_lease_id": A}, token=lean_state["all"])
+            lease = api_fastpath.takes(env, env["wsgi.input"].getvalue())
+            assert lease is not None
+            call, = api_fastpath.checked([(env, lease)])
+            if number == 0:  # counted, then not written by its batch: the view's
+                assert call.arguments is not None
+                call.settle(fastpath.RetryAlone())
+                with pytest.raises(fastpath.RetryAlone):
+                    call.answer()
+                env["wsgi.input"].seek(0)
+                statuses.append(int(_answer(LeaseholdWSGI(), env)[0][:3]))
+                continue
+            fastpath.write_together([call])
+            try:
+                statuses.append(call.answer().status_code)
+            except fastpath.RetryAlone:  # past the limit: the view's
+                env["wsgi.input"].seek(0)
+                statuses.append(int(_answer(LeaseholdWSGI(), env)[0][:3]))
+        assert statuses == [201, 201, 429]
+    finally:
+        api_settings.reload()

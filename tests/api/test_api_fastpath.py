@@ -154,6 +154,7 @@ def script():
             (LEAN, "acquire", path, {"duration": 15, "proposed_lease_id": B}, {}),  # 409 LeaseAlreadyPresent
             (LEAN, "renew", path, {"lease_id": A}, {"headers": {"x-client-request-id": "client-1"}}),
             (LEAN, "renew", path, {"lease_id": A}, {"headers": {"x-ms-client-request-id": "client-2"}}),
+            (LEAN, "renew", path, {"lease_id": A}, {"headers": {"content-type": "application/json; charset=utf-8"}}),
             (LEAN, "renew", path, {"lease_id": B}, {}),  # 409 LeaseIdMismatchWithLeaseOperation
             (LEAN, "renew", path, {}, {}),  # 400 missing lease id, recorded
             (LEAN, "renew", path, {"lease_id": "not-a-guid"}, {}),
@@ -207,6 +208,7 @@ def script():
         (LEAN, "acquire", f"{DEV_ACCOUNT}/nowhere", {"duration": 15}, {}),  # 404 ContainerNotFound
         (LEAN, "acquire", f"{DEV_ACCOUNT}/nowhere/b", {"duration": 15}, {}),
         (LEAN, "acquire", "otheraccount/box", {"duration": 15}, {}),
+        (LEAN, "acquire", f"{DEV_ACCOUNT}/box/caf\u00e9 \U0001f600/x", {"duration": 15}, {}),
         (LEAN, "acquire", f"{DEV_ACCOUNT}/box/dir\\a b.txt", {"duration": 15}, {}),  # '\' is '/'
         (VIEW, "steal", BLOB, {"lease_id": A}, {}),  # no such action: the view's 404
         (VIEW, "acquire", f"{DEV_ACCOUNT}/box/", {"duration": 15}, {}),

@@ -57,6 +57,7 @@ def main() -> int:
     ap.add_argument("--profile-cpu", action="store_true", help="profile by CPU time (default: wall time)")
     ap.add_argument("--sort", default="tottime")
     ap.add_argument("--callers", default=None, help="show callers of functions matching this")
+    ap.add_argument("--callees", default=None, help="show what functions matching this call (with --batch)")
     ap.add_argument("--synchronous", default="FULL")
     ap.add_argument("--show-response", action="store_true")
     ap.add_argument("--threads", type=int, default=0, help="N threads calling the app at once for --seconds")
@@ -68,7 +69,7 @@ def main() -> int:
     ap.add_argument("--door", default="azure", choices=["azure", "api"],
                     help="the Azure door (SharedKey) or the JSON API (a bearer token)")
     ap.add_argument("--batch", type=int, default=0,
-                    help="answer N lease requests at a time as a worker's lease batch does (fastpath.answer_together)")
+                    help="answer N lease requests at a time as a worker's lease batch does (either door's lean path)")
     args = ap.parse_args()
     if args.switch:
         sys.setswitchinterval(args.switch)
@@ -248,30 +249,41 @@ def api_token() -> str:
     user, _ = User.objects.get_or_create(username="bench-api")
     user.user_permissions.add(*Permission.objects.filter(
         codename__in=["change_blob", "break_blob_lease", "view_blob"]))
-    return ApiToken.issue(user=user, name="bench")[1]
+    return ApiToken.issue(user=user, name=f"bench-{uuid.uuid4().hex[:8]}")[1]
 
 
 def run_batches(args, call, signer, host) -> int:
     """--batch N: N blobs acquired, renewed and released together, each step
-    one fastpath.answer_together of N requests (one transaction, one fsync),
-    as a worker's lease batch answers them."""
+    one batch of N requests written together (one transaction, one fsync),
+    as a worker's lease batch answers them: the door's lean path's checks,
+    fastpath.write_together, the answers (``--door api``: the JSON API's
+    lean path, leases/api/fastpath.py). --batch 1 is a lone request."""
+    from leases.api import fastpath as api_fastpath
     from leases.azure import fastpath
 
     blobs = [f"/{ACCOUNT}/bench/batch{i}" for i in range(args.batch)]
     for path in blobs:
         st, _, body = call(signer.build("PUT", host, path, headers={"x-ms-blob-type": "BlockBlob"}, body=b"x"))
         assert st.startswith("201"), (st, body)
-    makers = [loadgen.LeaseRequests(signer, host, path) for path in blobs]
+    token = api_token() if args.door == "api" else ""
+    makers: list[Any] = [loadgen.ApiLeaseRequests(token, host, path) if args.door == "api"
+                         else loadgen.LeaseRequests(signer, host, path) for path in blobs]
 
     def step(build) -> None:
         requests = []
         for maker in makers:
             environ = environ_from(build(maker))
             environ["leasehold.received_at"] = time.monotonic()
-            target = fastpath.takes(environ)
+            if args.door == "api":
+                target: Any = api_fastpath.takes(environ, environ["wsgi.input"].getvalue())
+            else:
+                target = fastpath.takes(environ)
             assert target is not None, environ  # a plain lease request: the lean path's
             requests.append((environ, target))
-        for response in fastpath.answer_together(requests):
+        calls: list[Any] = api_fastpath.checked(requests) if args.door == "api" else fastpath.checked(requests)
+        fastpath.write_together(calls)
+        for call_ in calls:
+            response = call_.answer()
             assert response.status_code in (200, 201), response.content
 
     def cycle() -> None:
@@ -288,7 +300,7 @@ def run_batches(args, call, signer, host) -> int:
     prof = None
     if args.profile:
         import cProfile
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.process_time) if args.profile_cpu else cProfile.Profile()
         prof.enable()
     rounds = max(1, args.cycles // args.batch)
     cpu = []
@@ -304,6 +316,10 @@ def run_batches(args, call, signer, host) -> int:
     if prof:
         import pstats
         pstats.Stats(prof).sort_stats(args.sort).print_stats(40)
+        if args.callees:
+            pstats.Stats(prof).print_callees(args.callees)
+        table: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        print(f"python calls per request: {sum(v[1] for v in table.values()) / (rounds * 3 * args.batch):.0f}")
     return 0
 
 

@@ -162,12 +162,13 @@ def cycle_blob(i: int) -> str:
 # ------------------------------------------------------------------ one run
 
 
-def lease_requests(server: servers.Server, door: str, blob: str):
+def lease_requests(server: servers.Server, door: str, blob: str, client: int = 0):
     """One blob's lease requests through ``door``: the Azure door (SharedKey)
-    or the JSON API (the server's bench token)."""
+    or the JSON API (the server's bench token of this client)."""
     if door == "api":
         assert isinstance(server, servers.Leasehold)  # only Leasehold has the JSON API
-        return loadgen.ApiLeaseRequests(server.api_token, server.host, f"/{ACCOUNT}/{CONTAINER}/{blob}")
+        token = server.api_tokens[client % len(server.api_tokens)]
+        return loadgen.ApiLeaseRequests(token, server.host, f"/{ACCOUNT}/{CONTAINER}/{blob}")
     return loadgen.LeaseRequests(loadgen.Signer(ACCOUNT, KEY), server.host, f"/{ACCOUNT}/{CONTAINER}/{blob}")
 
 
@@ -185,7 +186,7 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
     args: tuple[object, ...]
     for i in range(sc.clients):
         if sc.kind in ("cycle", "doors"):
-            reqs = [lease_requests(server, door, cycle_blob(i))]
+            reqs = [lease_requests(server, door, cycle_blob(i), client=i)]
             target, args = loadgen.cycle_worker, ("127.0.0.1", server.port, reqs, stop_at, recs[i])
         else:
             req = loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/hot")
@@ -446,7 +447,7 @@ def main() -> int:
     if any(sc.kind == "doors" for sc in scenarios):
         for s in all_servers:
             if isinstance(s, servers.Leasehold):
-                s.issue_api_token()
+                s.issue_api_tokens(max_clients)
     for s in all_servers:
         setup_server(s, [cycle_blob(i) for i in range(max_clients)] + ["hot"])
     names = [s.name for s in all_servers]
@@ -530,7 +531,8 @@ def doors_report(scenarios: list[Scenario], results: dict, names: list[str]) -> 
             ("renew p99 ms", lambda r: r.lat.get("renew", (float("nan"),) * 3)[1]),
             ("all p50 ms", lambda r: r.lat.get("all", (float("nan"),) * 3)[0]),
             ("all p99 ms", lambda r: r.lat.get("all", (float("nan"),) * 3)[1]),
-            ("server CPU % of a core", lambda r: r.server_cpu)]
+            ("server CPU % of a core", lambda r: r.server_cpu),
+            ("client CPU % of a core", lambda r: r.client_cpu)]  # one process: near 100, the client is the bound
     for sc in scenarios:
         out.append(f"\n{sc.title}")
         for name in names:

@@ -266,21 +266,25 @@ class Leasehold(Server):
         return (f"uvicorn (serving/server.py) workers={get('LEASEHOLD_WORKERS', '2')} "
                 f"threads={get('LEASEHOLD_THREADS', '1')}")
 
-    def issue_api_token(self) -> str:
-        """A JSON API token of a user (not a superuser) with the model
-        permissions lease actions need on blobs, as a deployment would give
-        a service: what bench/run.py's api-vs-azure drives the JSON API with."""
+    def issue_api_tokens(self, count: int) -> list[str]:
+        """``count`` JSON API tokens of one user (not a superuser) with the
+        model permissions lease actions need on blobs, as a deployment would
+        give a service: what bench/run.py's api-vs-azure drives the JSON API
+        with, a token per client, so that each is a principal of its own,
+        counted against the rate limit (LEASEHOLD_API_RATE) on its own as
+        separate services would be."""
         script = (
             "from django.contrib.auth.models import Permission, User\n"
             "from leases.models.tokens import ApiToken\n"
             "user, _ = User.objects.get_or_create(username='bench-api')\n"
             "user.user_permissions.add(*Permission.objects.filter(codename__in=["
             "'change_blob', 'break_blob_lease', 'view_blob']))\n"
-            "print(ApiToken.issue(user=user, name='bench')[1])\n")
+            f"for i in range({count}):\n"
+            "    print(ApiToken.issue(user=user, name=f'bench-{i}')[1])\n")
         out = subprocess.run([self.python, "manage.py", "shell", "-c", script], cwd=self.repo, env=self.env,
                              check=True, timeout=120, capture_output=True, text=True)
-        self.api_token = out.stdout.strip().splitlines()[-1]
-        return self.api_token
+        self.api_tokens = out.stdout.strip().splitlines()[-count:]
+        return self.api_tokens
 
     def history_count(self) -> int:
         import sqlite3

@@ -13,8 +13,10 @@ import contextlib
 import functools
 import gc
 import json
+import operator
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from django.conf import settings
 from django.http.response import HttpResponseBase
@@ -29,6 +31,7 @@ from leases.operations import clockwatch, retention
 from leases import conf
 from leases.domain import waiting
 from leases.azure import fastpath
+from leases.api import fastpath as api_fastpath
 from leases.domain import paths
 
 
@@ -45,6 +48,7 @@ class LeaseholdASGI:
         ``long_read_helper``: the helper's module (serving/long_reads.py)."""
         self.app = app
         self.lean_path = lean_path
+        self.api_lean_path = lean_path and api_fastpath.usable()  # the JSON API's lease actions too
         fastpath.server_process()  # a server process: on PostgreSQL every statement and lock wait is bounded
         # On PostgreSQL a write waits for its row's lock, not the database's:
         # more threads, one per row at a time (serving/lanes.py).
@@ -75,9 +79,9 @@ class LeaseholdASGI:
         # batch there (a round trip to the database is no lock at_once() can refuse).
         batches = ThreadPoolExecutor(1, thread_name_prefix="lease-batch") if self.row_locks \
             else self.lanes["lease"].executors[0]
-        self.batcher = LeaseBatcher(batches, fastpath.checked,
+        self.batcher = LeaseBatcher(batches, lean_calls,
                                     functools.partial(fastpath.write_together, wait_for_rows=False),
-                                    fastpath.LeaseCall.answer, answers.batched,
+                                    operator.methodcaller("answer"), answers.batched,
                                     inline=own.lease_inline and not self.row_locks,
                                     in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
@@ -172,12 +176,14 @@ class LeaseholdASGI:
                 await send({"type": "http.response.body", "body": content})
                 return
             environ[PRINCIPAL] = admitted
-        names = fastpath.takes(environ) if lane is self.lanes["lease"] and self.lean_path else None
-        if lane is self.lanes["lease"] and isinstance(body, bytes) and _may_wait(scope, environ, body):
+        names = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None
+        # A JSON request the lean path took asks no wait (api_fastpath.takes): its body is not parsed again.
+        if lane is self.lanes["lease"] and isinstance(body, bytes) and not isinstance(names, api_fastpath.Lease) \
+                and _may_wait(scope, environ, body):
             await serve_waiting(self, scope, receive, send, body, length, environ, names, lane)
             return
         if names is not None and self.batching and self.commits_together():
-            status, headers, content = await self.batched(environ, names, lane)  # no body: takes() says so
+            status, headers, content = await self.batched(environ, names, lane)  # its body, if any, read: takes() says so
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
             return
@@ -186,6 +192,12 @@ class LeaseholdASGI:
                 await self.run_in_lane(lane, environ, receive, send, body)
             return
         await self.run_in_lane(lane, environ, receive, send, body)
+
+    def lean(self, scope, environ, body):
+        """What a door's lean path takes of a lease request (its ``takes``), or None."""
+        if scope["path"].startswith(API_LEASES):
+            return api_fastpath.takes(environ, body) if self.api_lean_path else None
+        return fastpath.takes(environ) if self.lean_path else None
 
     def turn(self, lane, environ):
         """A lease request's place in the lease lane, in its principal's turn."""
@@ -306,6 +318,20 @@ class LeaseholdASGI:
             headers = [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
             return status, headers, None, result
         return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
+
+
+def lean_calls(requests: list[tuple[dict, Any]]) -> list:
+    """The calls of lean lease requests received together, each made by its
+    own door's lean path (``checked``), in order; a batch writes them
+    together whichever their door (fastpath.write_together)."""
+    api = [isinstance(names, api_fastpath.Lease) for _, names in requests]
+    if not any(api):
+        return fastpath.checked(requests)
+    if all(api):
+        return api_fastpath.checked(requests)
+    calls = iter(api_fastpath.checked([request for request, own in zip(requests, api) if own]))
+    azure = iter(fastpath.checked([request for request, own in zip(requests, api) if not own]))
+    return [next(calls) if own else next(azure) for own in api]
 
 
 def _may_wait(scope, environ, body: bytes) -> bool:

@@ -99,9 +99,9 @@ LAYERS = {
 # At most this many modules at the root of leases/: the rest live in the
 # package that names their layer.
 MAX_ROOT_MODULES = 12
-# The door modules serving/ may import: the Azure door's lean lease path
+# The door modules serving/ may import: the doors' lean lease paths
 # (recognising and serving the usual lease request) and its router.
-SERVING_SEAM = {"leases.azure.fastpath", "leases.azure.handler"}
+SERVING_SEAM = {"leases.azure.fastpath", "leases.azure.handler", "leases.api.fastpath"}
 # What the pure layer may take from Django: exception classes only (a pure
 # settings helper may raise ImproperlyConfigured).
 PURE_MAY_IMPORT = ("django.core.exceptions",)

@@ -234,18 +234,21 @@ def lease_action_result(*, action: str, lease_id, lease_time: int | None, genera
     and copied per request. Same keys, order and values (the serializer
     stays the schema's; tests/api/test_api_leases.py holds the two equal)."""
     facts = lease_facts(obj, now)
+    zone = timezone.get_current_timezone()  # once, not per time
     holder = facts["last_holder"]
     if holder is not None:
         holder = {"actor": str(holder["actor"]), "address": str(holder["address"]),
-                  "client_request_id": str(holder["client_request_id"]), "acquired_at": _when(holder["acquired_at"])}
+                  "client_request_id": str(holder["client_request_id"]),
+                  "acquired_at": _when(holder["acquired_at"], zone)}
     lease = {
         "state": facts["state"], "status": facts["status"], "duration": facts["duration"],
         "duration_seconds": _int(facts["duration_seconds"]), "lease_fingerprint": facts["lease_fingerprint"],
-        "expires_at": _when(facts["expires_at"]), "remaining_seconds": _int(facts["remaining_seconds"]),
-        "break_ends_at": _when(facts["break_ends_at"]), "generation": int(facts["generation"]), "last_holder": holder,
+        "expires_at": _when(facts["expires_at"], zone), "remaining_seconds": _int(facts["remaining_seconds"]),
+        "break_ends_at": _when(facts["break_ends_at"], zone), "generation": int(facts["generation"]),
+        "last_holder": holder,
     }
     return {"action": action, "lease_id": None if lease_id is None else str(lease_id), "lease_time": _int(lease_time),
-            "generation": int(generation), "etag": str(obj.etag), "last_modified": _when(obj.last_modified),
+            "generation": int(generation), "etag": str(obj.etag), "last_modified": _when(obj.last_modified, zone),
             "lease": lease}
 
 
@@ -253,11 +256,12 @@ def _int(value) -> int | None:
     return None if value is None else int(value)
 
 
-def _when(value) -> str | None:
-    """As DRF's DateTimeField renders it: ISO 8601 in the current time zone, UTC as Z."""
+def _when(value, zone=None) -> str | None:
+    """As DRF's DateTimeField renders it: ISO 8601 in the current time zone
+    (``zone``, if the caller looked it up), UTC as Z."""
     if not value:
         return None
-    text = timezone.localtime(value).isoformat()
+    text = timezone.localtime(value, zone).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 

@@ -218,6 +218,11 @@ def counter() -> SlidingWindowCounter | DatabaseCounter:
         return _counters[path]
 
 
+# environ: this request was counted already, by the lean path (leases/api/fastpath.py), which then
+# handed it to the view (on PostgreSQL, a batch that could not write it).
+COUNTED = "leasehold.api_counted"
+
+
 class PrincipalRateThrottle(SimpleRateThrottle):
     """The ``api`` rate per principal (token, user or account). Only
     authenticated requests get this far; anonymous ones are refused first."""
@@ -237,6 +242,8 @@ class PrincipalRateThrottle(SimpleRateThrottle):
             return True
         wait = request.META.get("leasehold.wait")
         if wait is not None and wait.principal is not None:  # a waiting acquire's next attempt: one request
+            return True
+        if request.META.get(COUNTED):
             return True
         self.retry_after = _shares.hit(counter(), self.get_cache_key(request, view), limit=self.num_requests,
                                        period=self.duration, now=clock.now().timestamp())

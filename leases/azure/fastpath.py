@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
+from typing import Protocol
 from urllib.parse import unquote_plus
 
 from django.core import signals
@@ -210,9 +212,19 @@ def checked(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list[Le
     return [LeaseCall(environ, names) for environ, names in requests]
 
 
-def write_together(calls: list[LeaseCall], *, wait_for_rows: bool = True) -> None:
-    """The writes of lease requests a worker received together
-    (serving/lease_batch.py), committed together (services.
+class LeanCall(Protocol):
+    """What ``write_together`` needs of a lean call, whichever its door's
+    (LeaseCall here, leases/api/fastpath.py's ApiLeaseCall): the service's
+    keyword arguments (None: not to be written), and where its answer goes."""
+
+    arguments: dict | None
+
+    def settle(self, answer) -> None: ...
+
+
+def write_together(calls: Sequence[LeanCall], *, wait_for_rows: bool = True) -> None:
+    """The writes of lease requests a worker received together, of either
+    door's lean path (serving/lease_batch.py), committed together (services.
     lease_actions_together: one write transaction, each request's write in
     a savepoint of its own, one commit and one fsync for all); each call
     settled with its result or refusal, none before that commit. Only the

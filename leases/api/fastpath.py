@@ -1,0 +1,324 @@
+"""The lean path for the JSON API's lease actions (``POST /api/v1/leases/{action}/...``, leases/api/
+lease_actions.py): the DRF view's steps as plain calls on the WSGI environ, in its order and through
+its functions (the remembered bearer token, the model permission, the rate limit, the input's JSON
+types, the service, ``lease_action_result``, the one exception handler), so that a lease request's
+write joins the server's lease batches (serving/lease_batch.py) instead of taking Django's handler,
+middleware, URL resolver and DRF's dispatch alone. Only requests of the usual shape are taken
+(``takes``: a bearer token, a JSON object of the expected types, no query, no wait); a request that
+fails a check before its write (a token not remembered as usable, a permission missing, the rate
+limit reached, a header or a value the view would refuse) is not answered here but handed to the DRF
+view unchanged (``RetryAlone``), which stays the reference: tests/api/test_api_fastpath.py holds the
+two answers and histories equal. docs/decisions/0034 says why."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from http import HTTPStatus
+from typing import Any, cast
+
+from django.conf import settings
+from django.core import signals
+from django.core.signals import setting_changed
+from django.core.handlers.wsgi import get_path_info, get_script_name
+from django.http import HttpResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
+from django.utils.log import log_response
+from rest_framework import fields as drf_fields
+from rest_framework.renderers import JSONRenderer
+
+from leases import services
+from leases.api.authentication import BearerTokenAuthentication, usable_token
+from leases.api.exceptions import api_exception_handler
+from leases.api.lease_actions import ACTION_VIEWS
+from leases.api.parsers import BoundedJSONParser
+from leases.api.resources import blob_ref, validator_headers
+from leases.api.serializers import WaitParam, _LeaseParam, lease_action_result
+from leases.api.throttling import COUNTED, PrincipalRateThrottle
+from leases.domain import client_headers, clock, lease_params, paths, waiting
+from leases.domain.conditions import Conditions
+from leases.domain.errors import LeaseholdError
+from leases.services import Actor, ResourceRef
+from leases.storage.write_queue import RetryAlone
+
+API_LEASES = paths.API_LEASES
+JSON_TYPES = ("application/json", "application/json; charset=utf-8")
+ACCEPTED = ("*/*", "application/json")
+ALLOW = "POST, OPTIONS"  # DRF's Allow of a view with post() only
+_renderer = JSONRenderer()
+_parser = BoundedJSONParser()
+_bearer = BearerTokenAuthentication()
+
+
+def _shape(serializer_class) -> dict[str, tuple[type, ...] | None]:
+    """An input serializer's fields: a lease parameter's JSON types, or
+    None for the free text ``reason``; a field of any other kind (the
+    acquire's ``wait``) is left out, so a body naming it goes to DRF."""
+    shape: dict[str, tuple[type, ...] | None] = {}
+    for name, field in serializer_class().fields.items():
+        if isinstance(field, _LeaseParam):
+            shape[name] = field.json_types
+        elif isinstance(field, drf_fields.CharField) and not isinstance(field, WaitParam):
+            shape[name] = None
+    return shape
+
+
+SHAPES = {view.action_name: _shape(view.input_serializer) for view in ACTION_VIEWS}
+ALL_FIELDS = {view.action_name: frozenset(view.input_serializer().fields) for view in ACTION_VIEWS}
+REASON_MAX = 500  # serializers.REASON's max_length
+PERMISSIONS = {(action, blob): (("leases.break_blob_lease",) if blob else ("leases.break_container_lease",))
+               if action == "break" else (("leases.change_blob",) if blob else ("leases.change_container",))
+               for action in SHAPES for blob in (False, True)}  # LeaseActionView.permissions_for
+
+
+class Lease:
+    """A JSON lease request ``takes`` accepted: its action, resource and body."""
+
+    __slots__ = ("action", "account", "container", "blob", "data")
+
+    def __init__(self, action: str, account: str, container: str, blob: str | None, data: dict):
+        self.action, self.account, self.container, self.blob, self.data = action, account, container, blob, data
+
+
+def takes(environ: dict, body) -> Lease | None:
+    """The lease request if it is of the shape the lean path answers as the
+    DRF view would (anything else, None: the view answers it)."""
+    if environ.get("REQUEST_METHOD") != "POST" or environ.get("QUERY_STRING") or get_script_name(environ) \
+            or environ.get("CONTENT_TYPE") not in JSON_TYPES or environ.get("HTTP_ACCEPT", "*/*") not in ACCEPTED \
+            or not isinstance(body, bytes) or not body or environ.get("HTTP_TRANSFER_ENCODING") \
+            or not environ.get("HTTP_AUTHORIZATION", "").startswith("Bearer "):
+        return None
+    path = get_path_info(environ)
+    if not path.startswith(API_LEASES):
+        return None
+    action, _, rest = path[len(API_LEASES):].partition("/")
+    parts = rest.split("/", 2)
+    shape = SHAPES.get(action)
+    if shape is None or len(parts) < 2 or not all(parts) or rest.endswith("/"):
+        return None
+    try:
+        data = _parser.parse(io.BytesIO(body))
+    except Exception:  # noqa: BLE001  the view answers it
+        return None
+    if not isinstance(data, dict) or not _plain(data, shape, ALL_FIELDS[action]):
+        return None
+    return Lease(action, parts[0], parts[1], parts[2] if len(parts) == 3 else None, data)
+
+
+def _plain(data: dict, shape: dict, known: frozenset) -> bool:
+    """Whether the view's input serializer takes ``data`` as it is: each of
+    its fields absent, null or of its JSON type (a reason: text of at most
+    REASON_MAX characters, trimmed), no field the lean path does not check."""
+    for name, value in data.items():
+        if name not in shape:
+            if name in known:  # a field of another kind (wait): the view's
+                return False
+            continue  # a name the serializer ignores
+        types = shape[name]
+        if types is None:
+            if not isinstance(value, str) or len(value.strip()) > REASON_MAX:
+                return False
+        elif value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+            return False
+    return True
+
+
+class LeanRequest:
+    """What the exception handler and Django's request logger read of a
+    request (method, path; the fault-logged mark is set on it)."""
+
+    __slots__ = ("method", "path", "META", "leasehold_fault_logged", "request_id", "auth", "user")
+    auth: Any  # the ApiToken, as DRF's request.auth (the rate limit's key)
+    user: Any
+
+    def __init__(self, path: str, meta: dict):
+        self.method, self.path, self.META = "POST", path, meta
+        self.request_id = str(uuid.uuid4())
+        self.auth = self.user = None
+
+
+class _Secure:
+    """The one thing SecurityMiddleware reads of a request."""
+
+    __slots__ = ("secure",)
+
+    def __init__(self, secure: bool):
+        self.secure = secure
+
+    def is_secure(self) -> bool:
+        return self.secure
+
+
+class ApiLeaseCall:
+    """One lean JSON lease request in the three steps of the Azure door's
+    (leases/azure/fastpath.py LeaseCall): the checks (here), the write in
+    a batch (``arguments``, ``settle``), ``answer()``. A check that fails
+    leaves ``error`` RetryAlone: nothing counted, nothing written, the
+    request answered by the DRF view."""
+
+    __slots__ = ("environ", "request", "lease", "arguments", "result", "error")
+
+    def __init__(self, environ: dict, lease: Lease):
+        self.environ, self.lease = environ, lease
+        self.request = LeanRequest(get_path_info(environ), environ)
+        self.arguments: dict | None = None
+        self.result: services.LeaseResult | None = None
+        self.error: Exception | None = None
+        try:
+            self.arguments = self._checked()
+        except Exception as exc:  # noqa: BLE001  every failure is answered by the DRF view
+            self.error = exc if isinstance(exc, RetryAlone) else RetryAlone()
+
+    def _checked(self) -> dict:
+        """The view's steps before its service call, in its order (the pure
+        ones before the rate limit, which counts)."""
+        environ, lease, request = self.environ, self.lease, self.request
+        scheme, _, raw = environ["HTTP_AUTHORIZATION"].partition(" ")
+        token = usable_token(raw.strip()) if scheme.lower() == "bearer" else None
+        if token is None:
+            raise RetryAlone()
+        request.auth, request.user = token, token.user
+        if not _has_perms(token.user, PERMISSIONS[lease.action, lease.blob is not None]):
+            raise RetryAlone()
+        conditions = Conditions.parse(lambda name: environ.get("HTTP_" + name.upper().replace("-", "_")) or None)
+        data = lease.data
+        ref = blob_ref(lease.account, lease.container, lease.blob) if lease.blob is not None \
+            else ResourceRef(lease.account, lease.container)
+        params, unparsed = lease_params.parse_for_action(
+            noun=ref.noun, **{name: data.get(name) for name in lease_params.NAMES})
+        throttle = PrincipalRateThrottle()
+        if not throttle.allow_request(request, None):
+            raise RetryAlone()
+        environ[COUNTED] = True  # sent to the view after all (PostgreSQL: RetryAlone): not counted again
+        actor = Actor(name=token.actor_name, via="api", request_id=request.request_id,
+                      client_request_id=_client_request_id(environ), remote_addr=environ.get("REMOTE_ADDR", ""),
+                      user_agent=environ.get("HTTP_USER_AGENT", "")[:512])
+        reason = data.get("reason")
+        return {"action": lease.action, "ref": ref, "actor": actor, "conditions": conditions, "wait": False,
+                "reason": reason.strip() if isinstance(reason, str) else "", "unparsed": unparsed,
+                **params.as_kwargs()}
+
+    def settle(self, answer) -> None:
+        """The service's answer in a batch: a result, or the error it raised."""
+        if isinstance(answer, Exception):
+            self.error = answer
+        else:
+            self.result = answer
+
+    def answer(self) -> HttpResponse | LeanAnswer:
+        """The answer as the DRF view, Django's middleware and handler would
+        send it; RetryAlone raised for a request the view is to answer."""
+        if isinstance(self.error, RetryAlone):
+            raise self.error
+        request, action, environ = self.request, self.lease.action, self.environ
+        secure = environ.get("wsgi.url_scheme") == "https"
+        if self.error is None:
+            result = cast(services.LeaseResult, self.result)  # settled: no error, so a result
+            obj = result.resource
+            content = _renderer.render(lease_action_result(
+                action=action, lease_id=result.lease_id if action in ("acquire", "renew", "change") else None,
+                lease_time=result.lease_time, generation=result.generation, obj=obj, now=clock.now()))
+            headers = [("Content-Type", "application/json"), *validator_headers(obj).items(),
+                       *_view_headers(request, environ), *_middleware_headers(secure, content)]
+            return LeanAnswer(services.SUCCESS_STATUS[action], headers, content)
+        if isinstance(self.error, LeaseholdError):
+            waiting.note(environ, self.error)
+        response = api_exception_handler(self.error, {"view": request, "request": request})
+        for name, value in _view_headers(request, environ):
+            response[name] = value
+        for name, value in _middleware_headers(secure, response.content):
+            response[name] = value
+        log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        return response
+
+
+class LeanAnswer:
+    """A success answer, as the front reads an HttpResponse (status_code,
+    items(), the content by iteration): its headers built as a list once,
+    not set one by one with Django's checks, which cost as much as the
+    rest of the answer."""
+
+    __slots__ = ("status_code", "headers", "content")
+
+    def __init__(self, status: int, headers: list[tuple[str, str]], content: bytes):
+        self.status_code, self.headers, self.content = status, headers, content
+
+    @property
+    def reason_phrase(self) -> str:
+        return HTTPStatus(self.status_code).phrase
+
+    def items(self) -> list[tuple[str, str]]:
+        return self.headers
+
+    def __iter__(self):
+        yield self.content
+
+    def close(self) -> None:
+        pass
+
+
+def _view_headers(request: LeanRequest, environ: dict) -> list[tuple[str, str]]:
+    """The headers DRF's view adds (finalize_response, ApiMixin's)."""
+    headers = [("Allow", ALLOW), ("X-Request-Id", request.request_id)]
+    client_id = _client_request_id(environ)
+    if client_id:
+        headers.append(("X-Client-Request-Id", client_id))
+    return headers
+
+
+def _has_perms(user, perms: tuple[str, ...]) -> bool:
+    """``user.has_perms(perms)``, answered once per remembered user: the
+    user usable_token shares is read only, its permissions loaded before it
+    is shared (leases/api/authentication.py), so the answer cannot change
+    while it is remembered; a user looked up again starts afresh."""
+    answers = user.__dict__.setdefault("_leasehold_lean_perms", {})
+    allowed = answers.get(perms)
+    if allowed is None:
+        allowed = answers[perms] = user.has_perms(perms)
+    return allowed
+
+
+def _client_request_id(environ: dict) -> str:
+    return client_headers.client_request_id(
+        environ, (client_headers.API_CLIENT_REQUEST_ID, client_headers.AZURE_CLIENT_REQUEST_ID))
+
+
+_added: dict[bool, list[tuple[str, str]]] = {}  # https? -> the headers the middleware adds to a JSON answer
+
+
+def _middleware_headers(secure: bool, content: bytes) -> list[tuple[str, str]]:
+    """The headers Django's middleware adds to a JSON answer, in its order
+    (config/settings.py MIDDLEWARE, answered last to first): found once by
+    the middleware itself (again after a setting changes), the length the
+    only one that depends on the answer."""
+    added = _added.get(secure)
+    if added is None:
+        probe = HttpResponse(b"", content_type="application/json")
+        before = set(probe.headers)
+        XFrameOptionsMiddleware(lambda request: None).process_response(None, probe)
+        probe["Content-Length"] = "0"  # CommonMiddleware's, where it comes
+        SecurityMiddleware(lambda request: None).process_response(_Secure(secure), probe)
+        added = _added[secure] = [(name, value) for name, value in probe.items() if name not in before]
+    return [(name, str(len(content))) if name == "Content-Length" else (name, value) for name, value in added]
+
+
+def _forget_middleware_headers(**kwargs) -> None:
+    _added.clear()
+
+
+setting_changed.connect(_forget_middleware_headers, dispatch_uid="api-fastpath-middleware-headers")
+
+
+def checked(requests: list[tuple[dict, Lease]]) -> list[ApiLeaseCall]:
+    """The calls of JSON lease requests received together; first, as
+    Django's handler does at a request's start (request_started), a broken
+    or old database connection closed (as leases/azure/fastpath.checked)."""
+    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])
+    return [ApiLeaseCall(environ, lease) for environ, lease in requests]
+
+
+def usable() -> bool:
+    """Whether the lean path may answer here: Django's security middleware
+    redirects nothing and trusts no proxy header for https."""
+    return not settings.SECURE_SSL_REDIRECT and not settings.SECURE_PROXY_SSL_HEADER

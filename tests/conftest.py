@@ -153,12 +153,14 @@ class _ThreadingServer(WSGIServer):
     at once."""
 
     allow_reuse_address = True
+    KEEP = 8  # idle threads kept, each with its connection; one past that ends
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._threads = self._idle = 0
+        self._started: list[threading.Thread] = []
 
     def process_request(self, request, client_address):
         with self._lock:
@@ -168,7 +170,9 @@ class _ThreadingServer(WSGIServer):
             else:
                 self._idle -= 1
         if start:
-            threading.Thread(target=self._serve_requests, daemon=True).start()
+            thread = threading.Thread(target=self._serve_requests, daemon=True)
+            self._started = [t for t in self._started if t.is_alive()] + [thread]
+            thread.start()
         self._requests.put((request, client_address))
 
     def _serve_requests(self) -> None:
@@ -184,16 +188,26 @@ class _ThreadingServer(WSGIServer):
                 finally:
                     self.shutdown_request(request)
                     with self._lock:
-                        self._idle += 1
+                        retire = self._idle >= self.KEEP
+                        if retire:
+                            self._threads -= 1
+                        else:
+                            self._idle += 1
+                if retire:
+                    break
         finally:
             connections.close_all()  # this thread's
 
     def server_close(self) -> None:
+        """Stop, and wait for the threads to close their connections (a
+        PostgreSQL test database is dropped after the last test)."""
         super().server_close()
         with self._lock:
             threads = self._threads
         for _ in range(threads):  # each thread ends after the request it may be in
             self._requests.put(None)
+        for thread in self._started:
+            thread.join(timeout=30)
 
 
 @pytest.fixture
@@ -211,24 +225,32 @@ def make_blob(transactional_db, clock):
     return make
 
 
-@pytest.fixture
-def azure_server(transactional_db, clock):
-    """Base URL of a live, threaded server running the real WSGI app."""
+@pytest.fixture(scope="session")
+def _live_server(django_db_setup):
+    """One threaded server running the real WSGI app for the test process:
+    its threads, and their database connections, serve test after test
+    (a server and connections of each test's own cost more than most
+    tests' requests, on PostgreSQL a backend process each). Stopped before
+    the test database is removed."""
     from config.wsgi import application
 
+    server = _ThreadingServer(("127.0.0.1", 0), _Handler)
+    server.set_app(application)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def azure_server(transactional_db, clock, _live_server):
+    """Base URL of a live, threaded server running the real WSGI app, on
+    this test's data (the development account made)."""
     from leases.services import account_ensure
 
     account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
-    server = _ThreadingServer(("127.0.0.1", 0), _Handler)
-    server.set_app(application)
-    # A short poll interval: shutdown() waits for the loop to notice.
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return f"http://127.0.0.1:{_live_server.server_address[1]}"
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from the lean side's state, so later steps meet leases in every state."""
 from __future__ import annotations
 
 import json
-import random
 import uuid
 
 import pytest
@@ -27,8 +26,10 @@ from leases.azure.handler import LeaseholdWSGI
 from leases.domain import clock as lease_clock
 from leases.models import LeaseEvent
 
-from .helpers import API, DEV_ACCOUNT, make_blob, make_container, make_user
 from leases.models.tokens import ApiToken
+from tests.azure.test_azure_fastpath import _answer, _events_after, _seeded_uuid4
+
+from .helpers import API, DEV_ACCOUNT, make_blob, make_container, make_user
 
 pytestmark = pytest.mark.also_postgres
 
@@ -52,30 +53,6 @@ def environ(action: str, path: str, body, *, token: str, query: str = "", header
              "server": ("127.0.0.1", 10000), "client": ("10.9.8.7", 40123),
              "headers": [(k.encode(), v.encode("utf-8")) for k, v in hdrs.items() if v is not None]}
     return _environ(scope, content, len(content))
-
-
-def _answer(app, env: dict) -> tuple[str, list, bytes]:
-    out = {}
-
-    def start_response(status, headers, exc_info=None):
-        out["status"], out["headers"] = status, headers
-
-    result = app(env, start_response)
-    try:
-        body = b"".join(result)
-    finally:
-        result.close()
-    return out["status"], list(out["headers"]), body
-
-
-def _events_after(last_id: int) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "id"}
-            for row in LeaseEvent.objects.filter(id__gt=last_id).order_by("id").values()]
-
-
-def _seeded_uuid4(seed: int):
-    rng = random.Random(seed)
-    return lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
 
 
 class Served:

@@ -33,8 +33,10 @@ def make_user(username: str, *perms: str, superuser: bool = False) -> User:
     return user
 
 
-def token_client(user: User, token_name: str | None = None) -> APIClient:
-    _, raw = ApiToken.issue(user=user, name=token_name or f"{user.username}-token")
+def token_client(user: User, token_name: str | None = None, **issued) -> APIClient:
+    """A client with a new bearer token of ``user``'s (``issued``: more of ApiToken.issue's
+    keywords, such as ``expires_at``)."""
+    _, raw = ApiToken.issue(user=user, name=token_name or f"{user.username}-token", **issued)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return client

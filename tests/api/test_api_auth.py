@@ -58,10 +58,8 @@ def test_a_revoked_token_stops_working(accounts):
 
 def test_a_token_expires_on_the_lease_clock(accounts, clock):
     clock.freeze()
-    _, raw = ApiToken.issue(user=make_user("alice", "leases.view_container"), name="ci",
-                            expires_at=clock.now() + timedelta(hours=1))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client = token_client(make_user("alice", "leases.view_container"), "ci",
+                          expires_at=clock.now() + timedelta(hours=1))
     assert client.get(f"{API}/containers/").status_code == 200
     clock.advance(3600)
     assert code(client.get(f"{API}/containers/")) == (401, "AuthenticationFailed")
@@ -110,10 +108,8 @@ def test_changes_made_by_another_process_count_within_the_bound(accounts, monkey
 
 def test_a_remembered_token_still_expires_on_time(accounts, clock):
     clock.freeze()
-    _, raw = ApiToken.issue(user=make_user("alice", "leases.view_container"), name="ci",
-                            expires_at=clock.now() + timedelta(seconds=30))
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    client = token_client(make_user("alice", "leases.view_container"), "ci",
+                          expires_at=clock.now() + timedelta(seconds=30))
     assert client.get(f"{API}/containers/").status_code == 200  # remembered from here
     clock.advance(30)
     assert code(client.get(f"{API}/containers/")) == (401, "AuthenticationFailed")

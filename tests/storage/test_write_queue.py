@@ -16,6 +16,17 @@ from leases.storage.write_queue import WriteQueue, queue_for
 pytestmark = pytest.mark.also_postgres
 
 
+def _writes(name: str, result):
+    """A batch member that writes an account named ``name`` and returns ``result``."""
+    Account.objects.create(name=name, key1="a2V5")
+    return result
+
+
+def _fails_after_writing(name: str) -> None:
+    Account.objects.create(name=name, key1="a2V5")
+    raise ValueError("after writing")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_failing_member_undoes_only_its_own_writes():
     assert queue_for() is not None  # SQLite on a file, or PostgreSQL: the queue makes writes together
@@ -58,12 +69,10 @@ def test_members_committed_together_each_undo_only_their_own_writes():
     its writes."""
 
     def plain(i):
-        Account.objects.create(name=f"m{i}", key1="a2V5")
-        return i
+        return _writes(f"m{i}", i)
 
     def fails_after_writing():
-        Account.objects.create(name="gone", key1="a2V5")
-        raise ValueError("after writing")
+        _fails_after_writing("gone")
 
     def nested_failure_caught():
         Account.objects.create(name="kept", key1="a2V5")
@@ -163,15 +172,8 @@ def test_a_failing_lease_write_in_a_batch_fails_alone():
     savepoints): one that fails after writing undoes the batch there, and the
     queue makes each alone, so it fails alone and the others are written."""
 
-    def plain(i):
-        Account.objects.create(name=f"lease{i}", key1="a2V5")
-        return i
-
-    def fails_after_writing():
-        Account.objects.create(name="undone", key1="a2V5")
-        raise ValueError("after writing")
-
-    outcomes = write_together([lambda: plain(1), fails_after_writing, lambda: plain(2)], skips_rows=True)
+    outcomes = write_together([lambda: _writes("lease1", 1), lambda: _fails_after_writing("undone"),
+                               lambda: _writes("lease2", 2)], skips_rows=True)
     assert [result for result, _ in outcomes] == [1, None, 2]
     assert [type(error) for _, error in outcomes] == [type(None), ValueError, type(None)]
     assert sorted(Account.objects.values_list("name", flat=True)) == ["lease1", "lease2"]

@@ -31,10 +31,10 @@ from rest_framework.renderers import JSONRenderer
 from leases import services
 from leases.api.authentication import BearerTokenAuthentication, usable_token
 from leases.api.exceptions import api_exception_handler
-from leases.api.lease_actions import ACTION_VIEWS
+from leases.api.lease_actions import ACTION_VIEWS, action_permissions
 from leases.api.parsers import BoundedJSONParser
 from leases.api.resources import blob_ref, validator_headers
-from leases.api.serializers import WaitParam, _LeaseParam, lease_action_result
+from leases.api.serializers import REASON, WaitParam, _LeaseParam, lease_action_result
 from leases.api.throttling import COUNTED, PrincipalRateThrottle
 from leases.domain import client_headers, clock, lease_params, paths, waiting
 from leases.domain.conditions import Conditions
@@ -66,10 +66,7 @@ def _shape(serializer_class) -> dict[str, tuple[type, ...] | None]:
 
 SHAPES = {view.action_name: _shape(view.input_serializer) for view in ACTION_VIEWS}
 ALL_FIELDS = {view.action_name: frozenset(view.input_serializer().fields) for view in ACTION_VIEWS}
-REASON_MAX = 500  # serializers.REASON's max_length
-PERMISSIONS = {(action, blob): (("leases.break_blob_lease",) if blob else ("leases.break_container_lease",))
-               if action == "break" else (("leases.change_blob",) if blob else ("leases.change_container",))
-               for action in SHAPES for blob in (False, True)}  # LeaseActionView.permissions_for
+REASON_MAX = cast(int, REASON["max_length"])  # the view's input serializer's
 
 
 class Lease:
@@ -179,7 +176,7 @@ class ApiLeaseCall:
         if token is None:
             raise RetryAlone()
         request.auth, request.user = token, token.user
-        if not _has_perms(token.user, PERMISSIONS[lease.action, lease.blob is not None]):
+        if not _has_perms(token.user, action_permissions(lease.action, blob=lease.blob is not None)):
             raise RetryAlone()
         conditions = Conditions.parse(lambda name: environ.get("HTTP_" + name.upper().replace("-", "_")) or None)
         data = lease.data

@@ -2,8 +2,9 @@
 LEASEHOLD_* variables): uvicorn serving serving.asgi on uvloop, with its protocol subclassed in
 serving/front.py to keep header name case as Azure does and to bound what a request's head may be
 (docs/decisions/0002, 0011), ASGI so that each worker's event loop receives a body whole before a
-thread of its lane runs the request (docs/decisions/0003); uvicorn's supervisor restarts a worker
-that dies, and SIGTERM stops the workers gracefully."""
+thread of its lane runs the request (docs/decisions/0003); uvicorn's supervisor forks the workers
+from a process that has imported Leasehold once (docs/decisions/0035), restarts a worker that dies,
+and SIGTERM stops the workers gracefully."""
 
 from __future__ import annotations
 
@@ -101,6 +102,7 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         return
     listener = OwnListener.reserve(host, port)
     ready = _ready_line(host, listener.getsockname()[1], level)
+    _preload()
     try:
         _supervisor()(config, sockets=[listener], ready=ready).run()
     except KeyboardInterrupt:
@@ -134,12 +136,33 @@ def _ready_line(host: str, port: int, level: str):
     return say
 
 
+def _preload() -> None:
+    """What every worker imports (Django set up, its middleware, the URL
+    configuration with every view, the serving front and the doors' lean
+    paths), imported once here: a forked worker starts with it. The
+    application itself is made in each worker (uvicorn imports it there), so
+    nothing with threads, locks or connections is shared."""
+    import django
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.urls import get_resolver
+
+    import serving.asgi  # noqa: F401
+
+    django.setup(set_prefix=False)
+    WSGIHandler()  # imports every middleware
+    get_resolver().url_patterns  # imports the URL configuration and every view
+
+
 def _supervisor():
     from multiprocessing.connection import wait
 
     from uvicorn.config import STARTUP_FAILURE
-    from uvicorn.supervisors import Multiprocess
+    from uvicorn.supervisors import Multiprocess, multiprocess
     from uvicorn.supervisors.multiprocess import Process
+
+    # uvicorn's supervisor makes every worker (at start, in a dead one's place,
+    # on SIGHUP and SIGTTIN) with its module's Process: ours forks.
+    multiprocess.Process = _forked_worker()  # type: ignore[misc]
 
     class Supervisor(Multiprocess):
         """uvicorn's supervisor, with two changes. A worker's exit is seen at
@@ -205,7 +228,7 @@ def _supervisor():
                 return
             if self.should_exit.is_set():
                 return
-            new = Process(self.config, self.sockets)
+            new = multiprocess.Process(self.config, self.sockets)
             new.start()
             self.processes[self.processes.index(old)] = new
             how = (f"did not answer for {self.config.timeout_worker_healthcheck} s and was killed" if hung
@@ -213,6 +236,49 @@ def _supervisor():
             log.warning("Worker process %s %s; worker %s started in its place.", old.pid, how, new.pid)
 
     return Supervisor
+
+
+def _forked_worker():
+    import multiprocessing
+    from multiprocessing import Pipe
+
+    from uvicorn.supervisors.multiprocess import SIGNALS, Process
+
+    fork = multiprocessing.get_context("fork")
+
+    class ForkedWorker(Process):
+        """A worker forked from the supervisor, instead of uvicorn's spawned
+        interpreter that imports everything again: it starts in milliseconds,
+        not a second of CPU. No database connection crosses the fork (the
+        supervisor's are closed first), the supervisor's signal handlers are
+        undone in the child, and the child listens on a socket of its own
+        (OwnListener)."""
+
+        def __init__(self, config, sockets) -> None:
+            self.config = config
+            self._server = None
+            self.parent_conn, self.child_conn = Pipe()
+            self.process = fork.Process(  # type: ignore[assignment]  # uvicorn's type says spawn
+                target=_worker_main, args=(self.target, sockets, tuple(SIGNALS)))
+
+        def start(self) -> None:
+            from django.db import connections
+
+            connections.close_all()
+            super().start()
+
+    return ForkedWorker
+
+
+def _worker_main(target, sockets, signals) -> None:
+    """In a forked worker: uvicorn's server on its own sockets."""
+    for sig in signals:
+        signal.signal(sig, signal.SIG_DFL)
+    own = [_worker_listener(*s.address) if isinstance(s, OwnListener) else s for s in sockets]
+    try:
+        target(sockets=own)
+    except KeyboardInterrupt:
+        pass
 
 
 def _how_it_ended(exitcode: int | None) -> str:

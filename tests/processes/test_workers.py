@@ -86,6 +86,11 @@ def _unread_ping(pid: int) -> bool:
     return False
 
 
+def _cmdline(pid: int) -> bytes:
+    with open(f"/proc/{pid}/cmdline", "rb") as fh:
+        return fh.read()
+
+
 def _answer(sock: socket.socket) -> bytes:
     got = b""
     while not got.endswith(b"ok\n"):
@@ -241,6 +246,38 @@ def test_a_worker_that_dies_while_its_health_check_waits_is_replaced_at_once(ser
     assert f"Worker process {victim} was ended by signal SIGKILL; worker " in server.output()
     assert "did not answer" not in server.output()
     assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
+
+
+def test_workers_are_forked_from_a_supervisor_with_one_thread_and_no_database_open(server):
+    """Workers are forked from the supervisor (docs/decisions/0035): safe only
+    while the supervisor runs one thread (a lock another thread held at the
+    fork stays held in the child for ever) and holds no database connection
+    (one connection used by two processes corrupts SQLite's locking). Both
+    hold at start and after SIGHUP, which replaces every worker by a new
+    fork that serves."""
+    server.migrate().start()
+    _wait_for_both_workers(server)
+    database = os.path.realpath(server.env["LEASEHOLD_DATABASE"])
+
+    def supervisor_is_fork_safe() -> None:
+        pid = server.proc.pid
+        assert os.listdir(f"/proc/{pid}/task") == [str(pid)]
+        files = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        assert not [f for f in files if f.startswith(database)], files
+
+    supervisor_is_fork_safe()
+    first = _workers(server)
+    for pid in first:  # forked, not a new interpreter (multiprocessing's spawn runs `python -c ...`)
+        assert _cmdline(pid) == _cmdline(server.proc.pid)
+    os.kill(server.proc.pid, signal.SIGHUP)
+    deadline = time.monotonic() + 30
+    while set(_workers(server)) & set(first) or len(_workers(server)) < 2:
+        assert time.monotonic() < deadline, "SIGHUP did not replace the workers"
+        time.sleep(0.1)
+    supervisor_is_fork_safe()
+    for _ in range(4):  # both new workers serve, each on a socket of its own
+        assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
+    assert "Traceback" not in server.output()
 
 
 @pytest.mark.parametrize("workers", [1, 2])

@@ -18,6 +18,10 @@ alternating order over several rounds:
   indexes (an experiment: what index maintenance costs a lease request; the admin needs them);
 * ``pg-2``: two instances on one PostgreSQL database, the clients split between them.
 
+With ``--compare-tree DIR`` (a checkout of other code with its own .venv), ``sqlite`` and ``pg-1``
+also run from DIR, as ``sqlite-other`` and ``pg-1-other`` (on a database of their own), in the same
+alternating rounds: whether PostgreSQL's ratio to SQLite moved with the code or with the machine.
+
 Printed per configuration: requests/s (median of the rounds, and the
 median of each round's ratio to SQLite), p50/p99 per action, and per
 lease request: Leasehold CPU, PostgreSQL CPU, statements (round trips;
@@ -178,6 +182,7 @@ def main() -> int:
                         "(also pg-1-t1, pg-1-alone, pg-1-bare)")
     parser.add_argument("--bare", default="blob,history", help="pg-1-bare drops the indexes of these: blob "
                         "(its lease columns), history (all but the primary key)")
+    parser.add_argument("--compare-tree", metavar="DIR", help="also run sqlite and pg-1 from this checkout")
     args = parser.parse_args()
     wanted = args.only.split(",")
 
@@ -189,11 +194,11 @@ def main() -> int:
             conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         configs = []
 
-        def leasehold(name: str, database: str | None, **env) -> servers.Leasehold:
+        def leasehold(name: str, database: str | None, tree: str | None = None, **env) -> servers.Leasehold:
             work = Path(tmp) / name
             work.mkdir()
             extra = {"LEASEHOLD_DATABASE": database, **env} if database else dict(env)
-            server = servers.Leasehold(pg_cluster._free_port(), work, extra_env=extra)
+            server = servers.Leasehold(pg_cluster._free_port(), work, extra_env=extra, tree=tree)
             server.name = f"Leasehold-{name}"
             return server
 
@@ -211,6 +216,10 @@ def main() -> int:
                 configs.append(Config("pg-1-t1", [leasehold("pg-1-t1", url, LEASEHOLD_THREADS="1")], "one"))
         if "pg-1-bare" in wanted:
             configs.append(Config("pg-1-bare", [leasehold("pg-1-bare", pg.create_database("bare"))], "bare"))
+        if args.compare_tree:
+            configs.append(Config("sqlite-other", [leasehold("sqlite-other", None, tree=args.compare_tree)], None))
+            configs.append(Config("pg-1-other", [leasehold("pg-1-other", pg.create_database("other"),
+                                                            tree=args.compare_tree)], "other"))
         if "pg-2" in wanted:
             url = pg.create_database("two")
             configs.append(Config("pg-2", [leasehold("pg-2a", url), leasehold("pg-2b", url)], "two"))
@@ -250,8 +259,9 @@ def report(results: dict[str, list[dict]], args) -> None:
     print(f"{'config':<9} {'req/s':>7} {'x sqlite':>8}  " + "  ".join(
         f"{ACTION_NAMES[a] + ' p50/p99 ms':>20}" for a in (ACQUIRE, RENEW, RELEASE)) + f"  {'errors':>6}")
     for name, rounds in results.items():
+        own = results.get("sqlite-other") if name.endswith("-other") else base  # each tree against its own SQLite
         rps = statistics.median(r["rps"] for r in rounds)
-        ratio = statistics.median(r["rps"] / b["rps"] for r, b in zip(rounds, base)) if base else float("nan")
+        ratio = statistics.median(r["rps"] / b["rps"] for r, b in zip(rounds, own)) if own else float("nan")
         lat = "  ".join(f"{statistics.median(r['lat'][a][0] for r in rounds):>9.1f}/"
                         f"{statistics.median(r['lat'][a][1] for r in rounds):<10.1f}" for a in (ACQUIRE, RENEW, RELEASE))
         print(f"{name:<9} {rps:>7.0f} {ratio:>8.2f}  {lat}  {sum(r['errors'] for r in rounds):>6}")

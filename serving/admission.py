@@ -17,14 +17,14 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
+from collections.abc import Mapping
 from email.utils import formatdate
 
 from django import db
 
 from serving import answers
+from serving.doors import LeanPath, door_of
 from leases.auth import principals
-from leases.azure import fastpath
-from leases.domain import paths
 from leases.domain.errors import MESSAGES, LeaseholdError
 
 log = logging.getLogger("leasehold.admission")
@@ -32,12 +32,10 @@ log = logging.getLogger("leasehold.admission")
 BUSY_MESSAGE = "Too many requests without valid credentials from this address; retry."
 BUSY_XML_HEAD = ('\ufeff<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
                  f"<Message>{BUSY_MESSAGE}\n")
-BUSY_VERSION = fastpath.DEFAULT_VERSION.encode()
 PAUSE_SECONDS = 1.0  # most an answer past an address's bound is held back
 UNREAD_SECONDS = 1.0  # after a failed read, the checks read nothing for this long
 LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
 MAX_ADDRESSES = 65536  # buckets and log marks kept; past it the full ones are forgotten
-API_LEASES = paths.API_LEASES
 
 
 class FailedRequests:
@@ -104,9 +102,13 @@ class FailedRequests:
 class Admission:
     """The check in front of the lease lane of one worker process. A read
     waits at most ``read_wait`` seconds; past it the request goes to its
-    door unchecked, as when the database fails."""
+    door unchecked, as when the database fails. ``doors``: each door's lean
+    path (serving/doors.py), by name: the Azure door's answer to a refusal
+    and its x-ms-version."""
 
-    def __init__(self, *, rate: float, burst: float, read_wait: float):
+    def __init__(self, *, rate: float, burst: float, read_wait: float, doors: Mapping[str, LeanPath]):
+        self.azure = doors["azure"]
+        self.busy_version = self.azure.version.encode()
         self.reader = ThreadPoolExecutor(1, thread_name_prefix="admission")  # reads credentials
         self.read_wait = read_wait
         self.failed = FailedRequests(rate, burst)
@@ -119,7 +121,7 @@ class Admission:
 
     async def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
         """The request's principal, or the answer to send instead."""
-        door = "api" if scope["path"].startswith(API_LEASES) else "azure"
+        door = door_of(scope["path"])
         address = environ.get("REMOTE_ADDR", "")
         try:
             try:  # from memory, on the loop
@@ -165,13 +167,13 @@ class Admission:
         body = (BUSY_XML_HEAD + f"RequestId:{request_id}\nTime:{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}0Z"
                 "</Message></Error>").encode()
         return 503, [(b"Content-Type", b"application/xml"), (b"x-ms-error-code", b"ServerBusy"),
-                     (b"x-ms-request-id", request_id.encode()), (b"x-ms-version", BUSY_VERSION),
+                     (b"x-ms-request-id", request_id.encode()), (b"x-ms-version", self.busy_version),
                      (b"Date", formatdate(now, usegmt=True).encode()), (b"Retry-After", retry),
                      (b"Content-Length", str(len(body)).encode())], body
 
     def _refusal(self, environ, door: str, refused: principals.Refused) -> tuple[int, list, bytes]:
-        if door == "azure":
-            response = fastpath.refused(environ, refused.error or LeaseholdError(refused.code))
+        if door == "azure" and self.azure.refused is not None:
+            response = self.azure.refused(environ, refused.error or LeaseholdError(refused.code))
             return answers.rendered(environ, response.status_code, list(response.items()), response, close=False)
         return _json(refused.status, refused.code, {"WWW-Authenticate": 'Bearer realm="leasehold"'},
                      reason=refused.reason)

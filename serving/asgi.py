@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import gc
 import json
 import operator
+from collections.abc import Sequence
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -25,14 +25,12 @@ from serving import answers, bodies, front, long_reads
 from serving.environ import wsgi_environ as _environ
 from serving.lease_batch import LeaseBatcher
 from serving.admission import Admission
+from serving.doors import LeanPath, Writer, door_of
 from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from leases.operations import clockwatch, retention
 from leases import conf
-from leases.domain import waiting
-from leases.azure import fastpath
-from leases.api import fastpath as api_fastpath
-from leases.domain import paths
+from leases.domain import paths, waiting
 
 
 API_LEASES = paths.API_LEASES
@@ -41,15 +39,17 @@ UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.s
 
 
 class LeaseholdASGI:
-    def __init__(self, app, *, lean_path: bool = False, long_read_helper: str | None = None):
-        """``app``: Django's WSGI application (config/asgi.py); ``lean_path``:
-        whether the usual Azure lease request may take leases.azure.fastpath
-        (batched) instead of ``app`` (only where ``app`` is Leasehold's own);
+    def __init__(self, app, *, lean_paths: Sequence[LeanPath], writer: Writer, long_read_helper: str | None = None):
+        """``app``: Django's WSGI application; ``lean_paths``: the doors'
+        lean lease paths, which the usual lease request takes (batched)
+        instead of ``app``; ``writer``: what the batches are written through
+        (both handed by config/asgi.py, serving/doors.py);
         ``long_read_helper``: the helper's module (serving/long_reads.py)."""
         self.app = app
-        self.lean_path = lean_path
-        self.api_lean_path = lean_path and api_fastpath.usable()  # the JSON API's lease actions too
-        fastpath.server_process()  # a server process: on PostgreSQL every statement and lock wait is bounded
+        self.writer = writer
+        self.doors = {path.door: path for path in lean_paths}
+        self.lean_paths = {door: path for door, path in self.doors.items() if path.usable()}
+        writer.server_process()  # a server process: on PostgreSQL every statement and lock wait is bounded
         # On PostgreSQL a write waits for its row's lock, not the database's:
         # more threads, one per row at a time (serving/lanes.py).
         self.row_locks = settings.DATABASES["default"]["ENGINE"] == "engines.postgres"
@@ -80,8 +80,7 @@ class LeaseholdASGI:
         batches = ThreadPoolExecutor(1, thread_name_prefix="lease-batch") if self.row_locks \
             else self.lanes["lease"].executors[0]
         self.batcher = LeaseBatcher(batches, lean_calls,
-                                    functools.partial(fastpath.write_together, wait_for_rows=False),
-                                    operator.methodcaller("answer"), answers.batched,
+                                    operator.methodcaller("answer"), answers.batched, writer=writer,
                                     inline=own.lease_inline and not self.row_locks,
                                     in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
@@ -93,7 +92,7 @@ class LeaseholdASGI:
         # address (serving/admission.py); the lease lane shared by principals in
         # turn (serving/lanes.py), with a request queued behind each running one.
         self.admission = Admission(rate=own.unauthenticated_rate[0], burst=own.unauthenticated_rate[1],
-                                   read_wait=own.write_wait)
+                                   read_wait=own.write_wait, doors=self.doors)
         self.gate = FairGate(2 * len(self.lanes["lease"].executors))
 
     async def __call__(self, scope, receive, send):
@@ -176,14 +175,14 @@ class LeaseholdASGI:
                 await send({"type": "http.response.body", "body": content})
                 return
             environ[PRINCIPAL] = admitted
-        names = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None
-        # A JSON request the lean path took asks no wait (api_fastpath.takes): its body is not parsed again.
-        if lane is self.lanes["lease"] and isinstance(body, bytes) and not isinstance(names, api_fastpath.Lease) \
+        taken = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None
+        # A request a lean path took that asks no wait (its takes_waits) is not looked at again.
+        if lane is self.lanes["lease"] and isinstance(body, bytes) and (taken is None or taken[0].takes_waits) \
                 and _may_wait(scope, environ, body):
-            await serve_waiting(self, scope, receive, send, body, length, environ, names, lane)
+            await serve_waiting(self, scope, receive, send, body, length, environ, taken, lane)
             return
-        if names is not None and self.batching and self.commits_together():
-            status, headers, content = await self.batched(environ, names, lane)  # its body, if any, read: takes() says so
+        if taken is not None and self.batching and self.commits_together():
+            status, headers, content = await self.batched(environ, taken, lane)  # its body, if any, read: takes() says so
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
             return
@@ -193,11 +192,14 @@ class LeaseholdASGI:
             return
         await self.run_in_lane(lane, environ, receive, send, body)
 
-    def lean(self, scope, environ, body):
-        """What a door's lean path takes of a lease request (its ``takes``), or None."""
-        if scope["path"].startswith(API_LEASES):
-            return api_fastpath.takes(environ, body) if self.api_lean_path else None
-        return fastpath.takes(environ) if self.lean_path else None
+    def lean(self, scope, environ, body) -> tuple[LeanPath, Any] | None:
+        """The lean path of the request's door and what it takes of the
+        request (its ``takes``), or None."""
+        path = self.lean_paths.get(door_of(scope["path"]))
+        if path is None:
+            return None
+        names = path.takes(environ, body)
+        return None if names is None else (path, names)
 
     def turn(self, lane, environ):
         """A lease request's place in the lease lane, in its principal's turn."""
@@ -236,19 +238,19 @@ class LeaseholdASGI:
             if not isinstance(body, bytes):
                 body.close()  # the spooled file, deleted on close
 
-    async def lease_answer(self, environ, names, lane) -> tuple[int, list, bytes]:
-        """One attempt of a lease request: batched (the Azure door's lean
-        path) or in a thread of the lease lane."""
-        if names is not None and self.batching and self.commits_together():
-            return await self.batched(environ, names, lane)
+    async def lease_answer(self, environ, taken, lane) -> tuple[int, list, bytes]:
+        """One attempt of a lease request: batched (``taken`` by a lean path)
+        or in a thread of the lease lane."""
+        if taken is not None and self.batching and self.commits_together():
+            return await self.batched(environ, taken, lane)
         return await self.in_lane(environ, lane)
 
-    async def batched(self, environ, names, lane) -> tuple[int, list, bytes]:
+    async def batched(self, environ, taken, lane) -> tuple[int, list, bytes]:
         """A lean lease request's answer, written in a batch; if the batch
-        could not write it (PostgreSQL: RetryAlone), alone in its row's turn."""
+        could not write it (PostgreSQL: retry_alone), alone in its row's turn."""
         try:
-            return await self.batcher.submit(environ, names)
-        except fastpath.RetryAlone:
+            return await self.batcher.submit(environ, taken)
+        except self.writer.retry_alone:
             async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
                 return await self.in_lane(environ, lane)
 
@@ -270,7 +272,7 @@ class LeaseholdASGI:
         """A batch's bound (``writes_by``), from its oldest request's arrival."""
         if not self.row_locks:
             return contextlib.nullcontext()
-        return fastpath.writes_by(received_at + self.write_wait)
+        return self.writer.writes_by(received_at + self.write_wait)
 
     def writes_by(self, environ):
         """On PostgreSQL, a write (any lane but reads) that waited its
@@ -278,11 +280,11 @@ class LeaseholdASGI:
         first statement (503 ServerBusy), as SQLite's writer lock refuses it."""
         if not self.row_locks or environ.get("leasehold.lane") == "read":
             return contextlib.nullcontext()
-        return fastpath.writes_by(environ["leasehold.received_at"] + self.write_wait)
+        return self.writer.writes_by(environ["leasehold.received_at"] + self.write_wait)
 
     def commits_together(self) -> bool:
         if self._commits_together is None:
-            self._commits_together = bool(self.batcher.context.run(fastpath.commits_together))
+            self._commits_together = bool(self.batcher.context.run(self.writer.commits_together))
         return self._commits_together
 
     def body_cap(self, scope) -> int:
@@ -310,7 +312,7 @@ class LeaseholdASGI:
             # of an upload's writes waits for the writer on its own
             # (leases/storage/blob_content.py), so its wait counts from its turn.
             environ["leasehold.received_at"] = time.monotonic()
-        with fastpath.received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
+        with self.writer.received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
             result = self.app(environ, start_response)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         if streamed:
@@ -320,18 +322,17 @@ class LeaseholdASGI:
         return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
 
 
-def lean_calls(requests: list[tuple[dict, Any]]) -> list:
-    """The calls of lean lease requests received together, each made by its
-    own door's lean path (``checked``), in order; a batch writes them
-    together whichever their door (fastpath.write_together)."""
-    api = [isinstance(names, api_fastpath.Lease) for _, names in requests]
-    if not any(api):
-        return fastpath.checked(requests)
-    if all(api):
-        return api_fastpath.checked(requests)
-    calls = iter(api_fastpath.checked([request for request, own in zip(requests, api) if own]))
-    azure = iter(fastpath.checked([request for request, own in zip(requests, api) if not own]))
-    return [next(calls) if own else next(azure) for own in api]
+def lean_calls(requests: list[tuple[dict, tuple[LeanPath, Any]]]) -> list:
+    """The calls of lean lease requests received together, each made by the
+    lean path that took it (``checked``), in order; a batch writes them
+    together whichever their door (the writer's ``write_together``)."""
+    first = requests[0][1][0]
+    if all(path is first for _, (path, _) in requests):
+        return first.checked([(environ, names) for environ, (_, names) in requests])
+    calls = {}  # each lean path's calls, in the order of its requests
+    for path in dict.fromkeys(path for _, (path, _) in requests):
+        calls[path] = iter(path.checked([(environ, names) for environ, (own, names) in requests if own is path]))
+    return [next(calls[path]) for _, (path, _) in requests]
 
 
 def _may_wait(scope, environ, body: bytes) -> bool:

@@ -1,5 +1,5 @@
 """Lease requests that a worker receives together are submitted to the process's write queue
-together (leases/storage/write_queue.py, through the Azure door's ``fastpath.write_together``),
+together (leases/storage/write_queue.py, through the writer the wiring hands serving: serving/doors.py),
 which commits them together with whatever else is queued (one transaction, a savepoint each, one
 commit and one fsync); when the batch is one request and nothing else is in flight, the event loop
 submits it itself under ``at_once()`` (the queue writes it only if idle and the writer free this
@@ -18,7 +18,7 @@ import contextvars
 import threading
 
 from serving.lanes import PRINCIPAL, fair_share
-from leases.azure.fastpath import WouldWait, at_once, received_at
+from serving.doors import Writer
 
 MAX_BATCH = 64
 
@@ -27,7 +27,7 @@ class LeaseBatcher:
     """The lean lease requests of one worker process, answered in batches.
 
     ``check([(environ, names), ...])`` -> the calls (the checks);
-    ``write(calls)`` settles each (fastpath.write_together); ``answer(call)``
+    ``writer.write_together(calls)`` settles each; ``answer(call)``
     -> the response; ``finish(environ, response)`` -> what the front sends.
     ``executor`` is the lease lane's thread, for batches that must wait for
     the writer; ``inline=False`` sends every batch there. ``in_flight()``
@@ -36,11 +36,12 @@ class LeaseBatcher:
     a context in which the lane's thread writes a batch whose oldest request
     arrived then (the write wait's bound on PostgreSQL)."""
 
-    def __init__(self, executor, check, write, answer, finish, *, in_flight, inline: bool = True,
+    def __init__(self, executor, check, answer, finish, *, writer: Writer, in_flight, inline: bool = True,
                  writes_by=lambda received_at: contextlib.nullcontext()):
         self.executor = executor
         self.in_flight = in_flight
-        self.check, self.write, self.answer, self.finish = check, write, answer, finish
+        self.check, self.write, self.answer, self.finish = check, writer.write_together, answer, finish
+        self.writer = writer
         self.inline = inline
         self.writes_by = writes_by
         self.context = contextvars.copy_context()
@@ -106,9 +107,9 @@ class LeaseBatcher:
         """On the loop: the batch checked, written and answered if the writer
         is free this moment; None (nothing written) if not."""
         try:
-            with at_once(), _lent():
+            with self.writer.at_once(), _lent():
                 calls = self.context.run(self._checked_and_written, batch)
-        except WouldWait:  # the lane's thread will wait for the writer
+        except self.writer.would_wait:  # the lane's thread will wait for the writer
             return None
         return self._answers(batch, calls)
 
@@ -121,7 +122,7 @@ class LeaseBatcher:
             self._next(loop)
             return
         oldest = min(environ["leasehold.received_at"] for environ, _, _ in batch)
-        with received_at(oldest), self.writes_by(oldest):
+        with self.writer.received_at(oldest), self.writes_by(oldest):
             calls = self._checked_and_written(batch)
         loop.call_soon_threadsafe(_settle_all, self._answers(batch, calls))  # one wake-up of the loop
         self._next(loop)
@@ -133,7 +134,7 @@ class LeaseBatcher:
             calls = self.check([(environ, names) for environ, names, _ in batch])
             self.write(calls)
             return calls
-        except WouldWait:
+        except self.writer.would_wait:
             raise
         except BaseException as exc:  # noqa: BLE001
             return exc

@@ -23,7 +23,6 @@ from serving.lanes import PRINCIPAL
 from serving.environ import wsgi_environ
 from leases.domain import clock, waiting
 from leases.services import wakeups
-from leases.azure.fastpath import takes
 from leases import conf
 from leases.auth.sharedkey import VERIFIED
 
@@ -229,9 +228,7 @@ class Waiters:
         effect is covered by wake_all: each waiter tries once more."""
         import psycopg
 
-        from leases.azure.fastpath import side_connection
-
-        conninfo, params = side_connection(settings.DATABASES["default"])
+        conninfo, params = wakeups.listener(settings.DATABASES["default"])
         while self._wants_signals():
             try:
                 # to whichever host answers as primary (NOTIFY is sent there), keepalives bounding a hung one
@@ -250,7 +247,7 @@ class Waiters:
         self.listening = None  # no await since the last look: a new waiter starts listening again
 
 
-async def serve_waiting(app, scope, receive, send, body, length, environ, names, lane) -> None:
+async def serve_waiting(app, scope, receive, send, body, length, environ, taken, lane) -> None:
     """An acquire that may wait (serving/waiting.py): tried; if refused
     quietly for a held lease, waited for and tried again, until it is
     granted or its wait runs out (the final, recorded attempt)."""
@@ -260,7 +257,7 @@ async def serve_waiting(app, scope, receive, send, body, length, environ, names,
     # What the server found before the request queued (serving/admission.py), kept for each attempt.
     checked = {key: environ[key] for key in (PRINCIPAL, VERIFIED) if key in environ}
     try:
-        answer = await app.lease_answer(environ, names, lane)
+        answer = await app.lease_answer(environ, taken, lane)
         if wait.key is not None:
             gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
             try:
@@ -273,7 +270,7 @@ async def serve_waiting(app, scope, receive, send, body, length, environ, names,
                     environ.update({"leasehold.received_at": time.monotonic(), "leasehold.lane": lane.name,
                                     waiting.ENVIRON: wait, **checked})
                     wait.final, wait.key, wait.seq = how == "timeout", None, app.waiters.seq
-                    answer = await app.lease_answer(environ, takes(environ) if names else None, lane)
+                    answer = await app.lease_answer(environ, app.lean(scope, environ, body) if taken else None, lane)
             finally:
                 gone.cancel()
         status, headers, content = answer

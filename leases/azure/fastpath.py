@@ -22,9 +22,7 @@ from django.utils.log import log_response
 from leases import services
 from leases.domain import paths, waiting
 from leases.services import ResourceRef
-from engines import postgres
-from engines.busy import WouldWait, at_once, received_at
-from leases.storage.write_queue import RetryAlone, commits_together
+from leases.storage.write_queue import RetryAlone
 from leases.auth.sas import SAS_PARAMETERS
 from leases.azure import inputs, lease_request, wire
 from leases.azure.auth import actor_name, credentials, lease_operation, permit
@@ -39,33 +37,6 @@ QUERY_NAMES = frozenset({"comp", "restype", "timeout"})
 # must be printable ASCII, which check_query accepts as it is.
 SAS_VALUE = re.compile(r"[A-Za-z0-9%:.,+_~/=-]{1,512}\Z")
 DEFAULT_VERSION = wire.DEFAULT_VERSION  # the x-ms-version of an answer the server builds itself (serving/admission.py)
-
-# What the server (serving/) uses of the write queue and the engines, through this seam only: the
-# queue's answers (RetryAlone: not written, to be sent alone; WouldWait: not written under at_once()),
-# and each thread's write deadline (received_at; writes_by on PostgreSQL).
-__all__ = ["RetryAlone", "WouldWait", "at_once", "commits_together", "received_at", "server_process",
-           "side_connection", "writes_by"]
-
-
-def server_process() -> None:
-    """This process serves requests: on PostgreSQL every statement and lock
-    wait is bounded (engines/postgres/)."""
-    postgres.serving()
-
-
-def writes_by(deadline: float):
-    """A context in which this thread's writes must begin by ``deadline``
-    (time.monotonic()), else 503 ServerBusy (PostgreSQL; SQLite's writer
-    lock counts from ``received_at``)."""
-    return postgres.writes_by(deadline)
-
-
-def side_connection(settings_dict: dict):
-    """PostgreSQL's (conninfo, params) for a connection of the server's own
-    beside Django's (serving/waiting.py's LISTEN); imports the driver."""
-    from engines.postgres.base import side_connection as side
-
-    return side(settings_dict)
 
 
 class LeanRequest:
@@ -101,9 +72,10 @@ def _printable(text: str) -> bool:
     return text.isascii() and text.isprintable()
 
 
-def takes(environ: dict) -> tuple[str, str, str | None] | None:
+def takes(environ: dict, body=None) -> tuple[str, str, str | None] | None:
     """``(account, container, blob)`` if this request is one the lean path
-    answers exactly as the general path would, else None."""
+    answers exactly as the general path would, else None (``body``: the
+    lean path's requests have none, so it is not read)."""
     if environ.get("REQUEST_METHOD") != "PUT" or environ.get("CONTENT_LENGTH", "0") not in ("", "0") \
             or environ.get("HTTP_TRANSFER_ENCODING") or get_script_name(environ):
         return None

@@ -83,6 +83,15 @@ def marker_dir(using: str = "default") -> str | None:
     return os.path.abspath(name) + ".wake"
 
 
+def listener(settings_dict: dict) -> tuple[str, dict]:
+    """PostgreSQL's (conninfo, params) for a connection of the server's own
+    beside Django's, to LISTEN on ``CHANNEL`` (serving/waiting.py); imports
+    the driver, so only on PostgreSQL."""
+    from engines.postgres.base import side_connection
+
+    return side_connection(settings_dict)
+
+
 def address(folder: str, pid: str | int) -> bytes:
     """The abstract socket address of server process ``pid`` on the database of ``folder``."""
     digest = hashlib.sha256(folder.encode()).hexdigest()[:24]

@@ -32,10 +32,11 @@ def test_a_database_call_on_the_event_loop_is_refused(transactional_db):
 
 
 def test_a_credential_never_seen_is_read_in_the_admission_thread(transactional_db, django_user_model):
+    from config.asgi import LEAN_PATHS
     from serving.admission import Admission
 
     _, raw = ApiToken.issue(user=django_user_model.objects.create_user("reader"), name="first-seen")
-    admission = Admission(rate=50, burst=50, read_wait=5)
+    admission = Admission(rate=50, burst=50, read_wait=5, doors={path.door: path for path in LEAN_PATHS})
 
     def environ(token: str) -> dict:
         return {"HTTP_AUTHORIZATION": f"Bearer {token}", "REMOTE_ADDR": "192.0.2.1", "PATH_INFO": SCOPE["path"]}

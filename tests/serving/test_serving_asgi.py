@@ -50,7 +50,9 @@ def test_the_long_reads_are_the_two_history_exports():
 @pytest.fixture
 def front(leasehold_env):
     leasehold_env(LEASEHOLD_BODY_IDLE_TIMEOUT="0.2", LEASEHOLD_BODY_MIN_RATE="1000000")
-    return LeaseholdASGI(app=None)
+    from config.asgi import build
+
+    return build(None)
 
 
 def read(front, headers, messages):

@@ -58,9 +58,15 @@ def lane(make_blob, monkeypatch, no_background_checkpoints):
     executor.close()
 
 
+def _writer():
+    from config.asgi import WRITER  # the served application's (imported here: it builds one)
+
+    return WRITER
+
+
 def _batcher(executor, in_flight: int) -> LeaseBatcher:
-    return LeaseBatcher(executor, fastpath.checked, fastpath.write_together, fastpath.LeaseCall.answer,
-                        batched, in_flight=lambda: in_flight)
+    return LeaseBatcher(executor, fastpath.checked, fastpath.LeaseCall.answer, batched, writer=_writer(),
+                        in_flight=lambda: in_flight)
 
 
 def _acquire_request(blob: str = "b") -> tuple[dict, tuple[str, str, str | None]]:
@@ -168,8 +174,7 @@ def test_one_requests_failing_answer_is_its_own(lane):
         return real(call)
 
     # Both arrive in one turn of the loop: one batch, handed to the thread.
-    batcher = LeaseBatcher(lane, fastpath.checked, fastpath.write_together, answer, batched,
-                           in_flight=lambda: 1)
+    batcher = LeaseBatcher(lane, fastpath.checked, answer, batched, writer=_writer(), in_flight=lambda: 1)
 
     async def both():
         return await asyncio.gather(batcher.submit(*_acquire_request("b")), batcher.submit(*_acquire_request("c")),

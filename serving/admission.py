@@ -15,9 +15,9 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
-from collections.abc import Mapping
 from email.utils import formatdate
 
 from django import db

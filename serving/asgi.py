@@ -13,8 +13,8 @@ import contextlib
 import gc
 import json
 import operator
-from collections.abc import Sequence
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 

@@ -1,9 +1,9 @@
 """What serving is handed by the wiring (config/asgi.py), so that it schedules requests without
 importing a door, the storage layer or an engine: each door's lean lease path (``LeanPath``: which
-requests it takes, their calls made together, its answer to a refused request) and the writer its batches go through
-(``Writer``: the write queue's batch write and signals, each thread's write deadline, this process's
-bounds). docs/development/architecture.md ("serving and the
-doors") tells who hands what."""
+requests it takes, their calls made together, its answer to a refused request) and the writer its
+batches go through (``Writer``: the write queue's batch write and signals, each thread's write
+deadline, this process's bounds). docs/development/architecture.md ("serving and the doors") tells
+who hands what."""
 
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ class LeanPath:
     takes: Callable[[dict, Any], Any]
     # [(environ, names), ...] received together -> their calls (checked, to be written and answered)
     checked: Callable[[list[tuple[dict, Any]]], list]
-    # False: a request it takes never asks to wait (its body said so), not looked at again
+    # False: a request it takes asks no wait (its takes read the body), so serving looks for none
     takes_waits: bool = True
     usable: Callable[[], bool] = _always  # whether it may answer here (asked once, at start)
     # The door's answer (an HttpResponse) to a lease request refused before it
     # queued (serving/admission.py: its credentials), and the x-ms-version of an
-    # answer serving builds in the door's shape; None, "": serving's JSON answer.
+    # answer serving builds in the door's shape (None, "": the JSON API's shape, serving's own).
     refused: Callable[[dict, Exception], Any] | None = None
     version: str = ""
 

@@ -31,7 +31,12 @@ def test_a_database_call_on_the_event_loop_is_refused(transactional_db):
         asyncio.run(on_the_loop())
 
 
-def test_a_credential_never_seen_is_read_in_the_admission_thread(transactional_db, django_user_model):
+def test_a_credential_never_seen_is_read_in_the_admission_thread(transactional_db, django_user_model, monkeypatch):
+    from engines import postgres
+
+    # Importing the wiring builds the served application, which marks this
+    # process as a server's (bounded statements on PostgreSQL): undone after.
+    monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)
     from config.asgi import LEAN_PATHS
     from serving.admission import Admission
 

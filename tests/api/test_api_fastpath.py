@@ -322,3 +322,36 @@ def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypat
         assert statuses == [201, 201, 429]
     finally:
         api_settings.reload()
+
+
+def test_a_batch_of_both_doors_is_checked_by_each_requests_own_lean_path(lean_state, monkeypatch):
+    """Requests of both doors received together, taken and checked as the
+    server does (the wiring's lean paths, serving/asgi.py's ``lean`` and
+    ``lean_calls``): each request's call is made by the lean path that took
+    it, in the batch's order, and the batch, written together, answers each
+    as its own door would."""
+    from engines import postgres
+
+    # Importing the wiring builds the served application, which marks this
+    # process as a server's (bounded statements on PostgreSQL): undone after.
+    monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)
+    from config.asgi import WRITER, build
+    from serving.asgi import lean_calls
+    from tests.azure.test_azure_fastpath import environ as azure_environ
+
+    make_blob("box", "azure.txt", b"x")
+    azure_acquire = {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", "x-ms-proposed-lease-id": A}
+    requests = [azure_environ(f"/{DEV_ACCOUNT}/box/azure.txt", azure_acquire),
+                environ("acquire", BLOB, {"duration": 15, "proposed_lease_id": B}, token=lean_state["all"]),
+                azure_environ(f"/{DEV_ACCOUNT}/box", {**azure_acquire, "x-ms-proposed-lease-id": B})]
+    app = build(None)
+    taken = [app.lean({"path": env["PATH_INFO"]}, env, env["wsgi.input"].getvalue()) for env in requests]
+    assert [pair and pair[0].door for pair in taken] == ["azure", "api", "azure"]
+    calls = lean_calls([(env, pair) for env, pair in zip(requests, taken) if pair is not None])
+    assert [type(call) for call in calls] == [fastpath.LeaseCall, api_fastpath.ApiLeaseCall, fastpath.LeaseCall]
+    assert [call.environ for call in calls] == requests
+    WRITER.write_together(calls)
+    answers = [call.answer() for call in calls]
+    assert [answer.status_code for answer in answers] == [201, 201, 201]
+    assert answers[0]["x-ms-lease-id"] == A and answers[2]["x-ms-lease-id"] == B
+    assert json.loads(answers[1].content)["lease_id"] == B

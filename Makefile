@@ -11,13 +11,18 @@ BIN := $(VENV)/bin
 
 # One install for the server, its test tools, PostgreSQL's driver (the
 # `postgres` extra, for the second pass of `make test`) and the client, by uv
-# (docs/decisions/0023), or by pip where uv cannot be had.
-INSTALL_ARGS := -e '.[test,postgres]' -e './client[aio]'
+# (docs/decisions/0023), or by pip where uv cannot be had. The venv is made
+# without pip (venv's own pip install is most of its time) and uv is fetched
+# by the system's pip into .venv/uv; uv then installs pip too, for whoever
+# wants .venv/bin/pip. Where the system has no pip, a venv with pip fetches uv.
+INSTALL_ARGS := -e '.[test,postgres]' -e './client[aio]' pip
 $(BIN)/.installed: pyproject.toml client/pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	{ $(BIN)/pip install -q --disable-pip-version-check uv && \
-	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(INSTALL_ARGS); } || \
-	  $(BIN)/pip install -q --disable-pip-version-check $(INSTALL_ARGS)
+	{ { $(PYTHON) -m venv --clear --without-pip $(VENV) && \
+	    $(PYTHON) -m pip install -q --disable-pip-version-check --target $(VENV)/uv uv 2>/dev/null && \
+	    ln -sf ../uv/bin/uv $(BIN)/uv; } || \
+	  { $(PYTHON) -m venv --clear $(VENV) && $(BIN)/pip install -q --disable-pip-version-check uv; } } && \
+	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python $(INSTALL_ARGS) || \
+	{ $(PYTHON) -m venv $(VENV) && $(BIN)/python -m pip install -q --disable-pip-version-check $(INSTALL_ARGS); }
 	touch $@
 
 run: $(BIN)/.installed

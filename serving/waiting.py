@@ -25,6 +25,7 @@ from leases.domain import clock, waiting
 from leases.services import wakeups
 from leases import conf
 from leases.auth.sharedkey import VERIFIED
+from leases.operations.metrics import WAITING
 
 log = logging.getLogger("leasehold.waiting")
 
@@ -74,7 +75,8 @@ class Waiters:
             if taken >= self.bound:
                 return False
             self.places[principal] = taken + 1
-            return True
+        WAITING.inc()
+        return True
 
     def release(self, principal: str) -> None:
         with self.lock:
@@ -83,6 +85,7 @@ class Waiters:
                 self.places[principal] = left
             else:
                 self.places.pop(principal, None)
+        WAITING.dec()
 
     def waiting(self) -> int:
         return sum(len(queue.waits) for queue in self.queues.values())

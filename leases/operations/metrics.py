@@ -13,7 +13,7 @@ import math
 import os
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
 # Label values come from fixed sets, never from the request: a bogus action
@@ -53,6 +53,9 @@ RENEWAL_REASONS = frozenset({"LeaseIdMismatchWithLeaseOperation", "LeaseIsBroken
                              "LeaseNotPresentWithLeaseOperation", "MissingRequiredHeader", "InvalidHeaderValue",
                              "ConditionNotMet", "BlobNotFound", "ContainerNotFound"})
 PRUNED = Counter("leasehold_history_pruned_events", "Lease events deleted by retention.")
+# Summed over this instance's live workers (a dead worker's waiters went with it).
+WAITING = Gauge("leasehold_waiting_acquires", "Acquires waiting for a held lease (x-leasehold-wait) in this "
+                "instance.", multiprocess_mode="livesum")
 
 
 _children: dict = {}  # (action, door, outcome) -> (counter, histogram): .labels() costs more than .inc()

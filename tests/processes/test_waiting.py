@@ -30,6 +30,7 @@ import requests
 from tests import azure_raw
 from tests.conftest import CONNECTION
 from tests.server_process import ROOT, Instance, prepare
+from tests.serving.test_metrics import scrape, value
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 
 pytestmark = pytest.mark.processes
@@ -194,23 +195,32 @@ def test_the_leader_helpers_standby_takes_over_at_the_release(sqlite_server):
 
 
 def test_a_thousand_waiters_take_no_thread_each(tmp_path):
-    """One worker; 1,000 acquires waiting at once on one held container:
-    the worker's threads do not grow, the 1,001st is refused (the bound per
-    principal), each request is answered once (at the end of its wait: 409)
-    and recorded once."""
+    """One worker; 1,000 acquires waiting at once on one held container
+    (the server's gauge of waiting acquires says when): the worker's threads
+    do not grow, the 1,001st is refused (the bound per principal), each
+    request is answered once (at the end of its wait: 409) and recorded
+    once, and the gauge is back to 0."""
     database = tmp_path / "leasehold.sqlite3"
     prepare(str(database), tmp_path)
     server = Instance(str(database), tmp_path, "server", workers=1)
     server.env.update(LEASEHOLD_ACCESS_LOG="on", LEASEHOLD_LOG_LEVEL="info")
+    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
+                           "scrape"], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True)
+    server.token = max(made.stdout.split(), key=len)
     server.start()
     try:
         base = server.url
         path = _container(base)
         assert _acquire(base, path, -1).status_code == 201
         assert server.proc is not None  # started
+        scrape(base, {"Authorization": f"Bearer {server.token}"})  # the scrape's own thread, before the count
         threads_before = _threads(server.proc.pid)
         answers, threads_waiting = asyncio.run(_many_waiters(server, path, count=1000, wait=4))
         assert [status for status, _ in answers] == [409] * 1000
+        deadline = time.monotonic() + 10  # a waiter leaves its place just after its answer is sent
+        while value(scrape(base, {"Authorization": f"Bearer {server.token}"}), "leasehold_waiting_acquires"):
+            assert time.monotonic() < deadline, "waiters answered but still counted"
+            time.sleep(0.05)
         assert min(took for _, took in answers) >= 4 * 0.95  # each was held for its whole wait
         assert threads_waiting - threads_before <= 2, (threads_before, threads_waiting)
         acquires = [line for line in server.output().splitlines() if "PUT /" in line and "comp=lease" in line]
@@ -244,7 +254,11 @@ async def _many_waiters(server, path: str, *, count: int, wait: float) -> tuple[
         return status, time.monotonic() - sent
 
     tasks = [asyncio.ensure_future(one()) for _ in range(count)]
-    await asyncio.sleep(wait * 0.7)  # all sent and waiting by now
+    # until the server holds them all (its gauge of waiting acquires), within their wait
+    auth = {"Authorization": f"Bearer {server.token}"}
+    while value(await asyncio.to_thread(scrape, server.url, auth), "leasehold_waiting_acquires") < count:
+        assert not any(task.done() for task in tasks), "a waiter was answered before all were waiting"
+        await asyncio.sleep(0.05)
     threads = _threads(server.proc.pid)
     # One more is past the bound (LEASEHOLD_WAITERS_PER_PRINCIPAL, 1000): 503 ServerBusy at once.
     started = time.monotonic()

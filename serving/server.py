@@ -138,8 +138,8 @@ def _ready_line(host: str, port: int, level: str):
 
 def _preload() -> None:
     """What every worker imports (Django set up, its middleware, the URL
-    configuration with every view, the serving front and the doors' lean
-    paths), imported once here: a forked worker starts with it. The
+    configuration with every view, the serving front), imported once here:
+    a forked worker starts with it. The
     application itself is made in each worker (uvicorn imports it there), so
     nothing with threads, locks or connections is shared."""
     import django
@@ -248,8 +248,8 @@ def _forked_worker():
 
     class ForkedWorker(Process):
         """A worker forked from the supervisor, instead of uvicorn's spawned
-        interpreter that imports everything again: it starts in milliseconds,
-        not a second of CPU. No database connection crosses the fork (the
+        interpreter that imports everything again (docs/decisions/0035). No
+        database connection crosses the fork (the
         supervisor's are closed first), the supervisor's signal handlers are
         undone in the child, and the child listens on a socket of its own
         (OwnListener)."""

@@ -21,8 +21,11 @@ from django.db import connection, transaction
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
+from engines import busy
 from leases.domain import clock
 from leases.api.authentication import principal_name
+
+BUSY_TIMEOUT_MS = 10_000  # a lane thread's wait for the counter file's lock
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hits (
@@ -57,11 +60,36 @@ class SlidingWindowCounter:
         conn = getattr(self._local, "conn", None)
         # A connection must not cross a fork (a server that forks workers after loading the app).
         if conn is None or self._local.pid != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=10, isolation_level=None)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
             _into_wal(conn)
             conn.execute("PRAGMA synchronous=OFF")
             conn.executescript(SCHEMA)
             self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def _begun(self) -> sqlite3.Connection:
+        """This thread's connection in a write transaction. On the event loop's
+        thread (``busy.at_once()``, a lease batch it writes itself) nothing
+        may wait: the file's lock not free this moment, or no connection made
+        yet in this thread (making one writes the schema), is WouldWait, and
+        the request goes to a lane thread (serving/lease_batch.py)."""
+        if not busy.must_not_wait():
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            return conn
+        made: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if made is None or self._local.pid != os.getpid():
+            raise busy.WouldWait("the rate limit's counter has no connection in this thread yet")
+        conn = made
+        conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise busy.WouldWait("the rate limit's counter file is being written") from None
+            raise
+        finally:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         return conn
 
     def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None:
@@ -78,8 +106,7 @@ class SlidingWindowCounter:
         window, into = divmod(now, period)
         window = int(window)
         overlap = 1 - into / period  # share of the previous window still inside the sliding one
-        conn = self._connection()
-        conn.execute("BEGIN IMMEDIATE")
+        conn = self._begun()
         try:
             counts = dict(conn.execute("SELECT window, count FROM hits WHERE key = ? AND window >= ?",
                                        (key, window - 1)))
@@ -191,7 +218,14 @@ class LocalShares:
             carried = share.pending if share is not None else 0
             if share is not None:
                 share.pending = 0
-        wait, previous, current = shared.counted(name, limit=limit, period=period, now=now, carried=carried)
+        try:
+            wait, previous, current = shared.counted(name, limit=limit, period=period, now=now, carried=carried)
+        except BaseException:  # nothing counted (on the loop's thread: the counter busy): the hits kept for later
+            with self.lock:
+                share = self.shares.get(key)
+                if share is not None:
+                    share.pending += carried
+            raise
         with self.lock:
             share = self.shares.get(key)
             if share is None:

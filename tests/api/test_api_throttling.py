@@ -241,3 +241,66 @@ def test_shares_are_handed_over_within_a_second(tmp_path):
     assert shares.hit(spy, "k", limit=1000, period=60, now=now + SYNC_SECONDS) is None
     assert spy.calls == 2
     assert spy.shared.counted("k", limit=1000, period=60, now=now + SYNC_SECONDS)[2] == 5  # 4, and this one
+
+
+def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wait(tmp_path):
+    """A lease batch the event loop writes itself (busy.at_once()) counts
+    the JSON API's rate limit on the loop's thread: another holder of the
+    counter file's lock, or no connection made in that thread yet, is
+    WouldWait at once (the request then goes to a lane thread, which may
+    wait), never a wait of the busy timeout that would stall the loop. Off
+    the loop, the count waits for the lock and goes on."""
+    import sqlite3
+
+    from engines import busy
+
+    path = str(tmp_path / "t.sqlite3")
+    counter = SlidingWindowCounter(path)
+    with busy.at_once(), pytest.raises(busy.WouldWait):
+        counter.hit("p", limit=10, period=60, now=1000.0)  # no connection in this thread yet
+    assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # made here, off the loop
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # another process's count in progress
+    try:
+        with busy.at_once(), pytest.raises(busy.WouldWait):
+            counter.hit("p", limit=10, period=60, now=1000.0)
+        released = threading.Timer(0.2, other.execute, ("COMMIT",))
+        released.start()
+        assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # waits for the lock
+        released.join()
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+    with busy.at_once():
+        assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # the lock free: counted at once
+    assert counter.counted("p", limit=10, period=60, now=1000.0)[2] == 4  # the refused tries counted nothing
+
+
+def test_hits_a_process_admitted_on_its_own_are_kept_when_the_counter_is_busy(tmp_path):
+    """The hits a process admits within its share of the limit are handed
+    to the shared counter at the next sync. A sync refused on the event
+    loop's thread (the counter file busy: WouldWait) loses none of them:
+    the next sync counts them all."""
+    import sqlite3
+
+    from engines import busy
+    from leases.api.throttling import LocalShares
+
+    path = str(tmp_path / "t.sqlite3")
+    counter, shares = SlidingWindowCounter(path), LocalShares()
+    limit, period = 1000, 60  # a share of 10 hits a process admits on its own
+    assert shares.hit(counter, "p", limit=limit, period=period, now=1000.0) is None  # synced: 1 counted
+    for i in range(5):
+        assert shares.hit(counter, "p", limit=limit, period=period, now=1000.1 + i / 100) is None  # kept here
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with busy.at_once(), pytest.raises(busy.WouldWait):  # a second later: a sync, refused
+            shares.hit(counter, "p", limit=limit, period=period, now=1001.5)
+    finally:
+        other.execute("ROLLBACK")
+    assert shares.hit(counter, "p", limit=limit, period=period, now=1001.6) is None  # synced again
+    total, = other.execute("SELECT sum(count) FROM hits WHERE key = 'p'").fetchone()
+    other.close()
+    assert total == 1 + 5 + 1

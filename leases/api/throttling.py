@@ -56,40 +56,42 @@ class SlidingWindowCounter:
         self.path = path
         self._local = threading.local()  # sqlite3 connections are per thread
 
-    def _connection(self) -> sqlite3.Connection:
+    def _connection(self, *, waits: bool = True) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         # A connection must not cross a fork (a server that forks workers after loading the app).
         if conn is None or self._local.pid != os.getpid():
-            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            _into_wal(conn)
-            conn.execute("PRAGMA synchronous=OFF")
-            conn.executescript(SCHEMA)
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000 if waits else 0, isolation_level=None)
+            try:
+                _into_wal(conn, within=5.0 if waits else 0)
+                conn.execute("PRAGMA synchronous=OFF")
+                conn.executescript(SCHEMA)
+            except BaseException:
+                conn.close()
+                raise
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
     def _begun(self) -> sqlite3.Connection:
         """This thread's connection in a write transaction. On the event loop's
         thread (``busy.at_once()``, a lease batch it writes itself) nothing
-        may wait: the file's lock not free this moment, or no connection made
-        yet in this thread (making one writes the schema), is WouldWait, and
-        the request goes to a lane thread (serving/lease_batch.py)."""
+        may wait: the file's lock not free this moment is WouldWait, and the
+        request goes to a lane thread (serving/lease_batch.py)."""
         if not busy.must_not_wait():
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             return conn
-        made: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if made is None or self._local.pid != os.getpid():
-            raise busy.WouldWait("the rate limit's counter has no connection in this thread yet")
-        conn = made
-        conn.execute("PRAGMA busy_timeout = 0")
         try:
-            conn.execute("BEGIN IMMEDIATE")
+            conn = self._connection(waits=False)
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise busy.WouldWait("the rate limit's counter file is being written") from None
             raise
-        finally:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         return conn
 
     def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None:

@@ -15,6 +15,7 @@ takeover is (about 0.01 s) is bench/waiting.py's figure, not a test's."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sqlite3
 import subprocess
 import sys
@@ -222,7 +223,9 @@ def test_a_thousand_waiters_take_no_thread_each(tmp_path):
             assert time.monotonic() < deadline, "waiters answered but still counted"
             time.sleep(0.05)
         assert min(took for _, took in answers) >= 4 * 0.95  # each was held for its whole wait
-        assert threads_waiting - threads_before <= 2, (threads_before, threads_waiting)
+        # none per waiter: what may start meanwhile is the event loop's default executor
+        # (at most cores + 4 threads) and a lane's thread, against 1,000 waiters
+        assert threads_waiting - threads_before <= (os.cpu_count() or 1) + 5, (threads_before, threads_waiting)
         acquires = [line for line in server.output().splitlines() if "PUT /" in line and "comp=lease" in line]
         assert len(acquires) == 1 + 1 + 1000  # the holder's, the refused one, one answer per waiter
         events = _events(database, path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import socket
 from email.utils import formatdate
 from urllib.parse import quote, unquote, urlsplit
 
@@ -65,3 +66,28 @@ def lease(base: str, path: str, action: str | None, **headers) -> requests.Respo
 
 def error_code(response: requests.Response) -> str | None:
     return response.headers.get("x-ms-error-code")
+
+
+def upload_refused_midway(base: str, path: str, size: int, headers: dict | None = None) -> tuple[str, int, str]:
+    """PUT ``size`` bytes to ``path`` (encoded, with its query) on a socket of
+    its own, writing the whole body as a client does even if the server has
+    answered already, then reading the answer: (its status line, or the read's
+    error; the bytes written; the write's error, or ""). A server that answers
+    a refused upload early must still read the rest, or close so that the
+    client reads its answer, not a reset."""
+    host, port = urlsplit(base).hostname, urlsplit(base).port
+    sent_headers = signed_headers("PUT", path, {**(headers or {}), "content-length": str(size)}, body=b"x" * size)
+    head = f"PUT {path} HTTP/1.1\r\nHost: {host}:{port}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in sent_headers.items())
+    chunk, written, write_error = b"x" * 65536, 0, ""
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.sendall(head.encode() + b"\r\n")
+        try:
+            while written < size:
+                written += sock.send(chunk[: size - written])
+        except OSError as exc:
+            write_error = repr(exc)
+        try:
+            answer = sock.recv(65536).split(b"\r\n", 1)[0].decode()
+        except OSError as exc:
+            answer = repr(exc)
+    return answer, written, write_error

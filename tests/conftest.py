@@ -39,6 +39,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import pytest
@@ -143,6 +144,12 @@ class _Handler(WSGIRequestHandler):
     def log_message(self, *args):
         pass
 
+    def handle(self):
+        super().handle()
+        headers = getattr(self, "headers", None)  # None: no request line came
+        self.server.linger.on = headers is not None and (
+            headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers)
+
 
 class _ThreadingServer(WSGIServer):
     """wsgiref's server, each request on a thread of its own as with
@@ -154,6 +161,7 @@ class _ThreadingServer(WSGIServer):
 
     allow_reuse_address = True
     KEEP = 8  # idle threads kept, each with its connection; one past that ends
+    LINGER = 2.0  # seconds a closed connection's unread request body is still read
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -161,6 +169,7 @@ class _ThreadingServer(WSGIServer):
         self._lock = threading.Lock()
         self._threads = self._idle = 0
         self._started: list[threading.Thread] = []
+        self.linger = threading.local()  # .on: the request this thread served had a body
 
     def process_request(self, request, client_address):
         with self._lock:
@@ -197,6 +206,26 @@ class _ThreadingServer(WSGIServer):
                     break
         finally:
             connections.close_all()  # this thread's
+
+    def shutdown_request(self, request) -> None:
+        """A lingering close for a request that had a body: the answer sent,
+        the client's unread rest (a refused upload's body) is read and
+        dropped until the client closes, for at most LINGER seconds, before
+        the socket is closed. Closed with it unread, the kernel resets the
+        connection, and a client still writing the body gets EPIPE or a
+        reset instead of the answer."""
+        if not getattr(self.linger, "on", False):
+            return super().shutdown_request(request)
+        self.linger.on = False
+        try:
+            request.shutdown(socket.SHUT_WR)
+            request.settimeout(self.LINGER)
+            deadline = time.monotonic() + self.LINGER
+            while time.monotonic() < deadline and request.recv(65536):
+                pass
+        except OSError:
+            pass
+        self.close_request(request)
 
     def server_close(self) -> None:
         """Stop, and wait for the threads to close their connections (a

@@ -137,6 +137,18 @@ def test_request_refusals(leased, kwargs, status, code):
     assert state_of(blob) == before
 
 
+def test_a_client_still_writing_a_refused_upload_reads_the_refusal(leased):
+    """A Put Block without the lease id is refused before its body is read;
+    the client, still writing its 32 MiB, gets the 412, not a reset (the
+    JavaScript SDK's parallel blocks did, against a server that closed with
+    the body unread). Nothing staged."""
+    base, blob = leased
+    path = BLOB_PATH + "?comp=block&blockid=" + base64.b64encode(b"00000001").decode().replace("=", "%3D")
+    answer, written, write_error = azure_raw.upload_refused_midway(base, path, 32 << 20)
+    assert (answer, written, write_error) == ("HTTP/1.0 412 Precondition Failed", 32 << 20, "")
+    assert blob.get_block_list("all") == ([], [])
+
+
 def test_malformed_authorization_is_400(leased):
     base, _ = leased
     import requests

@@ -359,3 +359,16 @@ def test_a_sas_passes_the_check_before_the_lane_and_a_tampered_one_is_refused_th
                           "ORDER BY id", (container,)).fetchall()
     assert [(a, s) for a, s, _ in rows] == [("acquire", 201), ("renew", 200), ("release", 200)], rows
     assert all(actor.startswith(f"sas:{DEV_ACCOUNT}:") for _, _, actor in rows), rows
+
+
+def test_a_client_still_writing_a_refused_upload_reads_the_refusal(server):
+    """As tests/azure/test_azure_requests.py checks it of the test server:
+    the production server reads the rest of a body it refused early."""
+    container = f"/{DEV_ACCOUNT}/refused"
+    assert azure_raw.signed("PUT", server.url, f"{container}?restype=container").status_code == 201
+    assert azure_raw.signed("PUT", server.url, f"{container}/b", body=b"x",
+                            headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+    assert azure_raw.lease(server.url, f"{container}/b", "acquire", duration=-1).status_code == 201
+    answer, written, write_error = azure_raw.upload_refused_midway(
+        server.url, f"{container}/b?comp=block&blockid=MDAwMDAwMDE%3D", 32 << 20)
+    assert (answer, written, write_error) == ("HTTP/1.1 412 Precondition Failed", 32 << 20, "")

@@ -147,6 +147,7 @@ class _Handler(WSGIRequestHandler):
     def handle(self):
         super().handle()
         headers = getattr(self, "headers", None)  # None: no request line came
+        assert isinstance(self.server, _ThreadingServer)
         self.server.linger.on = headers is not None and (
             headers.get("content-length", "0") not in ("", "0") or "transfer-encoding" in headers)
 
@@ -368,8 +369,12 @@ def django_db_setup(django_db_setup, django_db_blocker):
 # writes the tests it starts, and any fatal error's stacks (faulthandler:
 # a segfault, an abort), to a file of its own; the report of a crash shows
 # its end. No stacks there means the worker was killed (SIGKILL).
+#
+# The directory is the run's: the controller makes it before the workers
+# start and removes it at the end; the workers also share there what one of
+# them makes once for all (tests/server_process.py's migrated template).
 
-CRASH_DIR = "LEASEHOLD_TEST_CRASH_DIR"
+CRASH_DIR = RUN_DIR = "LEASEHOLD_TEST_RUN_DIR"
 _crash_log = None
 
 

@@ -4,6 +4,7 @@ test's choosing, with its log in a file of its own."""
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import os
 import shutil
@@ -14,7 +15,7 @@ import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from .conftest import free_port
+from .conftest import RUN_DIR, free_port
 from tests.processes.test_processes import wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,15 +107,28 @@ def _template_fits(env: dict) -> bool:
 
 @functools.cache
 def migrated_template() -> Path:
-    """A SQLite file migrated and set up as ``prepare`` does, once per test
-    process (removed at exit). Its -wal and -shm files stay as the commands
-    left them: a copy of the three is the database a server would find after
-    `make run`'s own commands (a server on a read-only volume needs them)."""
-    root = Path(tempfile.mkdtemp(prefix="leasehold-template-"))
-    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    """A SQLite file migrated and set up as ``prepare`` does, once per run:
+    in the run's directory the workers share (conftest.RUN_DIR), made by the
+    first worker that needs it while the others wait on its lock; in a
+    directory of this process's own (removed at exit) outside an xdist run.
+    Its -wal and -shm files stay as the commands left them: a copy of the
+    three is the database a server would find after `make run`'s own
+    commands (a server on a read-only volume needs them)."""
+    shared = os.environ.get(RUN_DIR)
+    if shared is None:
+        root = Path(tempfile.mkdtemp(prefix="leasehold-template-"))
+        atexit.register(shutil.rmtree, root, ignore_errors=True)
+    else:
+        root = Path(shared) / "template"
     template = root / "leasehold.sqlite3"
-    _migrate({**os.environ, "LEASEHOLD_DATABASE": str(template), "LEASEHOLD_VAR_DIR": str(root),
-              "DJANGO_SETTINGS_MODULE": "config.settings"})
+    made = root / "made"
+    with open(Path(shared or root) / "template.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not made.exists():
+            root.mkdir(exist_ok=True)
+            _migrate({**os.environ, "LEASEHOLD_DATABASE": str(template), "LEASEHOLD_VAR_DIR": str(root),
+                      "DJANGO_SETTINGS_MODULE": "config.settings"})
+            made.touch()
     return template
 
 

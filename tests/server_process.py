@@ -46,6 +46,7 @@ def prepare(database: str | Path, var_dir: Path, env: dict | None = None) -> dic
         for suffix in ("", "-wal", "-shm"):  # as the commands left them, WAL included
             if template.with_name(template.name + suffix).exists():
                 shutil.copyfile(template.with_name(template.name + suffix), path.with_name(path.name + suffix))
+        _tokens[str(database)] = template.with_name("token").read_text()
     else:
         _migrate(env)
     return env
@@ -68,6 +69,7 @@ def _pg_copy(url: str, env: dict) -> None:
     with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    _tokens[url] = _pg_tokens.get(template, "")  # "": made by another process: admin_token makes one
 
 
 def _pg_template(admin_url: str, env: dict) -> str:
@@ -81,13 +83,35 @@ def _pg_template(admin_url: str, env: dict) -> str:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             return name
         conn.execute(f'CREATE DATABASE "{name}"')
-    _migrate({**env, "LEASEHOLD_DATABASE": urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))})
+    template_env = {**env, "LEASEHOLD_DATABASE": urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))}
+    _migrate(template_env)
+    _pg_tokens[name] = _new_token(template_env)
     return name
 
 
 def _migrate(env: dict) -> None:
     for args in (["migrate", "--noinput", "-v0"], ["leasehold_setup", "--admin-password", "x" * 12]):
         subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True)
+
+
+# database -> the secret of an API token of the admin user in it, for the databases
+# prepare() made from a template (the template's token); _pg_template's by template name.
+_tokens: dict[str, str] = {}
+_pg_tokens: dict[str, str] = {}
+
+
+def admin_token(database: str | Path, env: dict) -> str:
+    """The secret of a JSON API token of the admin user in ``database``
+    (prepared by ``prepare``; ``env``: its environment): the template's, if
+    the database is a copy of one, else a new one (`manage.py
+    leasehold_token create`, a Django start-up)."""
+    return _tokens.get(str(database)) or _new_token(env)
+
+
+def _new_token(env: dict) -> str:
+    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
+                           "tests"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+    return max(made.stdout.split(), key=len)  # the secret is the longest word of the output
 
 
 # Settings a test may give its server that migrate and leasehold_setup do not
@@ -111,7 +135,8 @@ def migrated_template() -> Path:
     in the run's directory the workers share (conftest.RUN_DIR), made by the
     first worker that needs it while the others wait on its lock; in a
     directory of this process's own (removed at exit) outside an xdist run.
-    Its -wal and -shm files stay as the commands left them: a copy of the
+    It holds an API token of the admin user (``admin_token``). Its -wal and
+    -shm files stay as the commands left them: a copy of the
     three is the database a server would find after `make run`'s own
     commands (a server on a read-only volume needs them)."""
     shared = os.environ.get(RUN_DIR)
@@ -126,8 +151,10 @@ def migrated_template() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
         if not made.exists():
             root.mkdir(exist_ok=True)
-            _migrate({**os.environ, "LEASEHOLD_DATABASE": str(template), "LEASEHOLD_VAR_DIR": str(root),
-                      "DJANGO_SETTINGS_MODULE": "config.settings"})
+            env = {**os.environ, "LEASEHOLD_DATABASE": str(template), "LEASEHOLD_VAR_DIR": str(root),
+                   "DJANGO_SETTINGS_MODULE": "config.settings"}
+            _migrate(env)
+            template.with_name("token").write_text(_new_token(env))
             made.touch()
     return template
 

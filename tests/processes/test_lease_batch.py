@@ -9,8 +9,6 @@ half the clients renewing through it, half through the Azure door."""
 from __future__ import annotations
 
 import sqlite3
-import subprocess
-import sys
 import threading
 import uuid
 
@@ -18,7 +16,8 @@ import pytest
 import requests
 
 from tests import azure_raw
-from tests.processes.test_processes import ROOT, Server
+from tests.processes.test_processes import Server
+from tests.server_process import admin_token
 from tests.serving.test_metrics import scrape, value
 
 pytestmark = pytest.mark.processes
@@ -67,9 +66,7 @@ def _renew_together(base: str, token: str | None = None) -> int:
 def test_lease_requests_received_together_share_one_fsync(tmp_path, batching, doors):
     server = Server(tmp_path, workers=1).migrate()
     server.env["LEASEHOLD_LEASE_BATCH"] = "on" if batching else "off"
-    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
-                           "scrape"], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True)
-    token = max(made.stdout.split(), key=len)
+    token = admin_token(server.db, server.env)
     headers = {"Authorization": f"Bearer {token}"}
     server.start()
     try:

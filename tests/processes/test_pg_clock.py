@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import random
 import re
-import subprocess
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +22,7 @@ import requests
 
 from tests import azure_raw, pg_cluster
 from tests.lincheck import Recorder
-from tests.server_process import ROOT, Instance, prepare
+from tests.server_process import Instance, admin_token, prepare
 from tests.serving.test_metrics import scrape, value
 
 pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.also_postgres]
@@ -65,8 +63,7 @@ def two_clocks(tmp_path_factory):
     with pg_cluster.cluster(faketime=True) as pg:
         database = pg.url()
         env = prepare(database, tmp)
-        made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin",
-                               "--name", "scrape"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
+        token = admin_token(database, env)
         a, b, c = (Instance(database, tmp, name, workers=1) for name in "abc")
         b.env.update(pg_cluster.faketime_env("+1h"))
         c.env.update(pg_cluster.faketime_env("-1h"))
@@ -74,7 +71,7 @@ def two_clocks(tmp_path_factory):
             for instance in (a, b, c):
                 instance.start()
             assert azure_raw.signed("PUT", a.url, f"{CONTAINER}?restype=container").status_code == 201
-            headers = {"Authorization": f"Bearer {max(made.stdout.split(), key=len)}"}
+            headers = {"Authorization": f"Bearer {token}"}
             yield pg, a, b, c, Timeline(pg), headers
         finally:
             for instance in (a, b, c):

@@ -8,8 +8,6 @@ than the bytes it allowed. Caches keyed by what clients send stay small."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
 
@@ -17,7 +15,9 @@ import pytest
 
 from tests.serving.test_metrics import scrape, value
 
-from .test_processes import ROOT, Server
+from tests.server_process import admin_token
+
+from .test_processes import Server
 
 pytestmark = pytest.mark.processes
 
@@ -30,9 +30,7 @@ class ScrapedServer(Server):
 def server(tmp_path_factory):
     s = ScrapedServer(tmp_path_factory.mktemp("limits"), workers=1)
     s.migrate()
-    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
-                           "scrape"], cwd=ROOT, env=s.env, check=True, capture_output=True, text=True)
-    s.scrape_headers = {"Authorization": f"Bearer {max(made.stdout.split(), key=len)}"}
+    s.scrape_headers = {"Authorization": f"Bearer {admin_token(s.db, s.env)}"}
     s.start()
     yield s
     s.kill()

@@ -7,8 +7,6 @@ as bench/timing_report.py reads them."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import pytest
@@ -16,7 +14,7 @@ import requests
 
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT
 from tests import azure_raw
-from tests.server_process import ROOT, Instance, prepare
+from tests.server_process import Instance, admin_token, prepare
 
 pytestmark = pytest.mark.processes
 
@@ -27,9 +25,7 @@ STEPS = ("called", "body", "thread", "lock_wait", "begun", "committing", "commit
 def test_a_timed_server_logs_every_step_of_both_lease_paths(tmp_path):
     database = tmp_path / "timed.sqlite3"
     env = prepare(str(database), tmp_path)
-    token = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin",
-                            "--name", "timed"], cwd=ROOT, env=env, check=True, capture_output=True,
-                           text=True).stdout.strip()
+    token = admin_token(database, env)
     server = Instance(str(database), tmp_path, "timed", workers=1)
     server.env["LEASEHOLD_TIMING_LOG"] = str(tmp_path / "timing")
     server.start()

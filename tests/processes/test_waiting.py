@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -30,7 +28,7 @@ import requests
 
 from tests import azure_raw
 from tests.conftest import CONNECTION
-from tests.server_process import ROOT, Instance, prepare
+from tests.server_process import Instance, admin_token, prepare
 from tests.serving.test_metrics import scrape, value
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 
@@ -46,10 +44,8 @@ def sqlite_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("waiting")
     database = tmp / "leasehold.sqlite3"
     env = prepare(str(database), tmp)
-    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
-                           "waiter"], cwd=ROOT, env=env, check=True, capture_output=True, text=True)
     server = Instance(str(database), tmp, "server", workers=2)
-    server.token = max(made.stdout.split(), key=len)
+    server.token = admin_token(database, env)
     server.start()
     try:
         yield server
@@ -205,9 +201,7 @@ def test_a_thousand_waiters_take_no_thread_each(tmp_path):
     prepare(str(database), tmp_path)
     server = Instance(str(database), tmp_path, "server", workers=1)
     server.env.update(LEASEHOLD_ACCESS_LOG="on", LEASEHOLD_LOG_LEVEL="info")
-    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
-                           "scrape"], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True)
-    server.token = max(made.stdout.split(), key=len)
+    server.token = admin_token(database, server.env)
     server.start()
     try:
         base = server.url

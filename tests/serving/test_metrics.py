@@ -133,16 +133,13 @@ def test_503_answers_are_counted_by_door():
 def test_metrics_add_up_the_worker_processes(tmp_path):
     """The production server with two worker processes: whichever worker
     answers a scrape, it reports the requests both workers served."""
-    import subprocess
-    import sys
 
     from tests import azure_raw
-    from tests.processes.test_processes import ROOT, Server
+    from tests.processes.test_processes import Server
+    from tests.server_process import admin_token
 
     server = Server(tmp_path, workers=2).migrate()
-    made = subprocess.run([sys.executable, "manage.py", "leasehold_token", "create", "--user", "admin", "--name",
-                           "scrape"], cwd=ROOT, env=server.env, check=True, capture_output=True, text=True)
-    token = max(made.stdout.split(), key=len)  # the secret is the longest word of the output
+    token = admin_token(server.db, server.env)
     headers = {"Authorization": f"Bearer {token}"}
     server.start()
     try:

@@ -7,6 +7,7 @@ import atexit
 import fcntl
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -69,23 +70,41 @@ def _pg_copy(url: str, env: dict) -> None:
     with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as conn:
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    _tokens[url] = _pg_tokens.get(template, "")  # "": made by another process: admin_token makes one
+    _tokens[url] = _pg_tokens[template]
 
 
 def _pg_template(admin_url: str, env: dict) -> str:
     """A database on ``admin_url``'s server migrated and set up as
-    ``prepare`` does, once per test process and server (made again if the
-    server is a new one on the same port): its name."""
+    ``prepare`` does, once per test run (per process outside an xdist run)
+    and server (made again if the server is a new one on the same port): its
+    name. The run's workers share it, as ``migrated_template``."""
+    shared = os.environ.get(RUN_DIR)
+    if shared is None:
+        return _pg_template_made(admin_url, env, f"leasehold_template_{os.getpid()}", None)
+    name = f"leasehold_template_{re.sub(r'[^a-z0-9]', '', Path(shared).name)}"
+    with open(Path(shared) / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        return _pg_template_made(admin_url, env, name, Path(shared) / f"{name}-{urlsplit(admin_url).port}.token")
+
+
+def _pg_template_made(admin_url: str, env: dict, name: str, token_file: Path | None) -> str:
+    """``_pg_template``'s database ``name``, made unless it is there (with its
+    token in ``token_file``, if the run's workers share it)."""
     import psycopg
 
-    name = f"leasehold_template_{os.getpid()}"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            return name
+            if token_file is None or token_file.exists():
+                if token_file is not None:
+                    _pg_tokens[name] = token_file.read_text()
+                return name
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')  # left half made
         conn.execute(f'CREATE DATABASE "{name}"')
     template_env = {**env, "LEASEHOLD_DATABASE": urlunsplit(urlsplit(admin_url)._replace(path=f"/{name}"))}
     _migrate(template_env)
     _pg_tokens[name] = _new_token(template_env)
+    if token_file is not None:
+        token_file.write_text(_pg_tokens[name])
     return name
 
 

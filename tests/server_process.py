@@ -154,10 +154,10 @@ def migrated_template() -> Path:
     in the run's directory the workers share (conftest.RUN_DIR), made by the
     first worker that needs it while the others wait on its lock; in a
     directory of this process's own (removed at exit) outside an xdist run.
-    It holds an API token of the admin user (``admin_token``). Its -wal and
-    -shm files stay as the commands left them: a copy of the
-    three is the database a server would find after `make run`'s own
-    commands (a server on a read-only volume needs them)."""
+    It holds an API token of the admin user (``admin_token``, made last:
+    that command closes the database, so no -wal or -shm file is left). A
+    copy of its files is the database a server would find after those
+    commands."""
     shared = os.environ.get(RUN_DIR)
     if shared is None:
         root = Path(tempfile.mkdtemp(prefix="leasehold-template-"))

@@ -55,6 +55,9 @@ def problems(using: str = "default") -> list[str]:
         if fault is not None and fault.kind == faults.NO_PRIMARY:  # at start: a URL it cannot use, or no server
             return [f"cannot connect to the database: {fault.detail} -- check LEASEHOLD_DATABASE, and that a "
                     "primary is running and reachable there"]
+        place = _read_only_place(conn)
+        if place is not None:  # SQLite cannot open a WAL database it may create no -shm file for
+            return [f"cannot open the database {conn.settings_dict['NAME']} ({exc}): {place}"]
         return [f"cannot use the database: {fault.cause if fault else exc}"]
     finally:
         conn.close()
@@ -110,6 +113,22 @@ def _not_writable(conn) -> str | None:
                 " writable by this user")
     if not os.access(path.parent, os.W_OK):
         return f"the directory {path.parent} is read-only: SQLite needs to create files next to the database there"
+    return None
+
+
+def _read_only_place(conn) -> str | None:
+    """Why a SQLite database that exists could not be opened, if it is that
+    its file, directory or volume is read-only; else None."""
+    if conn.vendor != "sqlite":
+        return None
+    path = Path(conn.settings_dict["NAME"])
+    if not path.exists():
+        return None
+    if not os.access(path.parent, os.W_OK):
+        return (f"the directory {path.parent} is read-only (or its volume is): SQLite needs to create files next"
+                " to the database there; make the file, its directory and its volume writable by this user")
+    if not os.access(path, os.W_OK):
+        return "the file is read-only: make the file, its directory and its volume writable by this user"
     return None
 
 

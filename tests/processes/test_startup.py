@@ -122,10 +122,21 @@ def test_a_missing_history_trigger_is_refused(tmp_path, request):
     assert done.returncode == 0, done.stderr
 
 
+def _left_open(db: Path) -> None:
+    """As a process that read ``db`` and ended without closing it leaves it
+    (`manage.py migrate` does): its -wal and -shm files still there."""
+    code = f"import os, sqlite3; sqlite3.connect({str(db)!r}).execute('SELECT 1 FROM sqlite_master'); os._exit(0)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert db.with_name(db.name + "-shm").exists()
+
+
 @sqlite_file
-def test_a_read_only_database_is_refused(tmp_path):
+@pytest.mark.parametrize("files", ["closed", "left-open"])
+def test_a_read_only_database_is_refused(tmp_path, files):
     """On a volume mounted read-only (as root), else a file and directory
-    without write permission."""
+    without write permission; the database closed cleanly (no -shm file:
+    SQLite cannot even open it) or left open (it opens, and cannot be
+    written)."""
     if os.geteuid() == 0:
         volume = tmp_path / "volume"
         volume.mkdir()
@@ -134,6 +145,8 @@ def test_a_read_only_database_is_refused(tmp_path):
         try:
             db = volume / "leasehold.sqlite3"
             prepare(db, tmp_path)
+            if files == "left-open":
+                _left_open(db)
             subprocess.run(["mount", "-o", "remount,ro", str(volume)], check=True)
             out = _start(db, tmp_path)
         finally:
@@ -143,6 +156,8 @@ def test_a_read_only_database_is_refused(tmp_path):
         data.mkdir()
         db = data / "leasehold.sqlite3"
         prepare(db, tmp_path)
+        if files == "left-open":
+            _left_open(db)
         for name in os.listdir(data):
             os.chmod(data / name, 0o444)
         os.chmod(data, 0o555)
@@ -150,7 +165,7 @@ def test_a_read_only_database_is_refused(tmp_path):
             out = _start(db, tmp_path)
         finally:
             os.chmod(data, 0o755)
-    assert "read-only" in out, out
+    assert "read-only" in out and "make the file, its directory and its volume writable" in out, out
 
 
 @pytest.mark.postgres

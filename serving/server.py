@@ -166,11 +166,12 @@ def _supervisor():
 
     class Supervisor(Multiprocess):
         """uvicorn's supervisor, with two changes. A worker's exit is seen at
-        once: the health check waits on each worker's process sentinel beside
-        its pipe, so a worker that dies while its ping is in flight is
-        replaced within the supervisor's half-second loop, not after
-        LEASEHOLD_WORKER_HEALTHCHECK (uvicorn's wait on the pipe alone sees no
-        end of file: the supervisor holds the pipe's other end too). And a
+        once: between health checks the supervisor waits on its workers'
+        process sentinels (uvicorn sleeps half a second), and the health
+        check waits on each worker's sentinel beside its pipe, so a worker
+        that dies while its ping is in flight is replaced at once too, not
+        after LEASEHOLD_WORKER_HEALTHCHECK (uvicorn's wait on the pipe alone
+        sees no end of file: the supervisor holds the pipe's other end). And a
         replaced worker is a warning saying how it ended (uvicorn says it at
         info level, without how): died with its signal or exit status, or
         hung past the health check and killed."""
@@ -178,6 +179,20 @@ def _supervisor():
         def __init__(self, config, sockets, ready) -> None:
             super().__init__(config, sockets)
             self.ready = ready
+
+        def run(self) -> None:
+            """uvicorn's loop, woken by a worker's end as well as every half
+            second: a dead worker is replaced at once, not on the next turn."""
+            log = logging.getLogger("uvicorn.error")
+            log.info("Started parent process [%s]", os.getpid())
+            self.init_processes()
+            while not self.should_exit.is_set():
+                wait([p.process.sentinel for p in self.processes], timeout=0.5)
+                self.handle_signals()
+                self.keep_subprocess_alive()
+            self.terminate_all()
+            self.join_all()
+            log.info("Stopping parent process [%s]", os.getpid())
 
         def init_processes(self) -> None:
             super().init_processes()

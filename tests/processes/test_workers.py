@@ -221,6 +221,19 @@ def test_a_worker_that_died_or_hung_is_replaced_and_the_log_says_so(server, sig,
     assert f"Worker process {victim} {said}; worker " in server.output()
     for _ in range(4):  # connections land on both workers, the new one among them
         assert azure_raw.signed("GET", server.url, "/devstoreaccount1?comp=list").status_code == 200
+    # The supervisor wakes when a worker ends: with every worker alive again it
+    # sleeps between its half-second health checks (a loop woken for good by a
+    # dead worker's sentinel would take a whole core).
+    before, started = _cpu_seconds(server.proc.pid), time.monotonic()
+    time.sleep(1)
+    used = _cpu_seconds(server.proc.pid) - before
+    assert used < 0.25 * (time.monotonic() - started), used
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_worker_that_dies_while_its_health_check_waits_is_replaced_at_once(server):

@@ -78,8 +78,9 @@ PG_TESTS ?= -m also_postgres
 # test time is spent waiting (server processes starting and stopping,
 # real-time lease expiry on Azurite, the browser), and work stealing, since a
 # few tests take tens of seconds and the default split left one worker idle
-# for that long at the end. The PostgreSQL pass, which runs beside it, one
-# worker a core: its server takes the spare CPU there.
+# for that long at the end. The PostgreSQL pass, which runs after it, one
+# worker a core: its server takes the spare CPU there (three workers with work
+# stealing took more CPU and no less time: docs/development/tests.md).
 CORES := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 TEST_WORKERS ?= $(shell echo $$(( $(CORES) + 2 )))
 PG_WORKERS ?= $(CORES)
@@ -109,11 +110,10 @@ checks: $(BIN)/.installed debian
 # empty, which is fine; a run in which neither pass selected anything is not.
 # -rs prints every skip's reason.
 #
-# The checks, the SQLite pass and the PostgreSQL pass run at once: each
-# leaves the cores idle at moments (a server starting, a browser, a cluster
-# being made), and the others fill them. The SQLite pass prints as it goes;
-# the checks' and the PostgreSQL pass's output is kept in .venv/ and printed
-# when the SQLite pass is done (the checks' only if they failed).
+# The SQLite pass, then the PostgreSQL pass, each printing as it goes; the
+# checks run beside the SQLite pass, their output kept in .venv/ and printed
+# only if they failed. The passes ran at once until 2026-11-27: side by side
+# they took 5-17% more CPU and no less time (docs/development/tests.md).
 #
 # Bytecode is written even where the environment asks Python not to: without
 # it every test process compiles our modules and pytest rewrites the
@@ -126,11 +126,10 @@ test:
 	$(MAKE) --no-print-directory -j3 test-setup
 	set +e; empty=$(if $(FULL_RUN),0,5); \
 	$(MAKE) --no-print-directory checks > $(VENV)/checks.log 2>&1 & checks=$$!; \
-	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs --durations=25 -n $(PG_WORKERS) $(PG_TESTS) $(PYTEST_ARGS) \
-	  > $(VENV)/postgres.log 2>&1 & pg=$$!; \
 	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist worksteal -m "not postgres and not big" $(PYTEST_ARGS); a=$$?; \
-	wait $$checks; c=$$?; wait $$pg; b=$$?; \
-	echo "==== the PostgreSQL pass (.venv/postgres.log)"; cat $(VENV)/postgres.log; \
+	echo "==== the PostgreSQL pass"; \
+	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs --durations=25 -n $(PG_WORKERS) $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
+	wait $$checks; c=$$?; \
 	[ $$c -eq 0 ] || { cat $(VENV)/checks.log; echo "make test: the checks failed"; exit $$c; }; \
 	[ $$a -eq 0 ] || [ $$a -eq $$empty ] || { [ $$a -ne 5 ] || echo "make test: the SQLite pass selected no test"; exit $$a; }; \
 	[ $$b -eq 0 ] || [ $$b -eq $$empty ] || { [ $$b -ne 5 ] || echo "make test: the PostgreSQL pass selected no test"; exit $$b; }; \

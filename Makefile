@@ -79,8 +79,7 @@ PG_TESTS ?= -m also_postgres
 # real-time lease expiry on Azurite, the browser), and work stealing, since a
 # few tests take tens of seconds and the default split left one worker idle
 # for that long at the end. The PostgreSQL pass, which runs after it, one
-# worker a core: its server takes the spare CPU there (three workers with work
-# stealing took more CPU and no less time: docs/development/tests.md).
+# worker a core: its server takes the spare CPU there (docs/development/tests.md).
 CORES := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 TEST_WORKERS ?= $(shell echo $$(( $(CORES) + 2 )))
 PG_WORKERS ?= $(CORES)
@@ -112,8 +111,8 @@ checks: $(BIN)/.installed debian
 #
 # The SQLite pass, then the PostgreSQL pass, each printing as it goes; the
 # checks run beside the SQLite pass, their output kept in .venv/ and printed
-# only if they failed. The passes ran at once until 2026-11-27: side by side
-# they took 5-17% more CPU and no less time (docs/development/tests.md).
+# only if they failed. One pass at a time, not side by side: no slower, and
+# less CPU (docs/development/tests.md).
 #
 # Bytecode is written even where the environment asks Python not to: without
 # it every test process compiles our modules and pytest rewrites the

@@ -139,9 +139,9 @@ def test_request_refusals(leased, kwargs, status, code):
 
 def test_a_client_still_writing_a_refused_upload_reads_the_refusal(leased):
     """A Put Block without the lease id is refused before its body is read;
-    the client, still writing its 32 MiB, gets the 412, not a reset (the
-    JavaScript SDK's parallel blocks did, against a server that closed with
-    the body unread). Nothing staged."""
+    the client, still writing its 32 MiB, gets the 412, not a reset (a
+    server that closes with the body unread resets the connection). Nothing
+    staged."""
     base, blob = leased
     path = BLOB_PATH + "?comp=block&blockid=" + base64.b64encode(b"00000001").decode().replace("=", "%3D")
     answer, written, write_error = azure_raw.upload_refused_midway(base, path, 32 << 20)

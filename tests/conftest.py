@@ -422,6 +422,41 @@ def pytest_handlecrashitem(crashitem, report, sched):
                        f"(none: it was killed) --\n" + "\n".join(shown))
 
 
+# ------------------------------------------------------------------ the order the workers take
+# Modules whose tests mostly wait (real server processes, Azurite's real-time
+# leases, the browser) are spread evenly among the others, each module kept
+# whole (its module-scoped servers are made once): every worker's share then
+# mixes waiting with computing from start to end, instead of the waiting modules
+# (tests/processes/, last by name) filling the run's end with idle cores.
+
+def _mostly_waits(module_items: list) -> bool:
+    path = str(module_items[0].path)
+    return ("/tests/processes/" in path or "/tests/client/" in path
+            or any(item.get_closest_marker("processes") or item.get_closest_marker("browser")
+                   for item in module_items))
+
+
+def pytest_collection_modifyitems(config, items):
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0")) < 2:
+        return
+    modules: dict = {}
+    for item in items:
+        modules.setdefault(item.path, []).append(item)
+    waiting = [group for group in modules.values() if _mostly_waits(group)]
+    computing = [group for group in modules.values() if not _mostly_waits(group)]
+    if not waiting or not computing:
+        return
+    step = len(computing) / len(waiting)
+    ordered = []
+    for n, group in enumerate(computing):
+        ordered.extend(group)
+        while waiting and len(waiting) * step > len(computing) - n - 1:
+            ordered.extend(waiting.pop(0))
+    for group in waiting:
+        ordered.extend(group)
+    items[:] = ordered
+
+
 # ------------------------------------------------------------------ skips in a full run
 # tests/skips.py: with LEASEHOLD_FULL_RUN=1 (make test), a skip for a reason
 # it does not justify fails its test.

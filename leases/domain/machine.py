@@ -189,14 +189,16 @@ def acquire(record: LeaseRecord, now: datetime, *, duration: int | None,
 def renew(record: LeaseRecord, now: datetime, *, lease_id: uuid.UUID | None, noun: str = BLOB,
           legacy: bool = False) -> Outcome:
     """Legacy: a released lease renews too, as an expired one does, until a
-    write or another lease makes the blob forget its id."""
+    write or another lease makes the blob forget its id; not one broken before
+    its release: the break ended its time, and a release does not give it back."""
     if legacy:
         check_legacy("renew", noun=noun)
     lease_id = require(lease_id, "lease_id", noun=noun)
     state = effective_state(record, now)
     if legacy and released(record, now) and lease_id == record.lease_id:
-        duration = LEGACY_DURATION if record.duration is None else record.duration
-        new = _leased(record.lease_id, duration, now, record.generation)
+        if record.duration is None:  # broken (or breaking) when it was released
+            raise LeaseholdError("LeaseIsBrokenAndCannotBeRenewed", noun=noun)
+        new = _leased(record.lease_id, record.duration, now, record.generation)
         return _outcome(state, new, now, lease_id=new.lease_id)
     if state == AVAILABLE or lease_id != record.lease_id:
         raise LeaseholdError("LeaseIdMismatchWithLeaseOperation", noun=noun)

@@ -141,10 +141,13 @@ def test_legacy_renew_keeps_the_generation_and_resets_the_clock():
     # a lease a current client took keeps its own duration when an old client renews it
     out = m.renew(record("infinite"), NOW, lease_id=A, legacy=True)
     assert out.record == record("infinite")
-    # released from a broken lease (no duration kept): renews for the legacy minute
-    released_broken = m.release(record("broken"), NOW, lease_id=A, legacy=True).record
-    out = m.renew(released_broken, NOW, lease_id=A, legacy=True)
-    assert out.record == m.LeaseRecord(m.LEASED, A, 60, NOW + timedelta(seconds=60), None, 7)
+    # released when broken or breaking: the break ended its time and the release gives none back (a
+    # holder that took an infinite lease would otherwise believe it renewed that, and hold a minute)
+    for state in ("broken", "breaking"):
+        released = m.release(record(state), NOW, lease_id=A, legacy=True).record
+        with pytest.raises(LeaseholdError) as exc:
+            m.renew(released, NOW, lease_id=A, legacy=True)
+        assert exc.value.code == "LeaseIsBrokenAndCannotBeRenewed"
 
 
 def test_legacy_release_remembers_the_id_and_a_second_release_changes_nothing():

@@ -196,6 +196,24 @@ def test_renew_after_release_until_the_blob_is_written(old, version):
     assert (refused.status_code, code(refused)) == (409, "LeaseNotPresentWithLeaseOperation")
 
 
+def test_a_lease_broken_before_an_old_client_released_it_is_not_renewed(old):
+    """An infinite lease a current client took, broken, released by an old
+    client: its renew is refused as a broken lease's, recorded, and the blob
+    stays free for another client (a renewal would have held it for a minute
+    while its holder believed it held the infinite lease again)."""
+    holder = BlobLeaseClient(old.blob, lease_id=GUIDS[A])
+    holder.acquire(lease_duration=-1)
+    assert BlobLeaseClient(old.blob).break_lease() == 0
+    assert lease(old.base, "release", lease_id=GUIDS[A]).status_code == 200
+    refused = lease(old.base, "renew", lease_id=GUIDS[A])
+    assert (refused.status_code, code(refused)) == (409, "LeaseIsBrokenAndCannotBeRenewed")
+    assert LeaseEvent.objects.order_by("-id").values_list("action", "error_code").first() == (
+        "renew", "LeaseIsBrokenAndCannotBeRenewed")
+    assert old.blob.get_blob_properties().lease.state == "available"
+    BlobLeaseClient(old.blob, lease_id=GUIDS[B]).acquire(lease_duration=15)
+    assert str(old.row().lease_id) == GUIDS[B]
+
+
 def test_break_after_release_then_break_again_is_lease_already_broken(old):
     lease_id = lease(old.base, "acquire").headers["x-ms-lease-id"]
     assert lease(old.base, "release", lease_id=lease_id).status_code == 200

@@ -374,7 +374,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
 # start and removes it at the end; the workers also share there what one of
 # them makes once for all (tests/server_process.py's migrated template).
 
-CRASH_DIR = RUN_DIR = "LEASEHOLD_TEST_RUN_DIR"
+RUN_DIR = "LEASEHOLD_TEST_RUN_DIR"
 _crash_log = None
 
 
@@ -392,9 +392,9 @@ def pytest_configure(config):
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         if getattr(config.option, "numprocesses", None):  # the controller of an xdist run
-            os.environ[CRASH_DIR] = tempfile.mkdtemp(prefix="leasehold-test-workers-")
-    elif os.environ.get(CRASH_DIR):
-        _crash_log = open(os.path.join(os.environ[CRASH_DIR], f"{worker}.log"), "w", buffering=1)
+            os.environ[RUN_DIR] = tempfile.mkdtemp(prefix="leasehold-test-workers-")
+    elif os.environ.get(RUN_DIR):
+        _crash_log = open(os.path.join(os.environ[RUN_DIR], f"{worker}.log"), "w", buffering=1)
         faulthandler.enable(file=_crash_log, all_threads=True)
 
 
@@ -404,13 +404,13 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 def pytest_unconfigure(config):
-    if os.environ.get("PYTEST_XDIST_WORKER") is None and os.environ.get(CRASH_DIR):
-        shutil.rmtree(os.environ.pop(CRASH_DIR), ignore_errors=True)
+    if os.environ.get("PYTEST_XDIST_WORKER") is None and os.environ.get(RUN_DIR):
+        shutil.rmtree(os.environ.pop(RUN_DIR), ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_handlecrashitem(crashitem, report, sched):
-    path = os.path.join(os.environ.get(CRASH_DIR, ""), f"{report.node.gateway.id}.log")
+    path = os.path.join(os.environ.get(RUN_DIR, ""), f"{report.node.gateway.id}.log")
     try:
         with open(path, errors="replace") as log:
             lines = log.read().splitlines()
@@ -442,8 +442,10 @@ def pytest_collection_modifyitems(config, items):
     modules: dict = {}
     for item in items:
         modules.setdefault(item.path, []).append(item)
-    waiting = [group for group in modules.values() if _mostly_waits(group)]
-    computing = [group for group in modules.values() if not _mostly_waits(group)]
+    waiting: list[list] = []
+    computing: list[list] = []
+    for group in modules.values():
+        (waiting if _mostly_waits(group) else computing).append(group)
     if not waiting or not computing:
         return
     step = len(computing) / len(waiting)

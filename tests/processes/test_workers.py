@@ -26,10 +26,15 @@ def _workers(server) -> list[int]:
     return sorted(pid for pid in children if _socket_inodes(pid) & listening)
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()
+
+
 def _parent(pid: int) -> int | None:
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[1])
+        return int(_stat(pid)[1])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -231,8 +236,7 @@ def test_a_worker_that_died_or_hung_is_replaced_and_the_log_says_so(server, sig,
 
 
 def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as fh:
-        fields = fh.read().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

@@ -184,6 +184,16 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
         self.running = cycle  # the request being answered (uvicorn's self.cycle is the last one read)
         super()._start_asgi_task(cycle, app)
 
+    def shutdown(self) -> None:
+        """uvicorn's, except that an idle TLS connection is cut at once: its
+        close sends close_notify and waits for the client's, which an idle
+        pooled client never sends, so a stopping server sat out its whole
+        graceful timeout. Between requests nothing is lost by the cut."""
+        if (self.cycle is None or self.cycle.response_complete) and self.transport.get_extra_info("ssl_object"):
+            self.transport.abort()
+            return
+        super().shutdown()
+
     def connection_lost(self, exc) -> None:
         self._disarm_header_timer()
         # uvicorn marks only the last request read as disconnected; with

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime
 import http.client
 import ipaddress
+import os
+import signal
 import sqlite3
 import ssl
 import subprocess
@@ -185,3 +187,33 @@ def test_a_key_that_does_not_fit_the_certificate_stops_the_start(tmp_path):
                           text=True, timeout=60)
     assert done.returncode != 0
     assert "Leasehold will not start: LEASEHOLD_TLS_CERT=" in done.stderr, done.stderr[-2000:]
+
+
+def test_sigterm_does_not_wait_on_an_idle_tls_client(tmp_path):
+    """A pooled client idle on its keep-alive TLS connection (the SDK's
+    between renewals) never answers the server's close_notify: a stopping
+    server that waited for it sat out its whole graceful-shutdown timeout
+    (10 s) and said so in its log. It cuts such a connection at once."""
+    ca, cert, key = _certificates(tmp_path)
+    database = tmp_path / "leasehold.sqlite3"
+    prepare(str(database), tmp_path)
+    server = Instance(str(database), tmp_path, "server", workers=2)
+    server.env.update(LEASEHOLD_TLS_CERT=cert, LEASEHOLD_TLS_KEY=key)
+    server.url = server.url.replace("http://", "https://")
+    process = server.start().proc
+    assert process is not None
+    idle = requests.Session()
+    idle.trust_env = False
+    idle.verify = ca
+    try:
+        assert idle.get(f"{server.url}/health/live", timeout=30).status_code == 200  # its connection now idles
+        graceful = 10  # serving/server.py's timeout_graceful_shutdown: the bound every stop has
+        started = time.monotonic()
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=60)
+        assert time.monotonic() - started < graceful, server.output()[-2000:]
+        assert "timeout graceful shutdown exceeded" not in server.output()
+        assert process.returncode == 0, server.output()[-2000:]
+    finally:
+        idle.close()
+        server.stop()

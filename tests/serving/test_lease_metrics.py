@@ -151,8 +151,8 @@ def test_watched_leases_say_how_long_they_have_had_no_holder(azure_server, servi
     clock.advance(20)  # "expired" and "written" ran out 15 s after they were taken
     blobs["written"].set_blob_metadata({"k": "v"})  # which forgets the lease, not when it ran out
     clock.advance(30)
-    assert unheld() == {"expired": 45, "released": 50, "broken": 50, "written": 45, "never": pytest.approx(60 + created), "container": 0,
-                        "missing": math.inf}
+    assert unheld() == {"expired": 45, "released": 50, "broken": 50, "written": 45,
+                        "never": pytest.approx(60 + created), "container": 0, "missing": math.inf}
 
 
 def test_no_watched_lease_means_no_series(azure_server, transactional_db):

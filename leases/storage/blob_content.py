@@ -18,6 +18,7 @@ from leases.domain import clock
 from leases import conf
 from leases.models import Blob, BlobBlock, BlobChunk, BlobContent, BlobPart
 from engines.busy import is_writer_busy, received_at
+from leases.storage import statements
 
 log = logging.getLogger(__name__)
 
@@ -258,10 +259,14 @@ def discard(version: uuid.UUID) -> bool:
         return False
 
 
-def _due(now: datetime):
+def _due_before(staged_before: datetime, released_before: datetime):
     return BlobContent.objects.filter(
-        Q(state=BlobContent.STAGED, staged_at__lt=now - STAGED_TTL)
-        | Q(state=BlobContent.RELEASED, released_at__lt=now - RELEASED_GRACE))
+        Q(state=BlobContent.STAGED, staged_at__lt=staged_before)
+        | Q(state=BlobContent.RELEASED, released_at__lt=released_before))
+
+
+def _first_due(staged_before: datetime, released_before: datetime):
+    return _due_before(staged_before, released_before).order_by("staged_at").values_list("id")[:1]
 
 
 def collect(*, now: datetime | None = None, max_batches: int | None = COLLECT_BATCHES) -> int:
@@ -276,9 +281,10 @@ def collect(*, now: datetime | None = None, max_batches: int | None = COLLECT_BA
     else:
         discard_idle_blocks(now=now)
     while max_batches is None or batches < max_batches:
-        version = _due(now).order_by("staged_at").values_list("id", flat=True).first()
-        if version is None:
+        row = statements.first_row("due content", _first_due, now - STAGED_TTL, now - RELEASED_GRACE)
+        if row is None:
             break
+        version = row[0]
         deleted += _delete_some(version)
         batches += 1
     return deleted
@@ -310,15 +316,19 @@ def sweep_orphans(*, now: datetime | None = None) -> int:
         state=BlobContent.RELEASED, released_at=now)
 
 
+def _first_idle(cutoff: datetime):
+    """The name of uncommitted blocks none of which was staged since ``cutoff``."""
+    return (BlobBlock.objects.filter(staged_at__lt=cutoff)
+            .exclude(Exists(BlobBlock.objects.filter(container_id=OuterRef("container_id"), name=OuterRef("name"),
+                                                     staged_at__gte=cutoff)))
+            .order_by("id").values_list("container_id", "name")[:1])
+
+
 def discard_idle_blocks(*, now: datetime) -> int:
     """The uncommitted blocks of one name none of whose blocks was staged in
     BLOCK_TTL, discarded in one transaction (their versions released);
     how many (0: no such name)."""
-    cutoff = now - BLOCK_TTL
-    idle = (BlobBlock.objects.filter(staged_at__lt=cutoff)
-            .exclude(Exists(BlobBlock.objects.filter(container_id=OuterRef("container_id"), name=OuterRef("name"),
-                                                     staged_at__gte=cutoff)))
-            .values_list("container_id", "name").first())
+    idle = statements.first_row("idle blocks", _first_idle, now - BLOCK_TTL)
     if idle is None:
         return 0
     return _piece(lambda: discard_blocks(container_id=idle[0], name=idle[1], now=now))

@@ -164,14 +164,20 @@ def load_locked(model, lookups: tuple[str, ...], values: tuple, *, deferred: tup
 
 
 def _instance(model, conn, names, converters, row):
-    if converters:
-        row = list(row)
-        for pos, convs, expr in converters:
-            value = row[pos]
-            for convert in convs:
-                value = convert(value, expr, conn)
-            row[pos] = value
-    return from_row(model, conn.alias, names, row)
+    return from_row(model, conn.alias, names, _converted(row, converters, conn))
+
+
+def _converted(row, converters, conn):
+    """``row`` with each value the ORM converts converted as it would."""
+    if not converters:
+        return row
+    row = list(row)
+    for pos, convs, expr in converters:
+        value = row[pos]
+        for convert in convs:
+            value = convert(value, expr, conn)
+        row[pos] = value
+    return row
 
 
 def from_row(model, alias: str, names: list[str], row) -> Model:
@@ -283,6 +289,43 @@ class RowInsert:
             else:
                 save_columns(obj, columns, conn=conn, cursor=cursor)
         cursor.execute(sql, values)
+
+
+# ------------------------------------------------------------------ a query run after every write
+
+# Times no query of ours asks about: the placeholders a query is compiled with.
+_TIME_SLOTS = tuple(datetime(1901 + n, 1, 1, tzinfo=timezone.utc) for n in range(4))
+
+
+def _compile_query(build, slots: int, conn):
+    """The SQL of ``build(*times)``, with each time's parameter position and
+    the ORM's converters of the values read."""
+    compiler = build(*_TIME_SLOTS[:slots]).query.get_compiler(connection=conn)
+    sql, params = compiler.as_sql()
+    columns = [col for col, _, _ in compiler.select]
+    converters = [(pos, convs, expr) for pos, (convs, expr) in compiler.get_converters(columns).items()]
+    placeholders = [conn.ops.adapt_datetimefield_value(t) for t in _TIME_SLOTS[:slots]]
+    positions = [placeholders.index(p) if isinstance(p, (str, datetime)) and p in placeholders else None
+                 for p in params]
+    if {i for i in positions if i is not None} != set(range(slots)):
+        raise AssertionError(f"each time must be a parameter of the query: {sql}")
+    return sql, list(params), positions, converters
+
+
+def first_row(key, build, *times: datetime, conn=None):
+    """``build(*times).first()`` as a tuple (``build``: times -> a QuerySet of
+    ``values_list``), None if no row: compiled by the ORM once per
+    connection and ``key``, then only run with ``times`` in their places.
+    For the queries every write runs after its answer (the blob content's
+    clean-up), whose compiling cost more than running them."""
+    conn = conn or transaction.get_connection()
+    sql, params, positions, converters = compiled(conn, ("first_row", key),
+                                                  lambda c: _compile_query(build, len(times), c))
+    args = [p if i is None else conn.ops.adapt_datetimefield_value(times[i]) for p, i in zip(params, positions)]
+    with conn.cursor() as cursor:
+        cursor.execute(sql, args)
+        row = cursor.fetchone()
+    return None if row is None else tuple(_converted(row, converters, conn))
 
 
 # ------------------------------------------------------------------ fencing generations

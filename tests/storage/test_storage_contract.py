@@ -347,3 +347,30 @@ def test_outside_a_transaction_a_write_goes_through_the_write_queue(monkeypatch)
     queued = _count_queued(monkeypatch)
     assert write_transaction(lambda: transaction.get_connection().in_atomic_block) is True
     assert len(queued) == 1  # SQLite on a file and PostgreSQL alike
+
+
+# ------------------------------------------------------------------ a query compiled once, run with times
+
+def test_a_compiled_first_row_is_the_orm_query_with_its_times_in_place(transactional_db):
+    """statements.first_row (the blob content clean-up every write runs
+    after its answer): the SQL and parameters the ORM sends for the same
+    query, and its first row, at times before, between and after the rows'."""
+    from leases.models import BlobContent
+    from leases.storage import blob_content
+
+    now = clock.now()
+    for hours, state, released in ((3, BlobContent.STAGED, None), (2, BlobContent.RELEASED, 1),
+                                   (1, BlobContent.LIVE, None)):
+        BlobContent.objects.create(id=uuid.uuid4(), state=state, size=0, chunk_bytes=0,
+                                   staged_at=now - timedelta(hours=hours),
+                                   released_at=None if released is None else now - timedelta(hours=released))
+    hour = timedelta(hours=1)
+    for staged_before, released_before in ((now - 4 * hour, now - 4 * hour), (now - 2.5 * hour, now - 4 * hour),
+                                           (now - 4 * hour, now - 0.5 * hour), (now, now)):
+        orm = orm_statements(lambda: blob_content._first_due(staged_before, released_before).first())
+        found: list[Any] = []
+        compiled = orm_statements(lambda: found.append(
+            statements.first_row("contract due", blob_content._first_due, staged_before, released_before)))
+        assert compiled == orm, "the compiled query is no longer the SQL the ORM sends"
+        assert found == [blob_content._first_due(staged_before, released_before).first()]
+    assert found[0] is not None  # the last times find a row: both answers were compared with one

@@ -10,6 +10,7 @@ from leases.domain import machine
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, Container, new_etag
+from leases.storage import statements
 
 
 NO_CONDITIONS = Conditions()
@@ -53,29 +54,36 @@ def _load(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Contai
     """The row named by ``ref``, or 404 ContainerNotFound / BlobNotFound;
     ``content=False`` leaves a blob's body (up to 64 MiB) unread."""
     if ref.blob is None:
-        qs = Container.objects.select_related("account")
-        if for_update:
-            qs = qs.select_for_update(of=("self",))
-        obj = qs.filter(account__name=ref.account, name=ref.container).first()
+        obj = statements.load_one(("container", for_update), lambda account, name: _containers(for_update).filter(
+            account__name=account, name=name), ref.account, ref.container)
         if obj is None:
             raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
         return obj
-    qs = Blob.objects.select_related("container__account")
-    if not content:
-        qs = qs.defer("content")
-    if for_update:
-        qs = qs.select_for_update(of=("self",))
-    obj = qs.filter(container__account__name=ref.account, container__name=ref.container,
-                    name=ref.blob, snapshot=ref.snapshot).first()
+
+    def blobs(account, container, name, snapshot):
+        qs = Blob.objects.select_related("container__account")
+        if not content:
+            qs = qs.defer("content")
+        if for_update:
+            qs = qs.select_for_update(of=("self",))
+        return qs.filter(container__account__name=account, container__name=container, name=name, snapshot=snapshot)
+
+    obj = statements.load_one(("blob", for_update, content), blobs, ref.account, ref.container, ref.blob,
+                              ref.snapshot)
     if obj is None:
         _container_must_exist(ref)
         raise LeaseholdError("BlobNotFound")
     return obj
 
 
+def _containers(for_update: bool):
+    qs = Container.objects.select_related("account")
+    return qs.select_for_update(of=("self",)) if for_update else qs
+
+
 def _container_must_exist(ref: ResourceRef) -> Container:
-    container = Container.objects.select_related("account").filter(
-        account__name=ref.account, name=ref.container).first()
+    container = statements.load_one(("container", False), lambda account, name: _containers(False).filter(
+        account__name=account, name=name), ref.account, ref.container)
     if container is None:
         raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
     return container

@@ -16,6 +16,10 @@ from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 # deferred ones absent) without running __init__ (statements.from_row says why).
 from django.db.models.base import Model, ModelState
 
+# How QuerySet iteration (ModelIterable) builds the related instances select_related() read in the
+# same row: statements.load_one builds a row read by a compiled SELECT as iteration would.
+from django.db.models.query import get_related_populators
+
 # The ORM's INSERT and UPDATE queries, which compile to exactly the SQL Model.save() sends.
 from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 
@@ -23,9 +27,10 @@ from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
 # - Query.get_compiler(connection=...), SQLCompiler.as_sql(), SQLCompiler.select (the selected
 #   columns, in order) and SQLCompiler.get_converters(expressions) (position -> (converters,
 #   expression)): a compiled SELECT and how to turn its raw row into Python values;
+#   SQLCompiler.klass_info and .col_count, which ModelIterable reads after as_sql();
 # - UpdateQuery.add_update_values(dict), Query.add_filter(name, value),
 #   InsertQuery.insert_values(fields, objs);
 # - BaseDatabaseWrapper.wrap_database_errors and .connection (the driver's connection): statements
 #   run on a driver cursor, errors still come out as django.db exceptions.
 
-__all__ = ["FORMAT_QMARK_REGEX", "InsertQuery", "UpdateQuery", "Model", "ModelState"]
+__all__ = ["FORMAT_QMARK_REGEX", "InsertQuery", "UpdateQuery", "Model", "ModelState", "get_related_populators"]

@@ -1,6 +1,7 @@
 """The lease hot path's statements (one read, one write, one history insert; on PostgreSQL the write
-and the insert as one statement), compiled by the ORM once per database connection and then only
-bound and run on the driver's cursor, because building them through the QuerySet API on every
+and the insert as one statement) and the queries every request on a resource runs (its row with
+its container and account; the clean-up after a write), compiled by the ORM once per database
+connection and then only bound and run, because building them through the QuerySet API on every
 request costs far more CPU than running them; same SQL, same types, any backend.
 docs/development/architecture.md ("The hot path's statements") tells how; nothing here knows what a
 lease is: callers pass names, columns and values."""
@@ -19,7 +20,8 @@ from django.db.models import DateTimeField, UUIDField
 
 from django.db.models.signals import post_init, pre_init
 
-from leases.storage.django_internals import FORMAT_QMARK_REGEX, InsertQuery, Model, ModelState, UpdateQuery
+from leases.storage.django_internals import (FORMAT_QMARK_REGEX, InsertQuery, Model, ModelState, UpdateQuery,
+                                             get_related_populators)
 
 _statements: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> {key: compiled}
 _PLACEHOLDER_VALUES = {  # any valid value of the type: compiled statements keep only the SQL
@@ -198,6 +200,46 @@ def from_row(model, alias: str, names: list[str], row) -> Model:
     state.adding = False
     state.db = alias
     obj.__dict__.update(zip(names, row))
+    return obj
+
+
+# ------------------------------------------------------------------ load one row with its related rows
+
+def _compile_one(build, lookups: int, conn):
+    """``build(*keys)`` (a QuerySet) as ``.first()`` sends it, with each
+    key's parameter position, and what iteration needs to build its row."""
+    qs = build(*_KEYS[:lookups])
+    qs = (qs if qs.ordered else qs.order_by("pk"))[:1]
+    compiler = qs.query.get_compiler(connection=conn)
+    sql, params = compiler.as_sql()
+    order = tuple(_KEYS.index(p) for p in params)
+    select, info = compiler.select, compiler.klass_info
+    start, end = info["select_fields"][0], info["select_fields"][-1] + 1
+    names = [col.target.attname for col, _, _ in select[start:end]]
+    converters = [(pos, convs, expr) for pos, (convs, expr)
+                  in compiler.get_converters([s[0] for s in select[:compiler.col_count]]).items()]
+    return sql, order, info["model"], (start, end), names, get_related_populators(info, select, conn.alias), converters
+
+
+def load_one(key, build, *values: str, conn=None):
+    """``build(*values).first()`` (``build``: lookup values -> a QuerySet,
+    select_related() rows included), the instance built as QuerySet
+    iteration builds it, None if no row: compiled by the ORM once per
+    connection and ``key``, then only run with ``values`` in their places.
+    For the row every Azure request on a resource loads, whose query cost
+    more to build than to run."""
+    conn = conn or transaction.get_connection()
+    sql, order, model, (start, end), names, populators, converters = compiled(
+        conn, ("load_one", key), lambda c: _compile_one(build, len(values), c))
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [values[i] for i in order])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    row = _converted(row, converters, conn)
+    obj = model.from_db(conn.alias, names, row[start:end])
+    for populator in populators:
+        populator.populate(row, obj)
     return obj
 
 

@@ -374,3 +374,35 @@ def test_a_compiled_first_row_is_the_orm_query_with_its_times_in_place(transacti
         assert compiled == orm, "the compiled query is no longer the SQL the ORM sends"
         assert found == [blob_content._first_due(staged_before, released_before).first()]
     assert found[0] is not None  # the last times find a row: both answers were compared with one
+
+
+# ------------------------------------------------------------------ a row with its related rows, compiled once
+
+def _fields(obj) -> dict:
+    """Every loaded column of ``obj`` and of the related instances cached on it."""
+    loaded = {f.attname: getattr(obj, f.attname) for f in obj._meta.concrete_fields if f.attname in obj.__dict__}
+    related = {name: _fields(other) for name, other in obj._state.fields_cache.items()}
+    return {**loaded, "related": related, "adding": obj._state.adding, "db": obj._state.db}
+
+
+@pytest.mark.parametrize("content", [True, False], ids=["with-content", "content-deferred"])
+def test_a_row_loaded_with_its_related_rows_is_the_one_the_orm_builds(leased, content):
+    """statements.load_one (the row every request on a resource loads): the
+    SQL and parameters ``.first()`` sends, and an instance, with its
+    container and account, as QuerySet iteration builds it; None for no row."""
+    from leases.services.common import _load
+
+    def blobs(account, container, name, snapshot):
+        qs = Blob.objects.select_related("container__account")
+        qs = qs if content else qs.defer("content")
+        return qs.filter(container__account__name=account, container__name=container, name=name, snapshot=snapshot)
+
+    orm: list[Any] = []
+    sent = orm_statements(lambda: orm.append(blobs(*NAMES).first()))
+    loaded: list[Any] = []
+    compiled = orm_statements(lambda: loaded.append(statements.load_one(("contract", content), blobs, *NAMES)))
+    assert compiled == sent, "the compiled load is no longer the SQL the ORM sends"
+    assert _fields(loaded[0]) == _fields(orm[0]) and _fields(orm[0])["related"]["container"]["related"]["account"]
+    assert ("content" in loaded[0].__dict__) == content
+    assert _fields(_load(REF, for_update=False, content=content)) == _fields(orm[0])  # the services' own
+    assert statements.load_one(("contract", content), blobs, REF.account, REF.container, "none", "") is None

@@ -397,10 +397,11 @@ def test_a_row_loaded_with_its_related_rows_is_the_one_the_orm_builds(leased, co
         qs = qs if content else qs.defer("content")
         return qs.filter(container__account__name=account, container__name=container, name=name, snapshot=snapshot)
 
+    names = (REF.account, REF.container, "row.txt", "")  # NAMES, typed as the lookups' strings
     orm: list[Any] = []
-    sent = orm_statements(lambda: orm.append(blobs(*NAMES).first()))
+    sent = orm_statements(lambda: orm.append(blobs(*names).first()))
     loaded: list[Any] = []
-    compiled = orm_statements(lambda: loaded.append(statements.load_one(("contract", content), blobs, *NAMES)))
+    compiled = orm_statements(lambda: loaded.append(statements.load_one(("contract", content), blobs, *names)))
     assert compiled == sent, "the compiled load is no longer the SQL the ORM sends"
     assert _fields(loaded[0]) == _fields(orm[0]) and _fields(orm[0])["related"]["container"]["related"]["account"]
     assert ("content" in loaded[0].__dict__) == content

@@ -259,14 +259,11 @@ def discard(version: uuid.UUID) -> bool:
         return False
 
 
-def _due_before(staged_before: datetime, released_before: datetime):
+def _first_due(staged_before: datetime, released_before: datetime):
+    """The oldest version staged before the first time and never made live, or released before the second."""
     return BlobContent.objects.filter(
         Q(state=BlobContent.STAGED, staged_at__lt=staged_before)
-        | Q(state=BlobContent.RELEASED, released_at__lt=released_before))
-
-
-def _first_due(staged_before: datetime, released_before: datetime):
-    return _due_before(staged_before, released_before).order_by("staged_at").values_list("id")[:1]
+        | Q(state=BlobContent.RELEASED, released_at__lt=released_before)).order_by("staged_at").values_list("id")[:1]
 
 
 def collect(*, now: datetime | None = None, max_batches: int | None = COLLECT_BATCHES) -> int:

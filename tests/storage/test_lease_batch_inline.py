@@ -153,8 +153,32 @@ def test_a_name_outside_latin_1_is_checked_again_by_the_thread_after_the_loop_st
     path = writer_lock_file()
     holder = os.open(path, os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
-    threading.Timer(0.3, os.close, (holder,)).start()
-    answer = asyncio.run(_batcher(lane, in_flight=1).submit(*_acquire_request(name)))
+    # The lock is let go once the batch is the thread's (a handshake, as above: a fixed delay let a
+    # loaded machine reach the loop's check after it, and the loop wrote the batch itself).
+    guard = threading.Lock()
+    released: list[bool] = []  # [True] once let go
+
+    def let_go() -> None:
+        with guard:
+            if not released:
+                released.append(True)
+                os.close(holder)
+
+    safety = threading.Timer(15, let_go)
+    safety.start()
+
+    async def main():
+        submitting = asyncio.ensure_future(_batcher(lane, in_flight=1).submit(*_acquire_request(name)))
+        while lane.batches == 0 and not submitting.done():
+            await asyncio.sleep(0.005)
+        let_go()
+        return await submitting
+
+    try:
+        answer = asyncio.run(main())
+    finally:
+        safety.cancel()
+        let_go()
     assert _answered(answer) == (201, LEASE_ID)
     assert lane.batches == 1
     assert LeaseEvent.objects.filter(blob=name, action="acquire", outcome="success").count() == 1

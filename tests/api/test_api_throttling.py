@@ -274,10 +274,18 @@ def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wai
             assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # the lock free: counted at once
         refused_on_the_loop()  # with its connection
         other.execute("BEGIN IMMEDIATE")
-        released = threading.Timer(0.2, other.execute, ("COMMIT",))
+        released_at: list[float] = []
+
+        def release() -> None:
+            released_at.append(time.monotonic())
+            other.execute("COMMIT")
+
+        released = threading.Timer(0.2, release)
         released.start()
         assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # off the loop: waits for the lock
+        answered_at = time.monotonic()
         released.join()
+        assert released_at[0] <= answered_at  # it was answered only once the lock was let go
     finally:
         if other.in_transaction:
             other.execute("ROLLBACK")

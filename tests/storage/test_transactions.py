@@ -10,6 +10,7 @@ PostgreSQL alike, so a row pointing nowhere makes the commit itself fail."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import IntegrityError, connection
@@ -141,8 +142,29 @@ def test_on_postgresql_a_batch_waits_for_no_locked_row(make_blob):
         assert holder.execute("SELECT lease_state FROM leases_blob WHERE name = 'free'").fetchone() == ("leased",)
         assert holder.execute("SELECT count(*) FROM leases_leaseevent WHERE blob = 'free' AND action = 'acquire'"
                               ).fetchone() == (1,)  # committed: seen by the other session
-        threading.Timer(0.3, holder.rollback).start()  # the row is let go while the renewal waits alone
+        # The row is let go once the renewal, made alone, waits for it (a handshake: a session of
+        # this database waits on a lock), not after a fixed delay a loaded machine outruns.
+        waited: list[bool] = []
+
+        def let_go_once_waited() -> None:
+            try:
+                with psycopg.connect(connection.settings_dict["OPTIONS"]["conninfo"],
+                                     dbname=connection.settings_dict["NAME"], autocommit=True) as watcher:
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline and not waited:
+                        if watcher.execute("SELECT 1 FROM pg_stat_activity WHERE datname = current_database()"
+                                           " AND wait_event_type = 'Lock'").fetchone():
+                            waited.append(True)
+                        else:
+                            time.sleep(0.01)
+            finally:
+                holder.rollback()
+
+        watching = threading.Thread(target=let_go_once_waited)
+        watching.start()
         alone = services.lease_actions_together([renew])
+        watching.join()
+    assert waited, "the renewal made alone never waited for the row"
     assert isinstance(alone[0], LeaseResult), alone
     assert LeaseEvent.objects.filter(blob="held").count() == events + 1
 

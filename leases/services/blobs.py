@@ -8,7 +8,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from leases.storage import blob_content
+from leases.storage import blob_content, compiled_reads
 from leases.domain import clock, machine, names
 from leases.domain import metadata as metadata_rules
 from leases.domain.conditions import Conditions
@@ -153,8 +153,8 @@ def _blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
     """The base blob, row-locked (PostgreSQL; SQLite's write transaction
     already excludes other writers) so that lease columns saved from this read
     cannot overwrite a lease granted meanwhile; its old content is not read."""
-    return (Blob.objects.select_for_update().defer("content")
-            .filter(container=container, name=ref.blob, snapshot="").first())
+    return compiled_reads.load_one("blob for write", lambda container_id, name: Blob.objects.select_for_update().defer(
+        "content").filter(container_id=container_id, name=name, snapshot=""), container.pk, ref.blob or "")
 
 
 def _last_generation(ref: ResourceRef) -> int:

@@ -10,7 +10,7 @@ from leases.domain import machine
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, Container, new_etag
-from leases.storage import statements
+from leases.storage import compiled_reads
 
 
 NO_CONDITIONS = Conditions()
@@ -54,7 +54,7 @@ def _load(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Contai
     """The row named by ``ref``, or 404 ContainerNotFound / BlobNotFound;
     ``content=False`` leaves a blob's body (up to 64 MiB) unread."""
     if ref.blob is None:
-        obj = statements.load_one(("container", for_update), lambda account, name: _containers(for_update).filter(
+        obj = compiled_reads.load_one(("container", for_update), lambda account, name: _containers(for_update).filter(
             account__name=account, name=name), ref.account, ref.container)
         if obj is None:
             raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
@@ -68,7 +68,7 @@ def _load(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Contai
             qs = qs.select_for_update(of=("self",))
         return qs.filter(container__account__name=account, container__name=container, name=name, snapshot=snapshot)
 
-    obj = statements.load_one(("blob", for_update, content), blobs, ref.account, ref.container, ref.blob,
+    obj = compiled_reads.load_one(("blob", for_update, content), blobs, ref.account, ref.container, ref.blob,
                               ref.snapshot)
     if obj is None:
         _container_must_exist(ref)
@@ -82,7 +82,7 @@ def _containers(for_update: bool):
 
 
 def _container_must_exist(ref: ResourceRef) -> Container:
-    container = statements.load_one(("container", False), lambda account, name: _containers(False).filter(
+    container = compiled_reads.load_one(("container", False), lambda account, name: _containers(False).filter(
         account__name=account, name=name), ref.account, ref.container)
     if container is None:
         raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)

@@ -18,7 +18,7 @@ from leases.domain import clock
 from leases import conf
 from leases.models import Blob, BlobBlock, BlobChunk, BlobContent, BlobPart
 from engines.busy import is_writer_busy, received_at
-from leases.storage import statements
+from leases.storage import compiled_reads
 
 log = logging.getLogger(__name__)
 
@@ -278,7 +278,7 @@ def collect(*, now: datetime | None = None, max_batches: int | None = COLLECT_BA
     else:
         discard_idle_blocks(now=now)
     while max_batches is None or batches < max_batches:
-        row = statements.first_row("due content", _first_due, now - STAGED_TTL, now - RELEASED_GRACE)
+        row = compiled_reads.first_row("due content", _first_due, now - STAGED_TTL, now - RELEASED_GRACE)
         if row is None:
             break
         version = row[0]
@@ -325,7 +325,7 @@ def discard_idle_blocks(*, now: datetime) -> int:
     """The uncommitted blocks of one name none of whose blocks was staged in
     BLOCK_TTL, discarded in one transaction (their versions released);
     how many (0: no such name)."""
-    idle = statements.first_row("idle blocks", _first_idle, now - BLOCK_TTL)
+    idle = compiled_reads.first_row("idle blocks", _first_idle, now - BLOCK_TTL)
     if idle is None:
         return 0
     return _piece(lambda: discard_blocks(container_id=idle[0], name=idle[1], now=now))

@@ -17,7 +17,7 @@ from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models.base import Model, ModelState
 
 # How QuerySet iteration (ModelIterable) builds the related instances select_related() read in the
-# same row: statements.load_one builds a row read by a compiled SELECT as iteration would.
+# same row: compiled_reads.load_one builds a row read by a compiled SELECT as iteration would.
 from django.db.models.query import get_related_populators
 
 # The ORM's INSERT and UPDATE queries, which compile to exactly the SQL Model.save() sends.

@@ -1,7 +1,6 @@
 """The lease hot path's statements (one read, one write, one history insert; on PostgreSQL the write
-and the insert as one statement) and the queries every request on a resource runs (its row with
-its container and account; the clean-up after a write), compiled by the ORM once per database
-connection and then only bound and run, because building them through the QuerySet API on every
+and the insert as one statement), compiled by the ORM once per database connection and then only
+bound and run on the driver's cursor, because building them through the QuerySet API on every
 request costs far more CPU than running them; same SQL, same types, any backend.
 docs/development/architecture.md ("The hot path's statements") tells how; nothing here knows what a
 lease is: callers pass names, columns and values."""
@@ -20,8 +19,7 @@ from django.db.models import DateTimeField, UUIDField
 
 from django.db.models.signals import post_init, pre_init
 
-from leases.storage.django_internals import (FORMAT_QMARK_REGEX, InsertQuery, Model, ModelState, UpdateQuery,
-                                             get_related_populators)
+from leases.storage.django_internals import FORMAT_QMARK_REGEX, InsertQuery, Model, ModelState, UpdateQuery
 
 _statements: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> {key: compiled}
 _PLACEHOLDER_VALUES = {  # any valid value of the type: compiled statements keep only the SQL
@@ -95,7 +93,8 @@ def _prepared(preparers, values, conn) -> list:
 
 # ------------------------------------------------------------------ load one row, locked
 
-_KEYS = ("\0k0", "\0k1", "\0k2", "\0k3", "\0k4", "\0k5")
+# Lookup values no name has: the placeholders a lookup is compiled with.
+LOOKUP_KEYS = ("\0k0", "\0k1", "\0k2", "\0k3", "\0k4", "\0k5")
 
 
 class RowLocked(Exception):
@@ -129,7 +128,7 @@ def _compile_load(model, lookups: tuple[str, ...], deferred: tuple[str, ...], al
     query, they are evaluated once the row is locked (in the locking query
     itself, PostgreSQL evaluates them before it waits for a lock another
     transaction holds)."""
-    keys = _KEYS[:len(lookups)]
+    keys = LOOKUP_KEYS[:len(lookups)]
     qs = model._default_manager.filter(**dict(zip(lookups, keys))).defer(*deferred)
     compiler = qs.select_for_update(of=("self",), skip_locked=skip).order_by()[:1].query.get_compiler(connection=conn)
     sql, params = compiler.as_sql()
@@ -166,10 +165,10 @@ def load_locked(model, lookups: tuple[str, ...], values: tuple, *, deferred: tup
 
 
 def _instance(model, conn, names, converters, row):
-    return from_row(model, conn.alias, names, _converted(row, converters, conn))
+    return from_row(model, conn.alias, names, converted(row, converters, conn))
 
 
-def _converted(row, converters, conn):
+def converted(row, converters, conn):
     """``row`` with each value the ORM converts converted as it would."""
     if not converters:
         return row
@@ -200,46 +199,6 @@ def from_row(model, alias: str, names: list[str], row) -> Model:
     state.adding = False
     state.db = alias
     obj.__dict__.update(zip(names, row))
-    return obj
-
-
-# ------------------------------------------------------------------ load one row with its related rows
-
-def _compile_one(build, lookups: int, conn):
-    """``build(*keys)`` (a QuerySet) as ``.first()`` sends it, with each
-    key's parameter position, and what iteration needs to build its row."""
-    qs = build(*_KEYS[:lookups])
-    qs = (qs if qs.ordered else qs.order_by("pk"))[:1]
-    compiler = qs.query.get_compiler(connection=conn)
-    sql, params = compiler.as_sql()
-    order = tuple(_KEYS.index(p) for p in params)
-    select, info = compiler.select, compiler.klass_info
-    start, end = info["select_fields"][0], info["select_fields"][-1] + 1
-    names = [col.target.attname for col, _, _ in select[start:end]]
-    converters = [(pos, convs, expr) for pos, (convs, expr)
-                  in compiler.get_converters([s[0] for s in select[:compiler.col_count]]).items()]
-    return sql, order, info["model"], (start, end), names, get_related_populators(info, select, conn.alias), converters
-
-
-def load_one(key, build, *values: str, conn=None):
-    """``build(*values).first()`` (``build``: lookup values -> a QuerySet,
-    select_related() rows included), the instance built as QuerySet
-    iteration builds it, None if no row: compiled by the ORM once per
-    connection and ``key``, then only run with ``values`` in their places.
-    For the row every Azure request on a resource loads, whose query cost
-    more to build than to run."""
-    conn = conn or transaction.get_connection()
-    sql, order, model, (start, end), names, populators, converters = compiled(
-        conn, ("load_one", key), lambda c: _compile_one(build, len(values), c))
-    with conn.cursor() as cursor:
-        cursor.execute(sql, [values[i] for i in order])
-        row = cursor.fetchone()
-    if row is None:
-        return None
-    row = _converted(row, converters, conn)
-    obj = model.from_db(conn.alias, names, row[start:end])
-    for populator in populators:
-        populator.populate(row, obj)
     return obj
 
 
@@ -331,43 +290,6 @@ class RowInsert:
             else:
                 save_columns(obj, columns, conn=conn, cursor=cursor)
         cursor.execute(sql, values)
-
-
-# ------------------------------------------------------------------ a query run after every write
-
-# Times no query of ours asks about: the placeholders a query is compiled with.
-_TIME_SLOTS = tuple(datetime(1901 + n, 1, 1, tzinfo=timezone.utc) for n in range(4))
-
-
-def _compile_query(build, slots: int, conn):
-    """The SQL of ``build(*times)``, with each time's parameter position and
-    the ORM's converters of the values read."""
-    compiler = build(*_TIME_SLOTS[:slots]).query.get_compiler(connection=conn)
-    sql, params = compiler.as_sql()
-    columns = [col for col, _, _ in compiler.select]
-    converters = [(pos, convs, expr) for pos, (convs, expr) in compiler.get_converters(columns).items()]
-    placeholders = [conn.ops.adapt_datetimefield_value(t) for t in _TIME_SLOTS[:slots]]
-    positions = [placeholders.index(p) if isinstance(p, (str, datetime)) and p in placeholders else None
-                 for p in params]
-    if {i for i in positions if i is not None} != set(range(slots)):
-        raise AssertionError(f"each time must be a parameter of the query: {sql}")
-    return sql, list(params), positions, converters
-
-
-def first_row(key, build, *times: datetime, conn=None):
-    """``build(*times).first()`` as a tuple (``build``: times -> a QuerySet of
-    ``values_list``), None if no row: compiled by the ORM once per
-    connection and ``key``, then only run with ``times`` in their places.
-    For the queries every write runs after its answer (the blob content's
-    clean-up), whose compiling cost more than running them."""
-    conn = conn or transaction.get_connection()
-    sql, params, positions, converters = compiled(conn, ("first_row", key),
-                                                  lambda c: _compile_query(build, len(times), c))
-    args = [p if i is None else conn.ops.adapt_datetimefield_value(times[i]) for p, i in zip(params, positions)]
-    with conn.cursor() as cursor:
-        cursor.execute(sql, args)
-        row = cursor.fetchone()
-    return None if row is None else tuple(_converted(row, converters, conn))
 
 
 # ------------------------------------------------------------------ fencing generations

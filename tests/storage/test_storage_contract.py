@@ -31,7 +31,7 @@ from leases.models import Blob, LeaseEvent
 from leases.services import Actor, ResourceRef
 from engines.sqlite.base import DatabaseWrapper as LeaseholdSQLite
 from engines import django_internals as engine_internals
-from leases.storage import django_internals, statements
+from leases.storage import compiled_reads, django_internals, statements
 from leases.storage.transactions import write_transaction
 from leases.storage.write_queue import WriteQueue
 from tests.storage import lock_is_free
@@ -352,7 +352,7 @@ def test_outside_a_transaction_a_write_goes_through_the_write_queue(monkeypatch)
 # ------------------------------------------------------------------ a query compiled once, run with times
 
 def test_a_compiled_first_row_is_the_orm_query_with_its_times_in_place(transactional_db):
-    """statements.first_row (the blob content clean-up every write runs
+    """compiled_reads.first_row (the blob content clean-up every write runs
     after its answer): the SQL and parameters the ORM sends for the same
     query, and its first row, at times before, between and after the rows'."""
     from leases.models import BlobContent
@@ -370,7 +370,7 @@ def test_a_compiled_first_row_is_the_orm_query_with_its_times_in_place(transacti
         orm = orm_statements(lambda: blob_content._first_due(staged_before, released_before).first())
         found: list[Any] = []
         compiled = orm_statements(lambda: found.append(
-            statements.first_row("contract due", blob_content._first_due, staged_before, released_before)))
+            compiled_reads.first_row("contract due", blob_content._first_due, staged_before, released_before)))
         assert compiled == orm, "the compiled query is no longer the SQL the ORM sends"
         assert found == [blob_content._first_due(staged_before, released_before).first()]
     assert found[0] is not None  # the last times find a row: both answers were compared with one
@@ -387,7 +387,7 @@ def _fields(obj) -> dict:
 
 @pytest.mark.parametrize("content", [True, False], ids=["with-content", "content-deferred"])
 def test_a_row_loaded_with_its_related_rows_is_the_one_the_orm_builds(leased, content):
-    """statements.load_one (the row every request on a resource loads): the
+    """compiled_reads.load_one (the row every request on a resource loads): the
     SQL and parameters ``.first()`` sends, and an instance, with its
     container and account, as QuerySet iteration builds it; None for no row."""
     from leases.services.common import _load
@@ -401,9 +401,32 @@ def test_a_row_loaded_with_its_related_rows_is_the_one_the_orm_builds(leased, co
     orm: list[Any] = []
     sent = orm_statements(lambda: orm.append(blobs(*names).first()))
     loaded: list[Any] = []
-    compiled = orm_statements(lambda: loaded.append(statements.load_one(("contract", content), blobs, *names)))
+    compiled = orm_statements(lambda: loaded.append(compiled_reads.load_one(("contract", content), blobs, *names)))
     assert compiled == sent, "the compiled load is no longer the SQL the ORM sends"
     assert _fields(loaded[0]) == _fields(orm[0]) and _fields(orm[0])["related"]["container"]["related"]["account"]
     assert ("content" in loaded[0].__dict__) == content
     assert _fields(_load(REF, for_update=False, content=content)) == _fields(orm[0])  # the services' own
-    assert statements.load_one(("contract", content), blobs, REF.account, REF.container, "none", "") is None
+    assert compiled_reads.load_one(("contract", content), blobs, REF.account, REF.container, "none", "") is None
+
+
+def test_a_row_loaded_by_an_id_with_a_constant_in_its_query_is_the_orms(leased):
+    """compiled_reads.load_one with an integer lookup value (a container's
+    id) and a constant of the query's own (Put Blob's read of the row it
+    replaces): the SQL and parameters ``.first()`` sends, the same row."""
+    from leases.services.blobs import _blob_for_write
+
+    def by_id(container_id, name):
+        return Blob.objects.select_for_update().defer("content").filter(container_id=container_id, name=name,
+                                                                         snapshot="")
+
+    container = leased.container
+    with transaction.atomic():
+        orm: list[Any] = []
+        sent = orm_statements(lambda: orm.append(by_id(container.pk, REF.blob).first()))
+        loaded: list[Any] = []
+        compiled = orm_statements(lambda: loaded.append(
+            compiled_reads.load_one("contract by id", by_id, container.pk, str(REF.blob))))
+        assert compiled == sent, "the compiled load is no longer the SQL the ORM sends"
+        assert _fields(loaded[0]) == _fields(orm[0]) and "content" not in loaded[0].__dict__
+        assert _fields(_blob_for_write(container, REF)) == _fields(orm[0])  # the service's own
+        assert compiled_reads.load_one("contract by id", by_id, container.pk + 1000, str(REF.blob)) is None

@@ -100,15 +100,13 @@ def test_with_other_requests_in_flight_the_lanes_thread_writes(lane):
     assert lane.batches == 1
 
 
-def test_a_busy_writer_sends_the_batch_to_the_thread_and_the_loop_goes_on(lane):
-    """Another process holds the writer lock: the loop does not wait for it,
-    the lane's thread does, and writes once it is free. A handshake, not a
-    count of ticks: the lock is let go by a coroutine on the loop, once the
-    batch is the thread's; a loop that waited for the lock itself could not
-    run it, and would answer 503 at the write wait (10 s here; a timer lets
-    the lock go after 15 s whatever happens)."""
-    path = writer_lock_file()
-    holder = os.open(path, os.O_RDWR | os.O_CREAT)
+def _with_the_writer_busy_until_the_thread_has_it(lane, request) -> tuple[tuple, list[str], bool]:
+    """``request`` submitted as a lone batch while another process holds the
+    writer lock, which a coroutine on the loop lets go once the batch is the
+    lane thread's (a handshake, not a delay a loaded machine outruns; a timer
+    lets it go after 15 s whatever happens). (The answer, who let the lock go,
+    whether the answer had come before.)"""
+    holder = os.open(writer_lock_file(), os.O_RDWR | os.O_CREAT)
     fcntl.flock(holder, fcntl.LOCK_EX)
     released_by: list[str] = []
     guard = threading.Lock()
@@ -124,7 +122,7 @@ def test_a_busy_writer_sends_the_batch_to_the_thread_and_the_loop_goes_on(lane):
     batcher = _batcher(lane, in_flight=1)
 
     async def main():
-        submitting = asyncio.ensure_future(batcher.submit(*_acquire_request()))
+        submitting = asyncio.ensure_future(batcher.submit(*request))
         while lane.batches == 0 and not submitting.done():
             await asyncio.sleep(0.005)  # the loop runs this while the batch waits
         answered_before = submitting.done()
@@ -136,6 +134,17 @@ def test_a_busy_writer_sends_the_batch_to_the_thread_and_the_loop_goes_on(lane):
     finally:
         safety.cancel()
         let_go("test")
+    return answer, released_by, answered_before
+
+
+def test_a_busy_writer_sends_the_batch_to_the_thread_and_the_loop_goes_on(lane):
+    """Another process holds the writer lock: the loop does not wait for it,
+    the lane's thread does, and writes once it is free. A handshake, not a
+    count of ticks: the lock is let go by a coroutine on the loop, once the
+    batch is the thread's; a loop that waited for the lock itself could not
+    run it, and would answer 503 at the write wait (10 s here; a timer lets
+    the lock go after 15 s whatever happens)."""
+    answer, released_by, answered_before = _with_the_writer_busy_until_the_thread_has_it(lane, _acquire_request())
     assert released_by == ["loop"] and not answered_before  # the loop ran on, the answer came after
     assert _answered(answer) == (201, LEASE_ID)
     assert lane.batches == 1
@@ -150,35 +159,8 @@ def test_a_name_outside_latin_1_is_checked_again_by_the_thread_after_the_loop_st
     from leases import services
 
     services.blob_put(ref=ResourceRef("devstoreaccount1", "inline", name), actor=ACTOR, content=b"x")
-    path = writer_lock_file()
-    holder = os.open(path, os.O_RDWR | os.O_CREAT)
-    fcntl.flock(holder, fcntl.LOCK_EX)
-    # The lock is let go once the batch is the thread's (a handshake, as above: a fixed delay let a
-    # loaded machine reach the loop's check after it, and the loop wrote the batch itself).
-    guard = threading.Lock()
-    released: list[bool] = []  # [True] once let go
-
-    def let_go() -> None:
-        with guard:
-            if not released:
-                released.append(True)
-                os.close(holder)
-
-    safety = threading.Timer(15, let_go)
-    safety.start()
-
-    async def main():
-        submitting = asyncio.ensure_future(_batcher(lane, in_flight=1).submit(*_acquire_request(name)))
-        while lane.batches == 0 and not submitting.done():
-            await asyncio.sleep(0.005)
-        let_go()
-        return await submitting
-
-    try:
-        answer = asyncio.run(main())
-    finally:
-        safety.cancel()
-        let_go()
+    answer, released_by, _ = _with_the_writer_busy_until_the_thread_has_it(lane, _acquire_request(name))
+    assert released_by == ["loop"]  # the loop stood aside: the thread checked it again
     assert _answered(answer) == (201, LEASE_ID)
     assert lane.batches == 1
     assert LeaseEvent.objects.filter(blob=name, action="acquire", outcome="success").count() == 1

@@ -187,6 +187,10 @@ def _database(spec: str) -> dict:
                 "PRAGMA cache_size=-20000;"
                 f"PRAGMA mmap_size={mmap_bytes};"
                 "PRAGMA journal_size_limit=67108864;"
+                # Statement journals and sorters in memory: a history insert
+                # (its trigger and indexes) otherwise creates and unlinks a
+                # file in /var/tmp now and then, under the writer lock.
+                "PRAGMA temp_store=MEMORY;"
                 # Checkpoints run in a thread of their own (engines.sqlite),
                 # not inside a request's commit; this only bounds the WAL if
                 # that thread falls behind.

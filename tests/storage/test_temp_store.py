@@ -1,0 +1,59 @@
+"""SQLite's temporary files (statement journals, sorters) stay in memory on the server's
+connections (``PRAGMA temp_store=MEMORY`` in config/settings.py): otherwise a statement that may
+have to be undone halfway inside a larger transaction, as a history insert with its trigger is,
+spills its journal to a new file in /var/tmp, created and unlinked under the writer lock."""
+
+import os
+import sqlite3
+
+import pytest
+from django.conf import settings
+
+SERVER_OPTIONS = settings.DATABASES["default"].get("OPTIONS", {})
+pytestmark = pytest.mark.skipif("init_command" not in SERVER_OPTIONS, reason="the SQLite engine's connection set-up")
+
+
+def _temporary_files() -> list[str]:
+    """This process's open files that SQLite created as temporary (opened, then unlinked)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if "etilqs_" in target:
+            found.append(target)
+    return found
+
+
+def _spilled(path, init_command: str) -> list[str]:
+    """The temporary files open while a transaction's second statement,
+    a large indexed UPDATE, may still have to be undone on its own."""
+    con = sqlite3.connect(path, isolation_level=None)
+    try:
+        for pragma in filter(None, (part.strip() for part in init_command.split(";"))):
+            con.execute(pragma)
+        con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        con.execute("CREATE INDEX t_v ON t (v)")
+        con.executemany("INSERT INTO t (v) VALUES (hex(randomblob(40)))", [()] * 3000)
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("UPDATE t SET v = hex(randomblob(40)) WHERE id < 100")
+        con.execute("UPDATE t SET v = hex(randomblob(40))")
+        files = _temporary_files()
+        con.execute("ROLLBACK")
+        return files
+    finally:
+        con.close()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_a_statement_journal_stays_in_memory(tmp_path):
+    assert _spilled(tmp_path / "server.sqlite3", SERVER_OPTIONS["init_command"]) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+def test_without_it_the_same_statement_spills_to_a_file(tmp_path):
+    """The check above can fail: SQLite's default makes a file here."""
+    default = SERVER_OPTIONS["init_command"].replace("PRAGMA temp_store=MEMORY;", "")
+    assert default != SERVER_OPTIONS["init_command"]
+    assert _spilled(tmp_path / "default.sqlite3", default) != []

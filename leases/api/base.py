@@ -4,7 +4,6 @@ Actor the services record in the lease history."""
 
 from __future__ import annotations
 
-import uuid
 from typing import TYPE_CHECKING
 
 from rest_framework import generics
@@ -13,7 +12,7 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
-from leases.domain import client_headers
+from leases.domain import client_headers, guids
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.services import Actor
@@ -57,7 +56,7 @@ class ApiMixin(_View):
         return api_exception_handler
 
     def initial(self, request, *args, **kwargs):
-        self.request_id = str(uuid.uuid4())
+        self.request_id = guids.request_id()
         super().initial(request, *args, **kwargs)
 
     def finalize_response(self, request, response, *args, **kwargs):

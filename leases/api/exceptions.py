@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import uuid
 
 from django.core.exceptions import RequestDataTooBig
 from django.http import Http404, JsonResponse
@@ -16,6 +15,7 @@ from rest_framework import exceptions as drf
 
 from leases.operations import faults
 from leases.operations.logformat import mark_fault_logged
+from leases.domain import guids
 from leases.domain.errors import MESSAGES, LeaseholdError
 from leases.storage.busy import server_busy
 
@@ -43,7 +43,7 @@ HEADER_FIELDS = {"if_modified_since": "If-Modified-Since", "if_unmodified_since"
 
 def api_exception_handler(exc, context) -> JsonResponse:
     view = context.get("view")
-    request_id = getattr(view, "request_id", None) or str(uuid.uuid4())
+    request_id = getattr(view, "request_id", None) or guids.request_id()
     if isinstance(exc, Http404):
         exc = drf.NotFound()
     elif isinstance(exc, RequestDataTooBig):  # DRF >= 3.16 reads JSON bodies through request.body

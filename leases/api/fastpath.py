@@ -13,7 +13,6 @@ two answers and histories equal. docs/decisions/0034 says why."""
 from __future__ import annotations
 
 import io
-import uuid
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -36,7 +35,7 @@ from leases.api.parsers import BoundedJSONParser
 from leases.api.resources import blob_ref, validator_headers
 from leases.api.serializers import REASON, WaitParam, _LeaseParam, lease_action_result
 from leases.api.throttling import COUNTED, PrincipalRateThrottle
-from leases.domain import client_headers, clock, lease_params, paths, waiting
+from leases.domain import client_headers, clock, guids, lease_params, paths, waiting
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.services import Actor, ResourceRef
@@ -131,7 +130,7 @@ class LeanRequest:
 
     def __init__(self, path: str, meta: dict):
         self.method, self.path, self.META = "POST", path, meta
-        self.request_id = str(uuid.uuid4())
+        self.request_id = guids.request_id()
         self.auth = self.user = None
 
 

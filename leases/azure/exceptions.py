@@ -4,11 +4,10 @@ Azure XML error body plus ``x-ms-error-code`` (header only for HEAD)."""
 from __future__ import annotations
 
 import logging
-import uuid
 
 from rest_framework import exceptions as drf
 
-from leases.domain import clock
+from leases.domain import clock, guids
 from leases.operations import faults
 from leases.operations.logformat import mark_fault_logged
 from leases.domain.errors import LeaseholdError
@@ -31,7 +30,7 @@ def azure_exception_handler(exc, context):
     busy = server_busy(exc)
     if busy is not None:
         response = wire.error_response(
-            busy, request_id=getattr(view, "request_id", None) or str(uuid.uuid4()), now=clock.now(),
+            busy, request_id=getattr(view, "request_id", None) or guids.request_id(), now=clock.now(),
             head=getattr(request, "method", "") == "HEAD")
         response["Retry-After"] = str(busy.detail["retry_after"])
         return response
@@ -50,7 +49,7 @@ def azure_exception_handler(exc, context):
             code = "InternalError"
         exc = LeaseholdError(code)
     response = wire.error_response(
-        exc, request_id=getattr(view, "request_id", None) or str(uuid.uuid4()), now=clock.now(),
+        exc, request_id=getattr(view, "request_id", None) or guids.request_id(), now=clock.now(),
         head=getattr(request, "method", "") == "HEAD")
     if exc.status == 503 and exc.detail.get("retry_after") is not None:  # e.g. too many waiting acquires
         response["Retry-After"] = str(exc.detail["retry_after"])

@@ -5,16 +5,15 @@ so an SDK pointed at a wrong URL reads an error it understands."""
 
 from __future__ import annotations
 
-import uuid
 
-from leases.domain import clock
+from leases.domain import clock, guids
 from leases.domain.errors import LeaseholdError
 from leases.azure import wire
 
 
 def invalid_uri(request, *args, **kwargs):
-    response = wire.error_response(LeaseholdError("InvalidUri"), request_id=str(uuid.uuid4()), now=clock.now(),
+    response = wire.error_response(LeaseholdError("InvalidUri"), request_id=guids.request_id(), now=clock.now(),
                                    head=request.method == "HEAD")
-    response["x-ms-request-id"] = str(uuid.uuid4())
+    response["x-ms-request-id"] = guids.request_id()
     response["Date"] = wire.http_date(clock.now())
     return response

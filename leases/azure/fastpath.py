@@ -10,7 +10,6 @@ shape; docs/decisions/0006 says why."""
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import unquote_plus
@@ -20,7 +19,7 @@ from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
 
 from leases import services
-from leases.domain import paths, waiting
+from leases.domain import guids, paths, waiting
 from leases.services import ResourceRef
 from leases.storage.write_queue import RetryAlone
 from leases.auth.sas import SAS_PARAMETERS
@@ -123,7 +122,7 @@ class LeaseCall:
         environ["SCRIPT_NAME"] = ""
         self.environ = environ
         self.request = LeanRequest("PUT", "", environ)
-        self.request.request_id = request_id = str(uuid.uuid4())
+        self.request.request_id = request_id = guids.request_id()
         self.arguments = self.result = self.error = None
         self.legacy = False
         account, container, blob = names
@@ -231,6 +230,6 @@ def refused(environ: dict, error: Exception):
     one exception handler, as the door itself would answer it. Not logged
     here: the server logs such refusals once in a while per address."""
     request = LeanRequest(environ.get("REQUEST_METHOD", "PUT"), get_path_info(environ), environ)
-    request.request_id = str(uuid.uuid4())
+    request.request_id = guids.request_id()
     response = azure_exception_handler(error, {"view": request, "request": request})
     return lease_request.finish(response, environ, request_id=request.request_id, method=request.method)

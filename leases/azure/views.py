@@ -12,7 +12,7 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
 from leases.storage import blob_content
-from leases.domain import client_headers, clock, lease_params, machine
+from leases.domain import client_headers, clock, guids, lease_params, machine
 from leases.services import selectors
 from leases import services
 from leases.domain.conditions import Conditions
@@ -81,7 +81,7 @@ class AzureBlobView(BlockRoutes, APIView):
     # -- request plumbing
 
     def _check_version(self, request) -> None:
-        self.request_id = str(uuid.uuid4())
+        self.request_id = guids.request_id()
         self.now = clock.now()
         inputs.check_header_values(request._request.META)
         self.legacy = lease_request.check_version(request._request.META)  # lease semantics before 2012-02-12
@@ -94,7 +94,7 @@ class AzureBlobView(BlockRoutes, APIView):
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         return lease_request.finish(response, getattr(request, "_request", request).META,
-                                    request_id=getattr(self, "request_id", "") or str(uuid.uuid4()),
+                                    request_id=getattr(self, "request_id", "") or guids.request_id(),
                                     method=request.method)
 
     def actor(self) -> Actor:

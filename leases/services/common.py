@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from leases.domain import machine
+from leases.domain import guids, machine
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, Container, new_etag
@@ -42,7 +41,7 @@ class Actor:
 
     name: str = ""  # "account:devstoreaccount1", "user:alice", "cli"
     via: str = ""  # azure | api | admin | cli
-    request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    request_id: str = field(default_factory=lambda: guids.request_id())
     client_request_id: str = ""
     remote_addr: str = ""
     user_agent: str = ""

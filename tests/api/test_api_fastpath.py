@@ -14,7 +14,6 @@ from the lean side's state, so later steps meet leases in every state."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 from django.core import signals
@@ -27,7 +26,7 @@ from leases.domain import clock as lease_clock
 from leases.models import LeaseEvent
 
 from leases.models.tokens import ApiToken
-from tests.azure.test_azure_fastpath import _answer, _events_after, _seeded_uuid4
+from tests.azure.test_azure_fastpath import _answer, _events_after, seed_ids
 
 from .helpers import API, DEV_ACCOUNT, make_blob, make_container, make_user
 
@@ -78,7 +77,7 @@ class Served:
                 start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
                 return response
         # The view answers it, as a fresh request: its request id drawn anew.
-        self.monkeypatch.setattr(uuid, "uuid4", _seeded_uuid4(self.seed))
+        seed_ids(self.monkeypatch, self.seed)
         env["wsgi.input"].seek(0)
         return LeaseholdWSGI()(env, start_response)
 
@@ -89,7 +88,7 @@ def both_ways(monkeypatch, make_env, seed: int):
     results = []
     served = Served(monkeypatch, seed)
     for app in (LeaseholdWSGI(), served):
-        monkeypatch.setattr(uuid, "uuid4", _seeded_uuid4(seed))
+        seed_ids(monkeypatch, seed)
         last = LeaseEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
         point = transaction.savepoint()
         results.append((_answer(app, make_env()), _events_after(last)))

@@ -6,8 +6,8 @@ Each request of a long script -- every action on blobs and containers, good
 and bad lease ids, durations, break periods, versions (legacy ones too),
 SharedKey failures, conditions, missing containers and blobs, client
 request ids -- is sent to both, from the same database state (a savepoint,
-rolled back after the general path), with the clock frozen and uuid4 drawn
-from the same seed, and both answers (status, every header, body) and the
+rolled back after the general path), with the clock frozen and uuid4 and the
+request ids drawn from the same seed, and both answers (status, every header, body) and the
 history rows each appended must be identical. The script then goes on from
 the lean path's state, so later steps meet leases in every state. The lean
 path is taken both ways it is entered: by the WSGI application
@@ -31,7 +31,7 @@ import pytest
 from django.core import signals
 from django.db import close_old_connections, transaction
 
-from leases.domain import clock as lease_clock
+from leases.domain import clock as lease_clock, guids
 from leases import services
 from leases.azure import fastpath
 from leases.azure.handler import AzureDoorHandler, LeaseholdWSGI
@@ -106,9 +106,12 @@ def _events_after(last_id: int) -> list[dict]:
             for row in LeaseEvent.objects.filter(id__gt=last_id).order_by("id").values()]
 
 
-def _seeded_uuid4(seed: int):
+def seed_ids(monkeypatch, seed: int) -> None:
+    """uuid4 and the request ids drawn from ``seed``: a second draw from the
+    same seed makes the same ids."""
     rng = random.Random(seed)
-    return lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    monkeypatch.setattr(uuid, "uuid4", lambda: uuid.UUID(int=rng.getrandbits(128), version=4))
+    monkeypatch.setattr(guids, "request_id", lambda: str(uuid.UUID(int=rng.getrandbits(128), version=4)))
 
 
 class Batched:
@@ -128,7 +131,7 @@ def three_ways(monkeypatch, path: str, spec: dict, seed: int):
     history rows, each from the same state; the batch's changes are kept."""
     results = []
     for app in (AzureDoorHandler(), LeaseholdWSGI(), Batched()):
-        monkeypatch.setattr(uuid, "uuid4", _seeded_uuid4(seed))
+        seed_ids(monkeypatch, seed)
         last = LeaseEvent.objects.order_by("-id").values_list("id", flat=True).first() or 0
         point = transaction.savepoint()
         env = environ(path, **spec)

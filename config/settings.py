@@ -169,10 +169,9 @@ def _database(spec: str) -> dict:
     return {
         "ENGINE": "engines.sqlite",
         "NAME": path,
-        # Keep each worker's (thread's) connection open. With the default 0
-        # every request reconnects and re-runs the PRAGMAs, and closing the
-        # last connection checkpoints and deletes the WAL (the cost per
-        # request: bench/README.md, "What do the figures in the code's comments rest on?").
+        # Keep each worker's (thread's) connection open. With the default 0 every request reconnects and
+        # re-runs the PRAGMAs, and closing the last connection checkpoints and deletes the WAL
+        # (the cost per request: bench/README.md, "What do the figures in the code's comments rest on?").
         "CONN_MAX_AGE": None,
         "OPTIONS": {
             # Every atomic() takes the write lock up front: a transaction
@@ -187,9 +186,7 @@ def _database(spec: str) -> dict:
                 "PRAGMA cache_size=-20000;"
                 f"PRAGMA mmap_size={mmap_bytes};"
                 "PRAGMA journal_size_limit=67108864;"
-                # Statement journals and sorters in memory: a history insert
-                # (its trigger and indexes) otherwise creates and unlinks a
-                # file in /var/tmp now and then, under the writer lock.
+                # Statement journals in memory, not in files under the writer lock (decision 0037).
                 "PRAGMA temp_store=MEMORY;"
                 # Checkpoints run in a thread of their own (engines.sqlite),
                 # not inside a request's commit; this only bounds the WAL if

@@ -5,7 +5,6 @@ so an SDK pointed at a wrong URL reads an error it understands."""
 
 from __future__ import annotations
 
-
 from leases.domain import clock, guids
 from leases.domain.errors import LeaseholdError
 from leases.azure import wire

@@ -41,7 +41,7 @@ class Actor:
 
     name: str = ""  # "account:devstoreaccount1", "user:alice", "cli"
     via: str = ""  # azure | api | admin | cli
-    request_id: str = field(default_factory=lambda: guids.request_id())
+    request_id: str = field(default_factory=lambda: guids.request_id())  # looked up per call: tests seed it
     client_request_id: str = ""
     remote_addr: str = ""
     user_agent: str = ""

@@ -31,8 +31,8 @@ log = logging.getLogger("leasehold.waiting")
 
 RECENT = 4096  # signals remembered for waiters between attempts
 TIMER_MARGIN = 0.002  # seconds after a deadline before trying (the deadline itself still blocks)
-LISTEN_LINGER = 30.0  # seconds a worker keeps listening after its last waiter left
-LISTEN_CHECK = 5.0  # how often a listening worker looks whether it still has waiters
+LISTEN_LINGER = 30.0  # PostgreSQL: seconds a worker keeps listening after its last waiter left
+LISTEN_CHECK = 5.0  # PostgreSQL: how often a listening worker looks whether it still has waiters
 
 
 class _Queue:
@@ -65,8 +65,7 @@ class Waiters:
         self.on_postgres = False  # listens for releases only while it holds waiters (_listen_postgres)
         self.last_waiter = 0.0  # monotonic time a waiter last waited or left
         self.sock: socket.socket | None = None
-        self.folder: str | None = None  # SQLite: the wake folder, where a marker says "signal me"
-        self.marker: str | None = None  # ... this process's, while it holds waiters (_mark)
+        self.marker: str | None = None
 
     # ---------------------------------------------------------- places (any thread)
 
@@ -131,8 +130,6 @@ class Waiters:
         self.last_waiter = time.monotonic()
         if self.on_postgres and self.listening is None:
             self.listening = loop.create_task(self._listen_postgres())
-        if self.sock is not None and self.marker is None:
-            self._mark(loop)
         self._set_timer(loop, queue, wait.ends_at)  # the latest word on when the blocking state ends
         if self._signalled_since(wait.key, wait.seq):
             return "woken"
@@ -198,48 +195,18 @@ class Waiters:
                 pass
 
     def _listen_datagrams(self, folder: str) -> None:
-        """SQLite: the socket other processes' releases reach. They send to
-        the processes whose marker is in ``folder``: this one's is there only
-        while it holds waiters (_mark), so that a release costs no idle
-        worker a wake-up."""
         try:
             os.makedirs(folder, exist_ok=True)
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             sock.bind(wakeups.address(folder, os.getpid()))
             sock.setblocking(False)
+            self.marker = os.path.join(folder, str(os.getpid()))
+            open(self.marker, "w").close()
         except OSError as exc:  # waiters still wake at their deadlines
             log.warning("waiting acquires will not hear releases from other processes: %s", exc)
             return
-        self.sock, self.folder = sock, folder
+        self.sock = sock
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_datagrams)
-
-    def _mark(self, loop) -> None:
-        """A waiter waits: releases are signalled to this process from now
-        on, until LISTEN_LINGER after its last waiter left. One released
-        before the marker was read is covered by wake_all: each waiter tries
-        once more."""
-        assert self.folder is not None  # a socket is bound: the folder is known
-        marker = os.path.join(self.folder, str(os.getpid()))
-        try:
-            open(marker, "w").close()
-        except OSError as exc:  # waiters still wake at their deadlines
-            log.warning("waiting acquires will not hear releases from other processes: %s", exc)
-            return
-        self.marker = marker
-        self.wake_all()
-        loop.call_later(LISTEN_CHECK, self._unmark_when_idle, loop)
-
-    def _unmark_when_idle(self, loop) -> None:
-        if self.marker is None:
-            return
-        if self._wants_signals():
-            loop.call_later(LISTEN_CHECK, self._unmark_when_idle, loop)
-            return
-        try:
-            os.unlink(self.marker)
-        except OSError:
-            pass
-        self.marker = None
 
     def _on_datagrams(self) -> None:
         sock = self.sock

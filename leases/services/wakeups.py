@@ -1,8 +1,8 @@
 """Telling acquires that wait (serving/waiting.py) that a lease may have become free: a release or a
-break publishes the resource's key, by ``NOTIFY`` in its own transaction on PostgreSQL and, on SQLite,
-by a datagram after the commit to each server process on the same database file that holds waiters
-(its marker file is in the wake folder); every process so told wakes its waiters for it. A lost wake-up
-costs latency, never correctness. docs/development/architecture.md ("Waiting acquires") tells how."""
+break publishes the resource's key, by ``NOTIFY`` in its own transaction on PostgreSQL and by a
+datagram to each server process on the same database file after the commit on SQLite, and every
+server process on the database wakes its waiters for it; a lost wake-up costs latency, never
+correctness. docs/development/architecture.md ("Waiting acquires") tells how."""
 
 from __future__ import annotations
 

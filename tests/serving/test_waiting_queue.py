@@ -3,13 +3,11 @@ a signal wakes only the first waiter of its resource, a signal that arrives
 between attempts is not lost, the next waiter is woken when the first one
 leaves with anything but "still held", the blocking state's end wakes the
 first waiter by itself (on the clock seam), and the bound per principal; on
-PostgreSQL and on SQLite, that a worker listens for releases only while it
-holds waiters."""
+PostgreSQL, that a worker listens for releases only while it holds waiters."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from datetime import timedelta
 
@@ -134,52 +132,5 @@ def test_on_postgresql_a_worker_listens_only_while_it_holds_waiters(monkeypatch)
                 await asyncio.sleep(0.05)
             assert await listeners() == 0
             waiters.close()
-
-    asyncio.run(scenario())
-
-
-def test_on_sqlite_a_worker_is_signalled_only_while_it_holds_waiters(monkeypatch):
-    """No marker in the wake folder, and so no datagram for a release, until
-    a waiter waits; then the marker, and the waiter tries again once it is in
-    place (a release just before it is not lost); a release then wakes it;
-    the marker goes LISTEN_LINGER after the last waiter left, and releases
-    reach the worker no more."""
-    from leases.services import wakeups
-
-    folder = wakeups.marker_dir()
-    if folder is None:
-        pytest.skip("SQLite on a file: datagrams")
-    monkeypatch.setattr(waiting, "LISTEN_LINGER", 0.3)
-    monkeypatch.setattr(waiting, "LISTEN_CHECK", 0.05)
-
-    async def signals_after_a_release(waiters: Waiters) -> int:
-        before = waiters.seq
-        wakeups.after_commit("k")
-        await asyncio.sleep(0.1)
-        return waiters.seq - before
-
-    async def scenario():
-        waiters = Waiters(bound=10)
-        waiters.start()
-        mine = os.path.join(folder, str(os.getpid()))
-        never = asyncio.get_running_loop().create_future()
-        assert waiters.sock is not None and not os.path.exists(mine)
-        assert await signals_after_a_release(waiters) == 0
-        w = _waiting(waiters, "k", wait=10)
-        assert await asyncio.wait_for(waiters.wait(w, never), 5) == "woken"  # once the marker is in place
-        assert os.path.exists(mine)
-        w.seq = waiters.seq  # its next attempt was refused too: it waits again
-        again = asyncio.ensure_future(waiters.wait(w, never))
-        await asyncio.sleep(0.05)
-        assert not again.done()
-        wakeups.after_commit("k")
-        assert await asyncio.wait_for(again, 5) == "woken"
-        waiters.leave(w, held=False)
-        deadline = time.monotonic() + 5
-        while os.path.exists(mine) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        assert not os.path.exists(mine), "still marked with no waiter, past the linger"
-        assert await signals_after_a_release(waiters) == 0
-        waiters.close()
 
     asyncio.run(scenario())

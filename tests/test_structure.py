@@ -528,8 +528,8 @@ def transactions_outside_the_queue(root: Path = REPO) -> list[tuple[str, str, st
         owner = {id(node): name for node, name in reversed(scopes)}  # named by its outermost function
         for node in ast.walk(tree):
             named = (isinstance(node, ast.Attribute) and node.attr == "atomic") or (
-                isinstance(node, ast.Name) and node.id == "atomic") or (
-                isinstance(node, ast.alias) and node.name == "atomic")
+                isinstance(node, ast.Name) and node.id == "atomic" and isinstance(node.ctx, ast.Load)) or (
+                isinstance(node, ast.alias) and node.name == "atomic")  # not a migration's "atomic = False"
             if named:
                 function = owner.get(id(node), "<module>")
                 line = getattr(node, "lineno", 0)

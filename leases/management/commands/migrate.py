@@ -4,8 +4,9 @@ export) to finish, every lease request on that table queues behind it, for as lo
 runs. So here each statement of a migration waits for a lock at most a quarter of
 LEASEHOLD_WRITE_WAIT (at most 0.5 s: PostgreSQL's lock_timeout); then the migration, rolled back
 whole (each runs in a transaction of its own), is tried again after a pause, until
-``--lock-retry-for`` seconds have passed. Lease requests wait at most that quarter, never the
-reader's whole time. SQLite has nothing to wait for: its writer lock is shared with lease writes as
+``--lock-retry-for`` seconds have passed (a migration that cannot run in a transaction, as one
+building an index CONCURRENTLY, is written to run again from the top). Lease requests wait at most
+that quarter, never the reader's whole time. SQLite has nothing to wait for: its writer lock is shared with lease writes as
 any transaction's."""
 
 from __future__ import annotations

@@ -1,0 +1,106 @@
+"""Migration 0014 on PostgreSQL while the history is written: its indexes are built and dropped
+CONCURRENTLY, so no statement of it holds a lock that would hold up a history insert (every lease
+write makes one), however long the history; run again from the top, as a migrate that gave way to
+a long reader runs it, it ends the same; and backwards it puts the old indexes back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.server_process import ROOT
+
+pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.also_postgres]
+psycopg = pytest.importorskip("psycopg")
+
+EVENTS = 200_000  # enough history that a plain CREATE INDEX holds its lock for a visible while
+# Lock modes that conflict with an INSERT's ROW EXCLUSIVE.
+BLOCKING = ("ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock")
+TABLES = ("leases_leaseevent", "leases_blob", "leases_container")
+INSERT = ("INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource_type, account, container, blob, "
+          "state_before, state_after, status_code, error_code, actor, via, reason, request_id, client_request_id, "
+          "remote_addr, user_agent) SELECT now(), 'renew', 'success', 'blob', 'devstoreaccount1', 'c', 'b' || (g %% 500), "
+          "'leased', 'leased', 200, '', 'account:devstoreaccount1', 'azure', '', md5(g::text), '', '', '' "
+          "FROM generate_series(1, %s) AS g")
+
+
+def _migrate(env: dict, target: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", "migrate", "leases", target, "--noinput"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def _indexes(conn) -> dict[str, tuple[bool, str]]:
+    """The history's and the resources' indexes: name -> (valid, definition)."""
+    rows = conn.execute(
+        "SELECT c.relname, i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+        "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_class t ON t.oid = i.indrelid "
+        "WHERE t.relname = ANY(%s)", [list(TABLES)]).fetchall()
+    return {name: (valid, definition) for name, valid, definition in rows}
+
+
+def test_migration_0014_holds_up_no_history_insert_and_runs_again_from_the_top(postgres, tmp_path):
+    database = postgres()
+    env = {**os.environ, "LEASEHOLD_DATABASE": database, "LEASEHOLD_VAR_DIR": str(tmp_path),
+           "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = _migrate(env, "0013")
+    assert done.returncode == 0, done.stdout + done.stderr
+    with psycopg.connect(database, autocommit=True) as conn:
+        conn.execute(INSERT, [EVENTS])
+        conn.execute("ANALYZE leases_leaseevent")
+
+    seen: list[tuple] = []
+    inserts: list[float] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        """Every few ms: any blocking lock on the tables held by another
+        session, and one history insert that may wait 0.2 s at most."""
+        with psycopg.connect(database, autocommit=True) as watcher, \
+                psycopg.connect(database, autocommit=True) as writer:
+            writer.execute("SET lock_timeout = '200ms'")
+            while not stop.is_set():
+                seen.extend(watcher.execute(
+                    "SELECT c.relname, l.mode, a.query FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                    "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.granted AND c.relname = ANY(%s) "
+                    "AND l.mode = ANY(%s) AND l.pid <> pg_backend_pid()", [list(TABLES), list(BLOCKING)]).fetchall())
+                started = time.monotonic()
+                writer.execute(INSERT, [1])
+                inserts.append(time.monotonic() - started)
+                time.sleep(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        done = _migrate(env, "0014")
+    finally:
+        stop.set()
+        watcher.join(30)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert seen == [], seen  # no lock that holds up an insert, not even for a moment
+    assert len(inserts) > 20, inserts  # the watch ran through the migration (each insert waited 0.2 s at most)
+    with psycopg.connect(database, autocommit=True) as conn:
+        after = _indexes(conn)
+        assert not {"blob_expiry_idx", "container_expiry_idx", "event_blob_idx"} & set(after), sorted(after)
+        valid, definition = after["event_resource_idx"]
+        assert valid and "(blob, container, account, occurred_at)" in definition, definition
+
+        # Run again from the top, as after giving way halfway: the new index
+        # dropped and built again, the old ones still gone, nothing refused.
+        conn.execute("DELETE FROM django_migrations WHERE app = 'leases' AND name = '0014_fewer_index_writes'")
+    again = _migrate(env, "0014")
+    assert again.returncode == 0, again.stdout + again.stderr
+    with psycopg.connect(database, autocommit=True) as conn:
+        assert _indexes(conn) == after
+
+    back = _migrate(env, "0013")  # and backwards, the indexes as they were
+    assert back.returncode == 0, back.stdout + back.stderr
+    with psycopg.connect(database, autocommit=True) as conn:
+        before = _indexes(conn)
+    assert {"blob_expiry_idx", "container_expiry_idx", "event_blob_idx"} <= set(before), sorted(before)
+    assert all(valid for valid, _ in before.values()), before
+    assert "(account, container, blob, occurred_at)" in before["event_resource_idx"][1], before["event_resource_idx"]

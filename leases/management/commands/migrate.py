@@ -39,6 +39,8 @@ class Command(DjangoMigrate):
 
     def handle(self, *args, **options):
         conn = connections[options["database"]]
+        if conn.vendor == "sqlite":
+            return self._with_temporary_files(conn, *args, **options)
         if conn.vendor != "postgresql":
             return super().handle(*args, **options)
         wait = lock_wait()
@@ -61,3 +63,18 @@ class Command(DjangoMigrate):
                 self.stderr.write(f"A table is in use by another session (a long query or pg_dump?): waited "
                                   f"{wait:g} s for its lock and gave way to lease requests; retrying in {PAUSE:g} s.")
                 time.sleep(PAUSE)
+
+    def _with_temporary_files(self, conn, *args, **options):
+        """The server keeps SQLite's temporary files in memory (config/settings.py); a migration
+        that builds an index sorts the whole table, which belongs in files: so while it runs."""
+        conn.ensure_connection()
+        with conn.cursor() as cursor:
+            cursor.execute("PRAGMA temp_store")
+            (before,) = cursor.fetchone()
+            cursor.execute("PRAGMA temp_store=FILE")
+        try:
+            return super().handle(*args, **options)
+        finally:
+            if conn.connection is not None:
+                with conn.cursor() as cursor:
+                    cursor.execute(f"PRAGMA temp_store={int(before)}")

@@ -84,8 +84,12 @@ def test_migrate_keeps_its_sorts_in_files(monkeypatch):
 
     during = []
     handle = DjangoMigrate.handle
-    monkeypatch.setattr(DjangoMigrate, "handle", lambda self, *a, **k: (during.append(temp_store()),
-                                                                        handle(self, *a, **k))[1])
+
+    def observed(self, *args, **kwargs):
+        during.append(temp_store())
+        return handle(self, *args, **kwargs)
+
+    monkeypatch.setattr(DjangoMigrate, "handle", observed)
     assert temp_store() == 2  # MEMORY, as the server's connections
     call_command("migrate", interactive=False, verbosity=0)
     assert during == [1]  # FILE

@@ -58,8 +58,9 @@ class Command(DjangoMigrate):
                     raise CommandError(f"gave up after --lock-retry-for {options['lock_retry_for']:g} s: a table "
                                        f"is still in use by another session (a long query or pg_dump?) and each "
                                        f"try waited {wait:g} s for its lock ({exc}); nothing of the migration "
-                                       f"was applied. Run migrate again once that session ends, or give it "
-                                       f"longer.") from None
+                                       f"was applied (of one that cannot run in a transaction, only steps that "
+                                       f"running it again repeats). Run migrate again once that session ends, "
+                                       f"or give it longer.") from None
                 self.stderr.write(f"A table is in use by another session (a long query or pg_dump?): waited "
                                   f"{wait:g} s for its lock and gave way to lease requests; retrying in {PAUSE:g} s.")
                 time.sleep(PAUSE)

@@ -6,8 +6,8 @@ LEASEHOLD_WRITE_WAIT (at most 0.5 s: PostgreSQL's lock_timeout); then the migrat
 whole (each runs in a transaction of its own), is tried again after a pause, until
 ``--lock-retry-for`` seconds have passed (a migration that cannot run in a transaction, as one
 building an index CONCURRENTLY, is written to run again from the top). Lease requests wait at most
-that quarter, never the reader's whole time. SQLite has nothing to wait for: its writer lock is shared with lease writes as
-any transaction's."""
+that quarter, never the reader's whole time. SQLite has nothing to wait for: its writer lock is
+shared with lease writes as any transaction's; there migrate only keeps its sorts in files."""
 
 from __future__ import annotations
 

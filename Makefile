@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-big test-setup checks bench docs clean debian chromium azurite promtool systemd-analyze
+.PHONY: run test test-fast test-big test-setup checks bench docs clean debian chromium azurite promtool systemd-analyze legacy-sdk
 
 # One install for the server, its test tools, PostgreSQL's driver (the
 # `postgres` extra, for the second pass of `make test`) and the client, by uv
@@ -88,9 +88,22 @@ CORES := $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || e
 TEST_WORKERS ?= $(shell echo $$(( $(CORES) + 2 )))
 PG_WORKERS ?= $(CORES)
 
+# The legacy Python SDK (azure-storage-blob 1.x, x-ms-version 2018-03-28), which
+# third-party lease clients still use, beside the venv and not in it (it shares
+# the azure.storage.blob package name): tests/azure/test_azure_legacy_sdk.py
+# runs it in a process of its own.
+LEGACY_SDK := $(VENV)/legacy-sdk
+LEGACY_PINS := azure-storage-blob==1.5.0 azure-storage-common==1.4.2 azure-common==1.1.28
+$(LEGACY_SDK)/.installed: $(BIN)/.installed
+	rm -rf $(LEGACY_SDK)
+	{ test -x $(BIN)/uv && $(BIN)/uv pip install -q --python $(BIN)/python --target $(LEGACY_SDK) $(LEGACY_PINS); } || \
+	  $(BIN)/python -m pip install -q --disable-pip-version-check --target $(LEGACY_SDK) $(LEGACY_PINS)
+	touch $@
+legacy-sdk: $(LEGACY_SDK)/.installed
+
 # What the tests need, the independent parts side by side (the venv, npm,
 # apt): on a clean clone that is most of a minute otherwise.
-test-setup: $(BIN)/.installed debian azurite
+test-setup: $(BIN)/.installed debian azurite legacy-sdk
 
 # The checks that need no server: the docs site, the linter, the type
 # checker, the alert rules and their unit tests.

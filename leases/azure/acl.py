@@ -85,7 +85,7 @@ def set_acl(view, ref: services.ResourceRef) -> HttpResponse:
         ref=ref, actor=view.actor(), identifiers=identifiers,
         public_access=request.META.get("HTTP_X_MS_BLOB_PUBLIC_ACCESS", ""),
         lease_id=view.lease_id("container"), conditions=view.conditions())
-    response = HttpResponse()
+    response = wire.Bodiless()
     response["ETag"] = container.etag
     response["Last-Modified"] = wire.http_date(container.last_modified)
     return response

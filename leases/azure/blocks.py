@@ -78,7 +78,7 @@ class BlockRoutes:
         digest = services.block_put(ref=ref, actor=self.actor(), block_id=block_id,
                                     read=self.request._request.read, length=length, md5=md5, crc64=crc64,
                                     lease_id=self.lease_id())
-        response = HttpResponse(status=201)
+        response = wire.Bodiless(status=201)
         response["Content-MD5"] = base64.b64encode(digest).decode()  # computed, whether sent or not
         if crc64 is not None:
             response["x-ms-content-crc64"] = base64.b64encode(crc64).decode()
@@ -109,7 +109,7 @@ class BlockRoutes:
                         "content_language": h("x-ms-blob-content-language"),
                         "content_disposition": h("x-ms-blob-content-disposition"),
                         "cache_control": h("x-ms-blob-cache-control")})
-        response = self._properties(HttpResponse(status=201), blob)
+        response = self._properties(wire.Bodiless(status=201), blob)
         response["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()  # the list's, as Azure's
         response["x-ms-request-server-encrypted"] = "false"
         return response
@@ -151,7 +151,7 @@ class BlockRoutes:
         blob = services.blob_copy(ref=ref, actor=self.actor(), source=source, source_url=source_url,
                                   metadata=metadata or None, lease_id=self.lease_id(), source_lease_id=source_lease,
                                   conditions=conditions)
-        response = self._properties(HttpResponse(status=202), blob)
+        response = self._properties(wire.Bodiless(status=202), blob)
         response["x-ms-copy-id"] = blob.copy_id
         response["x-ms-copy-status"] = "success"
         return response
@@ -169,7 +169,7 @@ class BlockRoutes:
                         "content_language": h("x-ms-blob-content-language"),
                         "content_disposition": h("x-ms-blob-content-disposition"),
                         "cache_control": h("x-ms-blob-cache-control")})
-        response = self._properties(HttpResponse(status=201), blob)
+        response = self._properties(wire.Bodiless(status=201), blob)
         response["x-ms-request-server-encrypted"] = "false"
         return response
 
@@ -192,7 +192,7 @@ class BlockRoutes:
             ref=ref, actor=self.actor(), read=self.request._request.read, length=length, md5=md5, crc64=crc64,
             lease_id=self.lease_id(), conditions=conditions, max_size=limits.get("x-ms-blob-condition-maxsize"),
             append_position=limits.get("x-ms-blob-condition-appendpos"))
-        response = self._properties(HttpResponse(status=201), blob)
+        response = self._properties(wire.Bodiless(status=201), blob)
         response["x-ms-blob-append-offset"] = str(offset)
         response["x-ms-blob-committed-block-count"] = str(count)
         if md5 is not None:
@@ -210,7 +210,7 @@ class BlockRoutes:
             raise LeaseholdError("InvalidHeaderValue", field="x-ms-copy-action", value=action[:200])
         services.copy_abort(ref=ref, actor=self.actor(), copy_id=self.request.GET.get("copyid", ""),
                             lease_id=self.lease_id())
-        return HttpResponse(status=204)  # never reached: no copy is ever pending
+        return wire.Bodiless(status=204)  # never reached: no copy is ever pending
 
 
 def blob_type_headers(response: HttpResponse, blob) -> None:

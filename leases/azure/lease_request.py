@@ -96,7 +96,7 @@ def lease_arguments(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -
 def lease_response(meta: dict, result, *, legacy: bool) -> HttpResponse:
     """A lease action's result (services.LeaseResult) as Azure's answer."""
     action = meta["HTTP_X_MS_LEASE_ACTION"].lower()  # the service refused a missing or unknown one
-    response = HttpResponse(status=services.SUCCESS_STATUS[action])
+    response = wire.Bodiless(status=services.SUCCESS_STATUS[action])
     if not legacy:  # ETag and Last-Modified on lease responses came later (2013-08-15)
         properties(response, result.resource)
     if result.lease_id is not None and action != "release":

@@ -192,7 +192,7 @@ class AzureBlobView(BlockRoutes, APIView):
         return HttpResponse(body, content_type="application/xml")
 
     def account_info(self):
-        response = HttpResponse()
+        response = wire.Bodiless()
         response["x-ms-sku-name"] = "Standard_LRS"
         response["x-ms-account-kind"] = "StorageV2"
         response["x-ms-is-hns-enabled"] = "false"
@@ -207,17 +207,17 @@ class AzureBlobView(BlockRoutes, APIView):
         container = services.container_create(
             account=ref.account, name=ref.container, metadata=_metadata(self.request),
             public_access=_header(self.request, "x-ms-blob-public-access") or "", actor=self.actor())
-        return self._properties(HttpResponse(status=201), container)
+        return self._properties(wire.Bodiless(status=201), container)
 
     def delete_container(self, ref: ResourceRef):
         conditions = self.conditions()
         services.container_delete(ref=ref, actor=self.actor(), lease_id=self.lease_id(machine.CONTAINER),
                                   conditions=conditions)
-        return HttpResponse(status=202)
+        return wire.Bodiless(status=202)
 
     def container_properties(self, ref: ResourceRef):
         container = services.container_read(ref=ref, actor=self.actor(), lease_id=self.lease_id(machine.CONTAINER))
-        response = self._properties(HttpResponse(), container)
+        response = self._properties(wire.Bodiless(), container)
         wire.metadata_headers(response, container.metadata)
         wire.lease_headers(response, container, self.now, legacy=self.legacy, noun=machine.CONTAINER)
         if container.public_access:
@@ -231,7 +231,7 @@ class AzureBlobView(BlockRoutes, APIView):
         container = services.container_set_metadata(
             ref=ref, actor=self.actor(), metadata=metadata, lease_id=self.lease_id(machine.CONTAINER),
             conditions=conditions)
-        return self._properties(HttpResponse(), container)
+        return self._properties(wire.Bodiless(), container)
 
     def get_container_acl(self, ref: ResourceRef):
         return acl.get_acl(self, ref)
@@ -290,7 +290,7 @@ class AzureBlobView(BlockRoutes, APIView):
                         "content_language": h("x-ms-blob-content-language"),
                         "content_disposition": h("x-ms-blob-content-disposition"),
                         "cache_control": h("x-ms-blob-cache-control")})
-        response = self._properties(HttpResponse(status=201), blob)
+        response = self._properties(wire.Bodiless(status=201), blob)
         response["Content-MD5"] = blob.content_md5
         response["x-ms-request-server-encrypted"] = "false"
         return response
@@ -300,7 +300,7 @@ class AzureBlobView(BlockRoutes, APIView):
         properties_only = head or self.request.GET.get("comp") == "metadata"
         blob = services.blob_read(ref=ref, actor=self.actor(), lease_id=self.lease_id(), content=not properties_only)
         if not self.conditions().check_read(blob.etag, blob.last_modified):
-            response = HttpResponse(status=304)
+            response = wire.Bodiless(status=304)
             return self._properties(response, blob)
         content = blob.content if not head else b""
         status, content_range = 200, None
@@ -351,7 +351,7 @@ class AzureBlobView(BlockRoutes, APIView):
         metadata, conditions = _metadata(self.request), self.conditions()
         blob = services.blob_set_metadata(ref=ref, actor=self.actor(), metadata=metadata, lease_id=self.lease_id(),
                                           conditions=conditions)
-        response = self._properties(HttpResponse(), blob)
+        response = self._properties(wire.Bodiless(), blob)
         response["x-ms-request-server-encrypted"] = "false"
         return response
 
@@ -359,7 +359,7 @@ class AzureBlobView(BlockRoutes, APIView):
         conditions = self.conditions()
         services.blob_delete(ref=ref, actor=self.actor(), lease_id=self.lease_id(),
                              delete_snapshots=_header(self.request, "x-ms-delete-snapshots"), conditions=conditions)
-        response = HttpResponse(status=202)
+        response = wire.Bodiless(status=202)
         response["x-ms-delete-type-permanent"] = "true"
         return response
 
@@ -368,7 +368,7 @@ class AzureBlobView(BlockRoutes, APIView):
         conditions = self.conditions()
         snap = services.blob_snapshot(ref=ref, actor=self.actor(), metadata=meta or None, lease_id=self.lease_id(),
                                       conditions=conditions)
-        response = self._properties(HttpResponse(status=201), snap)
+        response = self._properties(wire.Bodiless(status=201), snap)
         response["x-ms-snapshot"] = snap.snapshot
         return response
 

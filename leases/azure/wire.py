@@ -72,6 +72,16 @@ def xml_text(text: str) -> str:
     return escape(text)
 
 
+class Bodiless(HttpResponse):
+    """An answer without a body, sent as Azure sends it: without a Content-Type, where Django's
+    HttpResponse would add text/html (the legacy Python SDK reads that onto a container's
+    properties, which have no content settings, and fails)."""
+
+    def __init__(self, status: int = 200):
+        super().__init__(status=status)
+        del self["Content-Type"]
+
+
 def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head: bool) -> HttpResponse:
     parts = [f"<Error><Code>{err.code}</Code><Message>{xml_text(err.message)}\n"
              f"RequestId:{request_id}\nTime:{error_time(now)}</Message>"]
@@ -87,7 +97,7 @@ def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head:
             parts.append(f"<{key}>{xml_text(str(value))}</{key}>")
     parts.append("</Error>")
     if head or err.status == 304:
-        response = HttpResponse(status=err.status)
+        response = Bodiless(status=err.status)
     else:
         response = HttpResponse(XML_DECLARATION + "".join(parts), status=err.status,
                                 content_type="application/xml")

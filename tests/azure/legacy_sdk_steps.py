@@ -6,7 +6,7 @@ one JSON line each, ``{"step": ..., "ok": true}`` or the error it raised."""
 import json
 import sys
 
-from azure.storage.blob import BlockBlobService
+from azure.storage.blob import BlockBlobService  # type: ignore[attr-defined]  # the 1.x SDK
 
 url, account, key = sys.argv[1:4]
 svc = BlockBlobService(account_name=account, account_key=key, custom_domain=f"{url}/{account}")

@@ -148,9 +148,9 @@ def run_case(service: BlobServiceClient, azure_server: str, operation: str, kind
         return "AuthorizationFailure"  # no container yet to hold the policy; the table says the same
     if operation == "break_container_lease":
         BlobLeaseClient(keyed, lease_id=HELD).acquire(lease_duration=-1)
-    target = ContainerClient(url, container, credential=token(kind, letter, container, None), retry_total=0)
+    keyless = ContainerClient(url, container, credential=token(kind, letter, container, None), retry_total=0)
     before = state(container, None)
-    return outcome(CONTAINER_CALLS[operation], target, before, lambda: state(container, None))
+    return outcome(CONTAINER_CALLS[operation], keyless, before, lambda: state(container, None))
 
 
 @pytest.mark.parametrize("operation", [*BLOB_OPS, *CONTAINER_OPS])

@@ -3,9 +3,11 @@ anonymous and bad-credential lease requests at both doors over 1,000
 connections, then one principal's burst of waiting acquires, while another
 account's AutoRenewLease (leasehold_client) holds a 15-s lease, renewing
 every second. It never loses the lease and no renewal is refused; every
-flood request is refused (401/403, or 503/429 once its address is past its
-bound), none reaches the writer (nothing in the history), and the log has
-no ERROR line. How fast the renewals are meanwhile is a benchmark's figure
+flood request is refused (401/403, and 503/429 with Retry-After once its
+address is past its bound); none reaches the services: the flood's target
+(a blob whose lease is held) is unchanged, and the lease requests the
+services answered meanwhile (/metrics) are exactly the other tenant's
+renewals in the history; and the log has no ERROR line. How fast the renewals are meanwhile is a benchmark's figure
 (bench/run.py's flood scenario), not a test's."""
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ def _flood_requests(port: int) -> list[bytes]:
             (api + f"Authorization: Bearer lh_{uuid.uuid4().hex}\r\n\r\n").encode() + body]
 
 
-async def _flood(port: int, statuses: list[int]) -> None:
+async def _flood(port: int, statuses: list[int], retry_after: list[bool]) -> None:
     requests = _flood_requests(port)
 
     async def one(n: int) -> None:
@@ -94,6 +96,8 @@ async def _flood(port: int, statuses: list[int]) -> None:
                 writer.write(requests[(n + i) % len(requests)])
                 head = await reader.readuntil(b"\r\n\r\n")
                 statuses.append(int(head.split(b" ", 2)[1]))
+                if statuses[-1] in (429, 503):
+                    retry_after.append(b"\r\nretry-after: " in head.lower())
                 length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length:"))
                 await reader.readexactly(length)
@@ -136,8 +140,18 @@ def test_floods_and_a_burst_stall_no_other_tenant(server):
         assert lease.has_lease
         start_renewals = lease.renewals
 
+        # The flood's target exists, its lease held: a flood request that reached the services
+        # would be answered there and recorded, or would change it.
+        target = f"/{DEV_ACCOUNT}/flood"
+        assert azure_raw.signed("PUT", server.url, target + "?restype=container").status_code in (201, 409)
+        azure_raw.signed("PUT", server.url, target + "/b", body=b"x", headers={"x-ms-blob-type": "BlockBlob"})
+        azure_raw.lease(server.url, target + "/b", "acquire", **{"x-ms-lease-duration": "-1"})
+        before_flood = _flood_target(server), _lease_requests(server), _last_event(server)
+
         flood: list[int] = []
-        asyncio.run(_flood(server.port, flood))
+        retry_after: list[bool] = []
+        asyncio.run(_flood(server.port, flood, retry_after))
+        after_flood = _flood_target(server), _lease_requests(server), _last_event(server)
 
         held = f"/{DEV_ACCOUNT}/burst{uuid.uuid4().hex[:8]}"
         assert azure_raw.signed("PUT", server.url, held + "?restype=container").status_code == 201
@@ -154,20 +168,49 @@ def test_floods_and_a_burst_stall_no_other_tenant(server):
     assert len(flood) == CONNECTIONS * PER_CONNECTION
     assert set(flood) <= {400, 401, 403, 429, 503}, sorted(set(flood))
     assert flood.count(401) + flood.count(403) > 0
+    # Past its address's bound the flood is refused before its credentials are read, with a time to retry.
+    assert flood.count(429) + flood.count(503) > 0 and retry_after and all(retry_after)
+    # Measured: the services answered only the other tenant's renewals meanwhile, not one flood request
+    # (each lease request the services answer counts in /metrics and writes one event).
+    assert after_flood[0] == before_flood[0], "the flood's target changed"
+    served = after_flood[1] - before_flood[1]
+    with sqlite3.connect(server.database) as db:
+        meanwhile = db.execute("SELECT account, action FROM leases_leaseevent WHERE id > ? AND id <= ?",
+                               (before_flood[2], after_flood[2])).fetchall()
+    assert served == len(meanwhile) and set(meanwhile) <= {(OTHER, "renew")}, (served, meanwhile)
     assert len(burst) == WAITERS and set(burst) == {409, 503}, sorted(set(burst))  # 503: past the waiters' bound
 
     with sqlite3.connect(server.database) as db:
         other = db.execute("SELECT action, status_code FROM leases_leaseevent WHERE account = ?",
                            (OTHER,)).fetchall()
-        flooded = db.execute("SELECT count(*) FROM leases_leaseevent WHERE container = 'flood'").fetchone()[0]
     renewed = [status for action, status in other if action == "renew"]
     assert renewed and set(renewed) == {200}, other  # no renewal refused
-    assert flooded == 0  # no flood request reached the services
     log = server.output()
     # Refused waiters (503 ServerBusy, a throttle) and refused credentials write no ERROR line.
     assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
     refusals = log.count("without valid credentials")
     assert 1 <= refusals <= 8, refusals  # once a minute per address and worker, not per request
+
+
+def _flood_target(server) -> tuple:
+    with sqlite3.connect(server.database) as db:
+        return db.execute("SELECT b.etag, b.lease_state, b.lease_id, b.lease_generation FROM leases_blob b "
+                          "JOIN leases_container c ON b.container_id = c.id WHERE c.name = 'flood'").fetchall()
+
+
+def _last_event(server) -> int:
+    with sqlite3.connect(server.database) as db:
+        return db.execute("SELECT coalesce(max(id), 0) FROM leases_leaseevent").fetchone()[0]
+
+
+def _lease_requests(server) -> float:
+    """Lease requests the services answered, all actions, doors and outcomes (/metrics)."""
+    import requests
+
+    text = requests.get(server.url + "/metrics", headers={"Authorization": f"Bearer {server.token}"},
+                        timeout=30).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("leasehold_lease_requests_total{"))
 
 
 def test_one_token_renewing_back_to_back_is_not_throttled(server):

@@ -108,6 +108,16 @@ APPEND_SLASH = False
 # and browsers are told to use https only (HSTS, on responses to https requests).
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = LEASEHOLD.tls or bool(LEASEHOLD.trusted_proxies)
 SECURE_HSTS_SECONDS = LEASEHOLD.hsts_seconds
+# No script of any page reads the admin's cookies: the admin's forms and the API's docs
+# (/api/v1/docs/) carry the CSRF token in the page. Lax: a page of another site, or of an
+# opaque origin (a sandboxed blob), cannot send them with a POST, PUT or DELETE. The admin's
+# and the API's pages are never sniffed, framed or told where the operator came from
+# (Django's SecurityMiddleware and XFrameOptionsMiddleware; docs/decisions/0038).
+CSRF_COOKIE_HTTPONLY = SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"

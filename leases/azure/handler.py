@@ -26,6 +26,22 @@ from leases.azure.fallback import invalid_uri
 # own paths belong to the other doors; every other path is the Azure door's.
 AZURE_PATH, SITE_PATH = paths.AZURE_PATH, paths.SITE_PATH
 
+# A tenant's content, and its Content-Type, must never run as a page of this site (the admin's
+# origin): every answer a browser can be sent to opens in an opaque origin with no scripts, and
+# is never sniffed into another type. Set last, over anything the view or a SAS's rsc* put
+# there. PUT and DELETE, which no link, form or navigation sends, are left as they are: the lean
+# lease path answers only PUTs, byte for byte as the general path (docs/decisions/0038).
+SANDBOX = (("Content-Security-Policy", "sandbox"), ("X-Content-Type-Options", "nosniff"))
+NOT_NAVIGABLE = frozenset({"PUT", "DELETE"})
+
+
+def sandboxed(response, method: str):
+    """``response`` with the SANDBOX headers unless ``method`` is one no browser navigates with."""
+    if method not in NOT_NAVIGABLE:
+        for name, value in SANDBOX:
+            response[name] = value
+    return response
+
 
 class AzureDoorHandler:
     """A WSGI application that does what Django's WSGIHandler does for an
@@ -61,7 +77,7 @@ class AzureDoorHandler:
             response = response_for_exception(request, exc)
         if response.status_code >= 400:
             log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
-        return response
+        return sandboxed(response, request.method)
 
 
 class LeaseholdWSGI:
@@ -85,7 +101,8 @@ class LeaseholdWSGI:
         # The Azure door's by position, naming no account it could hold (upper case,
         # too short, '//', 'OPTIONS *'): Azure's XML 400 InvalidUri for every method,
         # before any middleware (the CSRF check answered PUT and DELETE in HTML).
-        response = invalid_uri(_Method(environ.get("REQUEST_METHOD", "GET")))
+        method = environ.get("REQUEST_METHOD", "GET")
+        response = sandboxed(invalid_uri(_Method(method)), method)
         start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
         return response
 

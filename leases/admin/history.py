@@ -8,6 +8,7 @@ import csv
 from datetime import UTC, datetime
 
 from django.contrib import admin, messages
+from django.contrib.admin.exceptions import DisallowedModelAdminLookup
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q
@@ -31,6 +32,7 @@ from leases.admin.filters import ActionFilter, ActorFilter, EventAccountFilter, 
 from leases.admin.forms import HolderAtForm
 from leases.admin.lookup import holder_lookup
 from leases.admin.paging import CappedCountPaginator
+from leases.admin.queries import DeclaredQueryAdmin, QueryRefused, bounded_pieces, bounded_reads, refused_page
 
 SUBSTRING_WINDOW = 50_000  # events a substring search reads at most (see get_search_results)
 
@@ -41,7 +43,7 @@ CSV_COLUMNS = ("occurred_at", "action", "outcome", "resource_type", "account", "
 
 
 @admin.register(LeaseEvent)
-class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
+class LeaseEventAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
     # Two facts in some columns (action and outcome, lease id and
     # generation), so that the list fits 1366 px with both sidebars open.
     list_display = ("when", "action_and_outcome", "resource", "who", "lease_and_generation", "transition",
@@ -51,6 +53,8 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
     # change list template replaces Django's drill-down links, which would
     # run MIN+MAX and a DISTINCT date per level over the table.
     date_hierarchy = "occurred_at"
+    # A resource's history (common.history_url, the "only this" links) narrows by its blob as well.
+    drilldown_lookups = ("blob",)
     search_fields = ("lease_fingerprint", "request_id", "client_request_id", "blob", "container", "actor", "reason")
     search_help_text = (
         "A lease id's fingerprint or the full id, a request id, a client request id, or "
@@ -265,15 +269,13 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
 
     def changelist_view(self, request, extra_context=None):
         extra_context = {"title": "Lease history", **(extra_context or {})}
-        response = super().changelist_view(request, extra_context)
-        context = getattr(response, "context_data", None)
-        if context and "cl" in context:
-            cl = context["cl"]
-            context["date_drilldown"] = date_drilldown(cl)
-            context["filter_chips"] = filter_chips(cl)
-            context["export_url"] = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_export",
-                                            current_app=self.admin_site.name) + cl.get_query_string()
-        return response
+        return super().changelist_view(request, extra_context)
+
+    def changelist_context(self, request, cl, context):
+        context["date_drilldown"] = date_drilldown(cl)
+        context["filter_chips"] = filter_chips(cl)
+        context["export_url"] = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_export",
+                                        current_app=self.admin_site.name) + cl.get_query_string()
 
     def export_view(self, request):
         """The filtered list (same filters, search and dates as the page),
@@ -281,14 +283,19 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, admin.ModelAdmin):
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:
-            cl = self.get_changelist_instance(request)
+            self.check_query(request)
+            with bounded_reads():
+                cl = self.get_changelist_instance(request)
+        except (DisallowedModelAdminLookup, QueryRefused) as refused:
+            return refused_page(request, self, str(refused), 400)
         except IncorrectLookupParameters:  # as the list itself answers a bad filter
             changelist = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_changelist",
                                  current_app=self.admin_site.name)
             return HttpResponseRedirect(changelist + "?e=1")
         # In short keyset-paged reads, not one cursor held for the whole
         # download (leases/services/keyset.py).
-        rows = keyset_rows(cl.queryset, CSV_COLUMNS)
+        with bounded_reads():
+            rows = bounded_pieces(keyset_rows(cl.queryset, CSV_COLUMNS))
         writer = csv.writer(_Echo())
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
         return StreamingHttpResponse(

@@ -24,12 +24,13 @@ from leases.admin.holders import HolderFilter, HolderViewsMixin
 from leases.admin.lease_actions import LeaseActionsMixin
 from leases.admin.lookup import holder_lookup
 from leases.admin.paging import CappedCountPaginator
+from leases.admin.queries import DeclaredQueryAdmin
 
 HISTORY_ROWS = 20
 REFRESH_SECONDS = 30  # lists and detail pages reload themselves this often (and when a deadline passes)
 
 
-class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMixin, admin.ModelAdmin):
+class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMixin, DeclaredQueryAdmin):
     """What the container and blob admins share: lease columns, filters that
     judge state in SQL, indexed search, the lease panels of a detail page,
     and (from the mixin) the break and release flows."""
@@ -52,11 +53,10 @@ class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMix
         # Read-only for everyone, so Django's "Select blob to view" says less than the name.
         extra_context = {"title": self.opts.verbose_name_plural.capitalize(), **self.as_of_context(request),
                          **(extra_context or {})}
-        response = super().changelist_view(request, extra_context)
-        context = getattr(response, "context_data", None)
-        if context and "cl" in context:
-            context["filter_chips"] = filter_chips(context["cl"])
-        return response
+        return super().changelist_view(request, extra_context)
+
+    def changelist_context(self, request, cl, context):
+        context["filter_chips"] = filter_chips(cl)
 
     def as_of_context(self, request) -> dict:
         return {"lease_as_of": display.timestamp(lease_now(request)), "refresh_seconds": REFRESH_SECONDS}

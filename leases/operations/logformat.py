@@ -11,7 +11,7 @@ import logging
 import re
 import time
 from datetime import datetime, timezone
-from urllib.parse import unquote
+from urllib.parse import quote_plus, unquote, unquote_plus
 
 from leases import conf
 from leases.domain import fingerprints
@@ -105,14 +105,37 @@ class SkipLoggedFaults(logging.Filter):
 _LEASE_ID_QUERY = re.compile(r"(?<=[?&])(lease_id=)([^&#\s\"]*)")
 
 
+# The admin takes a full lease id in its search box (?q=): in an admin URL's
+# query string every GUID-shaped value is shown as its fingerprint.
+_ADMIN_QUERY = re.compile(r"(/admin/[^?\s]*\?)([^\s#]*)")
+_GUID = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f](?:-?[0-9A-Fa-f]){31}(?![0-9A-Fa-f])")
+
+
 def without_lease_ids(text: str) -> str:
     """``text`` (a request line, a URL) with each ``lease_id=`` value that
-    is a lease id replaced by ``fingerprint:<its fingerprint>``."""
+    is a lease id, and each GUID in an admin URL's query string, replaced by
+    ``fingerprint:<its fingerprint>``."""
     def replace(match: re.Match) -> str:
         found = fingerprints.of_id_text(unquote(match.group(2)))
         return match.group(1) + (f"fingerprint:{found}" if found else match.group(2))
 
-    return _LEASE_ID_QUERY.sub(replace, text) if "lease_id=" in text else text
+    if "lease_id=" in text:
+        text = _LEASE_ID_QUERY.sub(replace, text)
+    if "/admin/" in text:
+        text = _ADMIN_QUERY.sub(lambda m: m.group(1) + _without_guids(m.group(2)), text)
+    return text
+
+
+def _without_guids(query: str) -> str:
+    parts = []
+    for part in query.split("&"):
+        hidden = []
+        for piece in part.split("=", 1):
+            plain = unquote_plus(piece)
+            shown = _GUID.sub(lambda m: f"fingerprint:{fingerprints.of_id_text(m.group())}", plain)
+            hidden.append(piece if shown == plain else quote_plus(shown, safe=":/"))
+        parts.append("=".join(hidden))
+    return "&".join(parts)
 
 
 class LeaseIdsOut(logging.Filter):

@@ -130,9 +130,10 @@ def parse_time(value: str) -> datetime | None:
     try:
         when = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
                         int((fraction or "0").ljust(6, "0")[:6]), tzinfo=timezone(timedelta(minutes=minutes)))
-    except ValueError:
+        # A far offset on year 1 or 9999 falls outside what a datetime holds in UTC (OverflowError).
+        return when.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
         return None
-    return when.astimezone(timezone.utc)
 
 
 def _http(when: datetime | None) -> str:

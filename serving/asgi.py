@@ -92,7 +92,9 @@ class LeaseholdASGI:
         # address (serving/admission.py); the lease lane shared by principals in
         # turn (serving/lanes.py), with a request queued behind each running one.
         self.admission = Admission(rate=own.unauthenticated_rate[0], burst=own.unauthenticated_rate[1],
-                                   read_wait=own.write_wait, doors=self.doors)
+                                   total_rate=own.unauthenticated_rate_total[0],
+                                   total_burst=own.unauthenticated_rate_total[1], read_wait=own.write_wait,
+                                   doors=self.doors)
         self.gate = FairGate(2 * len(self.lanes["lease"].executors))
 
     async def __call__(self, scope, receive, send):

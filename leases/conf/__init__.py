@@ -58,6 +58,7 @@ class Settings:
     waiters_per_principal: int
     api_rate: str  # "" for no limit
     unauthenticated_rate: tuple[float, float]  # per second, burst; (0, 0): no bound
+    unauthenticated_rate_total: tuple[float, float]  # the same, all addresses together
     clock_skew_seconds: int
     # waits and pieces of work
     write_wait: float
@@ -195,6 +196,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         api_rate=env_str("LEASEHOLD_API_RATE", "30000/minute", allow_empty=True, pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
                          expected="requests/period, e.g. 1200/minute or 20/s", environ=env),
         unauthenticated_rate=_rate("LEASEHOLD_UNAUTHENTICATED_RATE", "50/second", env),
+        unauthenticated_rate_total=_rate("LEASEHOLD_UNAUTHENTICATED_RATE_TOTAL", "200/second", env),
         clock_skew_seconds=env_int("LEASEHOLD_CLOCK_SKEW_SECONDS", 900, at_least=0, environ=env),
         write_wait=env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0, environ=env),
         stage_pause=env_float("LEASEHOLD_STAGE_PAUSE", 0.5, at_least=0, environ=env),

@@ -136,10 +136,7 @@ class LeaseholdASGI:
 
     @staticmethod
     def lane_name(scope) -> str:
-        path = scope["path"]
-        if path.startswith(API_LEASES):
-            return "lease"
-        if b"comp=lease" in scope["query_string"] and paths.AZURE_PATH.match(path):
+        if paths.is_lease_request(scope["path"], scope["query_string"].decode("latin-1")):
             return "lease"
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return "read"

@@ -68,7 +68,8 @@ def signed_times(draw):
     elif zone is not None and draw(st.booleans()):
         text += zone  # a zone on a bare date: not a form Azure takes
         return text, None
-    return text, _reference(year, month, day, *fields, zone if fields[0] is not None else None)
+    return text, _reference(year, month, day, fields[0], fields[1], fields[2], fields[3],
+                            zone if fields[0] is not None else None)
 
 
 @settings(max_examples=600, deadline=None)

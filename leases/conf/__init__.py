@@ -46,6 +46,7 @@ class Settings:
     tls_key: str | None
     hsts_seconds: int
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    forwarded_header: str  # which header the trusted proxies set: "x-forwarded-for" or "forwarded"
     # what a client may send, and how fast
     header_timeout: float
     max_header_bytes: int
@@ -184,6 +185,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         tls_key=_tls_file("LEASEHOLD_TLS_KEY", env),
         hsts_seconds=env_int("LEASEHOLD_HSTS_SECONDS", 31536000, at_least=0, environ=env),
         trusted_proxies=_trusted_proxies(env),
+        forwarded_header=env_choice("LEASEHOLD_FORWARDED_HEADER", "x-forwarded-for", ("x-forwarded-for", "forwarded"),
+                                    environ=env),
         header_timeout=env_float("LEASEHOLD_HEADER_TIMEOUT", 10, above=0, environ=env),
         max_header_bytes=env_int("LEASEHOLD_MAX_HEADER_BYTES", 65536, at_least=1024, environ=env),
         max_headers=env_int("LEASEHOLD_MAX_HEADERS", 1000, at_least=16, environ=env),

@@ -133,3 +133,41 @@ def test_set_container_acl_refuses_a_far_offset_400(box, azure_server, start, ex
     response = azure_raw.signed("PUT", azure_server, f"/{DEV_ACCOUNT}/box?restype=container&comp=acl", body=body)
     assert (response.status_code, azure_raw.error_code(response)) == (400, "InvalidXmlDocument"), response.text
     assert box.get_container_access_policy()["signed_identifiers"] == []
+
+
+SAS_FIELDS = {"sv": ["2012-02-12", "2013-08-15", "2015-04-05", "2025-11-05", "9999-99-99", ""],
+              "sr": ["b", "c", "bs", ""], "sp": ["r", "rw", "", "zz"], "ss": ["b", ""], "srt": ["o", "sco", ""],
+              "sip": ["127.0.0.1", "127.0.0.1-127.0.0.9", "9.9.9.9-1.1.1.1", "::1", "1.2.3.4-", ""],
+              "spr": ["https", "https,http", "http", ""], "si": ["p", ""], "rsct": ["text/plain", ""]}
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.fixed_dictionaries({}, optional={name: st.sampled_from(values) | st.text(max_size=24)
+                                           for name, values in SAS_FIELDS.items()}),
+       st.sampled_from(FAR + ("2030-01-01", "2030-01-01T00:00:00Z", "", "0000-00-00")) | st.text(max_size=40),
+       st.sampled_from(FAR + ("2020-01-01", "")) | st.text(max_size=40), st.booleans())
+def test_any_sas_is_a_grant_or_an_azure_refusal(fields, expiry, start, signed):
+    """sas.verify answers a grant or raises Azure's error (LeaseholdError),
+    whatever the fields hold, signed or not: never another exception."""
+    from urllib.parse import urlencode
+
+    from leases.auth.sharedkey import sign
+    from leases.domain.errors import LeaseholdError
+
+    params = {**fields, "se": expiry, "st": start, "sig": "x"}
+    environ = {"QUERY_STRING": urlencode(params), "REMOTE_ADDR": "127.0.0.1", "wsgi.url_scheme": "http"}
+    if signed:  # the signature the server computes, so that the checks after it run too
+        try:
+            sas.verify(environ, DEV_ACCOUNT, "box", "item.bin", keys=lambda name: ([DEV_KEY], name), policy=lambda *a: None)
+        except LeaseholdError as err:
+            text = (err.detail or {}).get("AuthenticationErrorDetail", "")
+            if text.startswith("Signature did not match. String to sign used was "):
+                params["sig"] = sign(DEV_KEY, text[len("Signature did not match. String to sign used was "):])
+                environ["QUERY_STRING"] = urlencode(params)
+    try:
+        grant = sas.verify(environ, DEV_ACCOUNT, "box", "item.bin", keys=lambda name: ([DEV_KEY], name),
+                           policy=lambda *a: sas.Policy(None, None, "r"))
+    except LeaseholdError as err:
+        assert 400 <= err.status < 500
+    else:
+        assert grant.account == DEV_ACCOUNT

@@ -36,14 +36,16 @@ run: $(BIN)/.installed
 # engine and layout without the desktop browser's windows and UI,
 # docs/development/tests.md), promtool (the alert rules in
 # docs/deploy/, from the prometheus package), systemd-analyze (the unit
-# file's check, from the systemd package) and ss (a Unix socket's queue, read
-# by the worker supervision tests; iproute2).
+# file's check, from the systemd package), ss (a Unix socket's queue, read
+# by the worker supervision tests; iproute2) and nginx (the reverse proxy of
+# docs/guide/tls.md, run by tests/processes/test_nginx_proxy.py).
 debian:
 	@pkgs=""; \
 	command -v chromium-headless-shell >/dev/null 2>&1 || pkgs="$$pkgs chromium-headless-shell"; \
 	command -v promtool >/dev/null 2>&1 || pkgs="$$pkgs prometheus"; \
 	command -v systemd-analyze >/dev/null 2>&1 || pkgs="$$pkgs systemd"; \
 	command -v ss >/dev/null 2>&1 || pkgs="$$pkgs iproute2"; \
+	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || pkgs="$$pkgs nginx"; \
 	[ -z "$$pkgs" ] || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \

@@ -92,7 +92,9 @@ class LeaseholdASGI:
         # address (serving/admission.py); the lease lane shared by principals in
         # turn (serving/lanes.py), with a request queued behind each running one.
         self.admission = Admission(rate=own.unauthenticated_rate[0], burst=own.unauthenticated_rate[1],
-                                   read_wait=own.write_wait, doors=self.doors)
+                                   total_rate=own.unauthenticated_rate_total[0],
+                                   total_burst=own.unauthenticated_rate_total[1], read_wait=own.write_wait,
+                                   doors=self.doors)
         self.gate = FairGate(2 * len(self.lanes["lease"].executors))
 
     async def __call__(self, scope, receive, send):
@@ -134,10 +136,7 @@ class LeaseholdASGI:
 
     @staticmethod
     def lane_name(scope) -> str:
-        path = scope["path"]
-        if path.startswith(API_LEASES):
-            return "lease"
-        if b"comp=lease" in scope["query_string"] and paths.AZURE_PATH.match(path):
+        if paths.is_lease_request(scope["path"], scope["query_string"].decode("latin-1")):
             return "lease"
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return "read"

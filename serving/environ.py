@@ -62,8 +62,9 @@ def wsgi_environ(scope, body, length: int) -> dict:
         key = "HTTP_" + key
         value = value.decode("latin-1")
         environ[key] = environ[key] + "," + value if key in environ else value
-    proxies = conf.current().trusted_proxies
-    if proxies:  # the client's address and scheme, as a trusted proxy forwards them
-        environ["REMOTE_ADDR"], scheme = forwarded.client(environ["REMOTE_ADDR"], environ, proxies)
+    own = conf.current()
+    if own.trusted_proxies:  # the client's address and scheme, as a trusted proxy forwards them
+        environ["REMOTE_ADDR"], scheme = forwarded.client(environ["REMOTE_ADDR"], environ, own.trusted_proxies,
+                                                          own.forwarded_header)
         environ["wsgi.url_scheme"] = scheme or environ["wsgi.url_scheme"]
     return environ

@@ -1,8 +1,10 @@
 """The client's address and scheme behind a reverse proxy (LEASEHOLD_TRUSTED_PROXIES,
-docs/guide/tls.md). A request that comes from a trusted proxy names its client in ``Forwarded`` (RFC
-7239: ``for=`` and ``proto=``) or, if it has none, in ``X-Forwarded-For`` / ``X-Forwarded-Proto``.
-The addresses are read from the right (the nearest hop first), skipping trusted proxies: the first
-one that is not trusted is the client, whatever it claims further left (nginx's
+docs/guide/tls.md). A request that comes from a trusted proxy names its client in the one header
+the operator says the proxy sets (LEASEHOLD_FORWARDED_HEADER): ``X-Forwarded-For`` /
+``X-Forwarded-Proto`` by default, or ``Forwarded`` (RFC 7239: ``for=`` and ``proto=``); the other is
+ignored, as a proxy passes on whatever a client wrote in a header it does not set itself. The
+addresses are read from the right (the nearest hop first), skipping trusted proxies: the first one
+that is not trusted is the client, whatever it claims further left (nginx's
 ``$proxy_add_x_forwarded_for`` appends to what the client sent). From any other peer the headers are
 ignored: anyone can write them. A list that cannot be read (a name, ``unknown``, garbage) changes
 nothing."""
@@ -13,6 +15,7 @@ import ipaddress
 from collections.abc import Sequence
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+HEADERS = ("x-forwarded-for", "forwarded")  # LEASEHOLD_FORWARDED_HEADER's values; the first is the default
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -47,14 +50,15 @@ def _forwarded(value: str) -> tuple[list[str], list[str]]:
     return fors, protos
 
 
-def client(peer: str, headers: dict, proxies: Sequence[Network]) -> tuple[str, str | None]:
+def client(peer: str, headers: dict, proxies: Sequence[Network], header: str = HEADERS[0]) -> tuple[str, str | None]:
     """(the client's address, the scheme the client used or None if not
-    said) for a request from ``peer`` with ``headers`` (WSGI environ keys)."""
+    said) for a request from ``peer`` with ``headers`` (WSGI environ keys),
+    read from ``header`` (one of HEADERS) alone."""
     address = _address(peer)
     if not proxies or address is None or not _trusted(address, proxies):
         return peer, None
-    if "HTTP_FORWARDED" in headers:
-        fors, protos = _forwarded(headers["HTTP_FORWARDED"])
+    if header == "forwarded":
+        fors, protos = _forwarded(headers["HTTP_FORWARDED"]) if "HTTP_FORWARDED" in headers else ([], [])
     else:
         fors = headers["HTTP_X_FORWARDED_FOR"].split(",") if "HTTP_X_FORWARDED_FOR" in headers else []
         # Set (not appended) by the proxy that received the client's connection.

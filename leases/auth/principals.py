@@ -128,9 +128,11 @@ def check_shared_key(request: Request) -> str | None:
 
 def check_sas(request: Request) -> str | None:
     """The Azure door's shared access signature (a query signed with an
-    account key, no Authorization header): its principal is the SAS itself
-    (``sas:<account>:<policy or signature fingerprint>``). What it permits
-    is the door's to check; here only that it holds."""
+    account key, no Authorization header): its principal is the signing
+    account (``account:<name>``, as its SharedKey's), so that an account's
+    many SASes share one account's waiters and turns (decision 0031); the
+    history still names the SAS (the door's actor). What it permits is the
+    door's to check; here only that it holds."""
     environ = request.environ
     if request.door != "azure" or environ.get("HTTP_AUTHORIZATION") or not sas.is_sas(environ):
         return None
@@ -154,7 +156,7 @@ def check_sas(request: Request) -> str | None:
     except LeaseholdError as err:
         raise Refused(err.status, err.code, error=err) from None
     _accounts.put(grant.account, f"account:{grant.account}", request.now)
-    return grant.actor
+    return f"account:{grant.account}"
 
 
 def check_bearer(request: Request) -> str | None:

@@ -32,6 +32,8 @@ SAS_PARAMETERS = frozenset({
 USER_DELEGATION = ("skoid", "sktid", "skt", "ske", "sks", "skv")
 ACCOUNT_SAS_SINCE = "2015-04-05"
 SERVICE_SAS_SINCE = "2012-02-12"
+# Since this version a service SAS signs (and so may set) a blob read's response headers.
+RESPONSE_HEADERS_SINCE = "2013-08-15"
 # Since this version a SAS's Delete permission also allows breaking a lease.
 DELETE_BREAKS_SINCE = "2017-07-29"
 VERSION = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}\Z")
@@ -130,9 +132,10 @@ def parse_time(value: str) -> datetime | None:
     try:
         when = datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
                         int((fraction or "0").ljust(6, "0")[:6]), tzinfo=timezone(timedelta(minutes=minutes)))
-    except ValueError:
+        # A far offset on year 1 or 9999 falls outside what a datetime holds in UTC (OverflowError).
+        return when.astimezone(timezone.utc)
+    except (ValueError, OverflowError):
         return None
-    return when.astimezone(timezone.utc)
 
 
 def _http(when: datetime | None) -> str:
@@ -237,10 +240,12 @@ def _service(params: dict, account: str, container: str | None, blob: str | None
         fields += [resource, ""]  # the signed snapshot time: no snapshot SAS (sr=bs) here
     if version >= "2020-12-06":
         fields.append(get("ses", ""))
-    if version >= "2013-08-15":
+    if version >= RESPONSE_HEADERS_SINCE:
         fields += [get("rscc", ""), get("rscd", ""), get("rsce", ""), get("rscl", ""), get("rsct", "")]
     text = "\n".join(fields)
-    headers = tuple((header, get(name)) for name, header in RESPONSE_HEADERS.items() if get(name))
+    # Honoured only where signed: an older version's string-to-sign leaves them out, so anyone could add them.
+    headers = tuple((header, get(name)) for name, header in RESPONSE_HEADERS.items()
+                    if get(name) and version >= RESPONSE_HEADERS_SINCE)
     grant = Grant(account=account, kind="service", version=version, permissions=frozenset(get("sp", "")),
                   resource=resource, identifier=identifier, signature=params["sig"], headers=headers)
     return grant, text, start, expiry

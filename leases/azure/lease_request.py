@@ -88,7 +88,9 @@ def lease_arguments(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -
         except LeaseholdError as err:  # refused and recorded by the service, as any bad lease header
             unparsed = unparsed or err
         else:
-            wait = unparsed is None and waiting.may_wait(meta, seconds, who.name, waiting.too_many("ServerBusy"))
+            # Waiters are bounded per signing account, whichever of its keys or SASes signed (decision 0031).
+            wait = unparsed is None and waiting.may_wait(meta, seconds, f"account:{ref.account}",
+                                                         waiting.too_many("ServerBusy"))
     return {"action": action, "ref": ref, "actor": who, "conditions": checked,
             "legacy": legacy, "unparsed": unparsed, "wait": wait, **params.as_kwargs()}
 

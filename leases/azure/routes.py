@@ -2,7 +2,8 @@
 method, ``restype`` and ``comp`` (views.AzureBlobView.route), and the SAS
 operation each is checked as where that is not the method's own name."""
 
-ACCOUNT_ROUTES = {("GET", None, "list"): "list_containers",
+ACCOUNT_ROUTES: dict[tuple[str, str | None, str | None], str] = {
+                  ("GET", None, "list"): "list_containers",
                   ("GET", "account", "properties"): "account_info",
                   ("HEAD", "account", "properties"): "account_info",
                   ("GET", "service", "properties"): "service_properties"}

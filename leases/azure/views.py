@@ -12,7 +12,7 @@ from rest_framework.renderers import BaseRenderer
 from rest_framework.views import APIView
 
 from leases.storage import blob_content
-from leases.domain import client_headers, clock, guids, lease_params, machine
+from leases.domain import client_headers, clock, guids, lease_params, machine, paths
 from leases.services import selectors
 from leases import services
 from leases.domain.conditions import Conditions
@@ -135,7 +135,7 @@ class AzureBlobView(BlockRoutes, APIView):
             raise LeaseholdError("InvalidUri")
         query = self.request.GET
         restype = query.get("restype")
-        comp = query.get("comp")
+        comp = paths.query_value(self.request.META.get("QUERY_STRING", ""), "comp")  # as the server's lanes read it
         if not container:
             handler = ACCOUNT_ROUTES.get((method, restype, comp))
             args: tuple[ResourceRef, ...] = ()

@@ -46,6 +46,7 @@ class Settings:
     tls_key: str | None
     hsts_seconds: int
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    forwarded_header: str  # which header the trusted proxies set: "x-forwarded-for" or "forwarded"
     # what a client may send, and how fast
     header_timeout: float
     max_header_bytes: int
@@ -58,6 +59,7 @@ class Settings:
     waiters_per_principal: int
     api_rate: str  # "" for no limit
     unauthenticated_rate: tuple[float, float]  # per second, burst; (0, 0): no bound
+    unauthenticated_rate_total: tuple[float, float]  # the same, all addresses together
     clock_skew_seconds: int
     # waits and pieces of work
     write_wait: float
@@ -183,6 +185,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         tls_key=_tls_file("LEASEHOLD_TLS_KEY", env),
         hsts_seconds=env_int("LEASEHOLD_HSTS_SECONDS", 31536000, at_least=0, environ=env),
         trusted_proxies=_trusted_proxies(env),
+        forwarded_header=env_choice("LEASEHOLD_FORWARDED_HEADER", "x-forwarded-for", ("x-forwarded-for", "forwarded"),
+                                    environ=env),
         header_timeout=env_float("LEASEHOLD_HEADER_TIMEOUT", 10, above=0, environ=env),
         max_header_bytes=env_int("LEASEHOLD_MAX_HEADER_BYTES", 65536, at_least=1024, environ=env),
         max_headers=env_int("LEASEHOLD_MAX_HEADERS", 1000, at_least=16, environ=env),
@@ -195,6 +199,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         api_rate=env_str("LEASEHOLD_API_RATE", "30000/minute", allow_empty=True, pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
                          expected="requests/period, e.g. 1200/minute or 20/s", environ=env),
         unauthenticated_rate=_rate("LEASEHOLD_UNAUTHENTICATED_RATE", "50/second", env),
+        unauthenticated_rate_total=_rate("LEASEHOLD_UNAUTHENTICATED_RATE_TOTAL", "200/second", env),
         clock_skew_seconds=env_int("LEASEHOLD_CLOCK_SKEW_SECONDS", 900, at_least=0, environ=env),
         write_wait=env_float("LEASEHOLD_WRITE_WAIT", 5, at_least=0, environ=env),
         stage_pause=env_float("LEASEHOLD_STAGE_PAUSE", 0.5, at_least=0, environ=env),

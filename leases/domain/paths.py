@@ -5,7 +5,9 @@ patterns from these. The site's own first segments are never account names."""
 
 from __future__ import annotations
 
+import functools
 import re
+from urllib.parse import parse_qsl
 
 ACCOUNT = r"[a-z0-9]{3,24}"  # an account name, the first segment of every Azure path
 CONTAINER = r"\$root|\$logs|\$web|[a-z0-9](?:-?[a-z0-9])*"  # what a container name may look like
@@ -34,3 +36,37 @@ CONTAINER_PARAMETER = rf"^({CONTAINER})$"
 API_LEASES = f"/{API_PREFIX}leases/"
 API_BLOBS = f"/{API_PREFIX}blobs/"
 API_EVENTS_EXPORT = f"/{API_PREFIX}events/export/"
+
+
+def query_value(query: str, name: str) -> str | None:
+    """A query parameter's value as the doors read it (Django's ``request.GET``:
+    names and values percent-decoded, ``+`` a space, the last of a repeated
+    name; the Azure door refuses repeats), or None. ``query``: the query
+    string as the WSGI environ holds it (latin-1 decoded bytes)."""
+    if len(query) > CACHED_QUERY_CHARS:
+        return _decoded(query).get(name)
+    return _decoded_cached(query).get(name)
+
+
+CACHED_QUERY_CHARS = 2048  # a lease holder sends the same query with each renewal: decoded once
+
+
+def _decoded(query: str) -> dict[str, str]:
+    text = query.encode("latin-1", "replace").decode("utf-8", "replace")
+    return dict(parse_qsl(text, keep_blank_values=True))
+
+
+@functools.lru_cache(maxsize=1024)
+def _decoded_cached(query: str) -> dict[str, str]:
+    return _decoded(query)
+
+
+def is_lease_request(path: str, query: str) -> bool:
+    """Whether a request is a lease action, the one decision of it (the
+    server's lease lane and its credential gate, the Azure door's router):
+    the JSON API's lease paths, or an Azure path whose decoded query has
+    ``comp`` exactly ``lease`` (``?comp=%6Cease`` is one; ``?x=comp=lease``
+    is not)."""
+    if path.startswith(API_LEASES):
+        return True
+    return AZURE_PATH.match(path) is not None and query_value(query, "comp") == "lease"

@@ -161,7 +161,8 @@ def _recorded_address(database, container: str) -> str:
     # From the trusted proxy: the client it names; addresses further left are the client's own claims.
     ("127.0.0.1", {"X-Forwarded-For": "198.51.100.7, 203.0.113.9"}, "203.0.113.9"),
     ("127.0.0.1", {"X-Forwarded-For": "203.0.113.9, 127.0.0.1"}, "203.0.113.9"),  # a second trusted hop
-    ("127.0.0.1", {"Forwarded": 'for=198.51.100.7, for="[2001:db8::17]:4711";proto=https'}, "2001:db8::17"),
+    # Forwarded is believed only where LEASEHOLD_FORWARDED_HEADER says the proxy sets it (not by default).
+    ("127.0.0.1", {"Forwarded": 'for=198.51.100.7, for="[2001:db8::17]:4711";proto=https'}, "127.0.0.1"),
     ("127.0.0.1", {"X-Forwarded-For": "not-an-address"}, "127.0.0.1"),
     ("127.0.0.1", {}, "127.0.0.1"),
     # From anyone else: the headers are not believed.

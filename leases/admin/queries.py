@@ -17,6 +17,7 @@ from contextlib import contextmanager
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import BadRequest
 from django.db import connection
@@ -113,12 +114,25 @@ class DeclaredQueryAdmin(admin.ModelAdmin):
     def declared_lookups(self, request) -> set[str]:
         names = set(self.drilldown_lookups)
         for list_filter in self.get_list_filter(request):
-            if not (isinstance(list_filter, type) and issubclass(list_filter, admin.SimpleListFilter)):
-                raise TypeError(f"{type(self).__name__}: declare {list_filter!r} as a SimpleListFilter")
-            names.add(str(getattr(list_filter, "parameter_name")))
+            if isinstance(list_filter, type) and issubclass(list_filter, admin.SimpleListFilter):
+                names.add(str(getattr(list_filter, "parameter_name")))
+            else:  # a field's filter (Django's, as the user admin's): the parameters it reads
+                names.update(self._field_filter_parameters(request, list_filter))
         if self.date_hierarchy:
             names |= {f"{self.date_hierarchy}__{part}" for part in ("year", "month", "day")}
         return names
+
+    def _field_filter_parameters(self, request, list_filter) -> list[str]:
+        """The parameters Django's filter of a field reads (a yes/no, a choice, a relation's
+        key), known without building it (a relation's filter reads its choices from the database)."""
+        if not isinstance(list_filter, str):
+            raise TypeError(f"{type(self).__name__}: declare the parameters of {list_filter!r}")
+        field = get_fields_from_path(self.model, list_filter)[-1]
+        if field.is_relation:
+            return [f"{list_filter}__{field.target_field.name}__exact", f"{list_filter}__isnull"]
+        if field.get_internal_type() == "BooleanField" or field.choices:
+            return [f"{list_filter}__exact", f"{list_filter}__isnull"]
+        raise TypeError(f"{type(self).__name__}: declare the parameters of the {list_filter!r} filter")
 
     def lookup_allowed(self, lookup, value, request=None):
         """Only what this list declares; never another lookup on a field."""

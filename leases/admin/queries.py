@@ -11,9 +11,10 @@ server process (engines/postgres); a read past the bound is stopped and answered
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
@@ -23,6 +24,7 @@ from django.core.exceptions import BadRequest
 from django.db import connection
 from django.db.utils import OperationalError
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from leases.admin.busy import write_wait
 
@@ -66,7 +68,8 @@ def bounded_reads(seconds: float | None = None):
     try:
         yield
     finally:
-        raw.set_progress_handler(None, 0)
+        with suppress(sqlite3.ProgrammingError):  # the connection was closed meanwhile: nothing to undo
+            raw.set_progress_handler(None, 0)
 
 
 def bounded_pieces(pieces: Iterable, seconds: float | None = None) -> Iterator:
@@ -94,8 +97,6 @@ def search_refusal(term: str) -> str | None:
 
 def refused_page(request, model_admin, message: str, status: int) -> TemplateResponse:
     """The answer to a refused or stopped list: the reason, and the list with nothing chosen."""
-    from django.urls import reverse
-
     opts = model_admin.opts
     log.warning("admin list %s answered %s to %s: %s", request.path, status, request.user.get_username(), message)
     url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=model_admin.admin_site.name)

@@ -98,7 +98,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
         if top is None:
             return queryset.none(), False
         words = Q()
-        for word in term.split():
+        for word in dict.fromkeys(term.split()):  # a word repeated narrows nothing more
             words &= (Q(blob__icontains=word) | Q(container__icontains=word) | Q(account__icontains=word)
                       | Q(actor__icontains=word) | Q(reason__icontains=word))
         return queryset.filter(words, id__gt=top - SUBSTRING_WINDOW, id__lte=top), False

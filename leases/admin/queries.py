@@ -11,17 +11,20 @@ server process (engines/postgres); a read past the bound is stopped and answered
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 from django.contrib import admin
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
+from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import BadRequest
 from django.db import connection
 from django.db.utils import OperationalError
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
 from leases.admin.busy import write_wait
 
@@ -65,7 +68,8 @@ def bounded_reads(seconds: float | None = None):
     try:
         yield
     finally:
-        raw.set_progress_handler(None, 0)
+        with suppress(sqlite3.ProgrammingError):  # the connection was closed meanwhile: nothing to undo
+            raw.set_progress_handler(None, 0)
 
 
 def bounded_pieces(pieces: Iterable, seconds: float | None = None) -> Iterator:
@@ -93,8 +97,6 @@ def search_refusal(term: str) -> str | None:
 
 def refused_page(request, model_admin, message: str, status: int) -> TemplateResponse:
     """The answer to a refused or stopped list: the reason, and the list with nothing chosen."""
-    from django.urls import reverse
-
     opts = model_admin.opts
     log.warning("admin list %s answered %s to %s: %s", request.path, status, request.user.get_username(), message)
     url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist", current_app=model_admin.admin_site.name)
@@ -113,12 +115,25 @@ class DeclaredQueryAdmin(admin.ModelAdmin):
     def declared_lookups(self, request) -> set[str]:
         names = set(self.drilldown_lookups)
         for list_filter in self.get_list_filter(request):
-            if not (isinstance(list_filter, type) and issubclass(list_filter, admin.SimpleListFilter)):
-                raise TypeError(f"{type(self).__name__}: declare {list_filter!r} as a SimpleListFilter")
-            names.add(str(getattr(list_filter, "parameter_name")))
+            if isinstance(list_filter, type) and issubclass(list_filter, admin.SimpleListFilter):
+                names.add(str(getattr(list_filter, "parameter_name")))
+            else:  # a field's filter (Django's, as the user admin's): the parameters it reads
+                names.update(self._field_filter_parameters(request, list_filter))
         if self.date_hierarchy:
             names |= {f"{self.date_hierarchy}__{part}" for part in ("year", "month", "day")}
         return names
+
+    def _field_filter_parameters(self, request, list_filter) -> list[str]:
+        """The parameters Django's filter of a field reads (a yes/no, a choice, a relation's
+        key), known without building it (a relation's filter reads its choices from the database)."""
+        if not isinstance(list_filter, str):
+            raise TypeError(f"{type(self).__name__}: declare the parameters of {list_filter!r}")
+        field = get_fields_from_path(self.model, list_filter)[-1]
+        if field.is_relation:
+            return [f"{list_filter}__{field.target_field.name}__exact", f"{list_filter}__isnull"]
+        if field.get_internal_type() == "BooleanField" or field.choices:
+            return [f"{list_filter}__exact", f"{list_filter}__isnull"]
+        raise TypeError(f"{type(self).__name__}: declare the parameters of the {list_filter!r} filter")
 
     def lookup_allowed(self, lookup, value, request=None):
         """Only what this list declares; never another lookup on a field."""

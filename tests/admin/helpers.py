@@ -245,6 +245,11 @@ def _indexes_built_afterwards(cur, table: str):
         cur.execute(ddl)
 
 
+# Words found in every loaded blob's name, and in every event's container (bucket-NNNN).
+BLOB_WORDS = "2025 /2025/ obj- .bin /obj- bin obj 2025/ /20 25/ b o j n . - / 0 2 5".split()
+EVENT_WORDS = "bucket ucket cket ket et t buck uck ck k b u c e bu uc ke et- t- -".split()
+
+
 def scale_pages() -> list[tuple[str, str]]:
     """The admin pages the scale test and the benchmark time, with sample
     ids read from the loaded data."""
@@ -294,6 +299,12 @@ def scale_pages() -> list[tuple[str, str]]:
         ("history, substring + breaks", "/admin/leases/leaseevent/?action=break&q=operator3"),
         ("history, substring, one day", (f"/admin/leases/leaseevent/?q=ucket-0042&occurred_at__year={day.year}"
                                         f"&occurred_at__month={day.month}&occurred_at__day={day.day}")),
+        # The slowest searches the bound allows (leases/admin/queries.py): 20 different words, all but the
+        # last matching every row, the last as long as the rest of the 1,200 characters allow.
+        ("blobs, 20 words, no match", "/admin/leases/blob/?q=" + "+".join([*BLOB_WORDS[:19], "obj-" + "9" * 1100])),
+        ("history, 20 words, no match",
+         "/admin/leases/leaseevent/?q=" + "+".join([*EVENT_WORDS[:19], "zz" + "9" * 1100])),
+        ("history, 20 words", "/admin/leases/leaseevent/?q=" + "+".join(EVENT_WORDS)),
         ("history CSV, one day's breaks", (f"/admin/leases/leaseevent/export.csv?action=break&occurred_at__year="
                                           f"{day.year}&occurred_at__month={day.month}&occurred_at__day={day.day}")),
         ("dashboard", "/admin/leases/leaseevent/dashboard/?embed=1"),

@@ -181,3 +181,33 @@ def test_no_change_form_sets_a_lease(client, django_user_model, superuser, estat
         assert response.status_code == 403
     assert Blob.objects.values().get(pk=blob.pk) == before
     assert client.get(f"{BLOBS}add/").status_code == 403
+
+
+# ------------------------------------------------------------------ Django's user and group admins
+
+AUTH_LISTS = ("/admin/auth/user/", "/admin/auth/group/")
+
+
+def test_the_user_and_group_lists_accept_only_their_filters(client, superuser, estate):
+    client.force_login(superuser)
+    for url in AUTH_LISTS:
+        for lookup, value in (("username__regex", REGEX), ("password__startswith", "pbkdf2"),
+                              ("last_login__lt", "2030-01-01"), ("name__regex", "x"), ("made_up_field", "1"),
+                              ("groups__name__gt", "a")):
+            response = client.get(url, {lookup: value})
+            assert response.status_code == 400, (url, lookup, response.status_code)
+        assert client.get(url, {"q": " ".join(["root"] * (queries.SEARCH_WORDS + 1))}).status_code == 400
+    links, seen = set(), set()
+    for url in AUTH_LISTS:
+        page = client.get(url)
+        assert page.status_code == 200
+        for href in HREF.findall(page.content.decode()):
+            href = html.unescape(href)
+            if href.startswith("?"):
+                links.add(url + href)
+    assert {"/admin/auth/user/?is_staff__exact=1", "/admin/auth/user/?is_active__exact=0"} <= links, links
+    for link in sorted(links):
+        response = client.get(link)
+        assert response.status_code == 200, (link, response.status_code)
+        seen.add(link)
+    assert len(seen) >= 7

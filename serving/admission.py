@@ -121,8 +121,10 @@ class FailedRequests:
         return max(1, *(math.ceil(1 / rate) for rate in (self.rate, self.total_rate) if rate > 0))
 
     def note(self, address: str, code: str, path: str) -> None:
-        """Log refusals from ``address`` at most once per LOG_INTERVAL."""
+        """Log refusals from ``address`` (its bucket: an IPv6 /64) at most
+        once per LOG_INTERVAL."""
         now = time.monotonic()
+        address = bucket_of(address)
         mark = self.logged.get(address)
         if mark is None:
             if len(self.logged) >= MAX_ADDRESSES:
@@ -207,7 +209,7 @@ class Admission:
         if self.unchecked >= UNCHECKED_MAX or not self.failed.take(address):
             return self._busy(environ, door)
         self.unchecked += 1
-        return f"address:{address}"
+        return f"address:{bucket_of(address)}"  # its turns in the lease lane, by the bucket's key
 
     def close(self) -> None:
         """At the worker's end: the reader's connection closed in its thread."""

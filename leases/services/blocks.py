@@ -28,9 +28,8 @@ from leases.services.access import _after_blob_write, _check_access, _committing
 from leases.services.blobs import _blob_for_write, _last_generation, validate_blob_name
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
 
-MAX_COMMITTED = 50_000  # blocks in a committed list (Azure's limit)
-MAX_UNCOMMITTED = 100_000  # uncommitted blocks of one blob name (Azure's limit)
-MAX_ID_BYTES = 64  # a block id, decoded
+from leases.domain.block_limits import MAX_COMMITTED, MAX_ID_BYTES, MAX_LIST_BYTES, MAX_UNCOMMITTED  # noqa: F401
+
 LIST_KINDS = ("Committed", "Uncommitted", "Latest")
 COPY_CLEARED = {"copy_id": "", "copy_source": "", "copy_progress": "", "copy_completed_at": None}
 

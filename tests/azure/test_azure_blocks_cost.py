@@ -39,8 +39,8 @@ def _queries_to_read(version: uuid.UUID, size: int) -> tuple[bytes, int]:
 
 
 # Per batch of PARTS_PER_BATCH parts: the parts (or their blocks' rows), and their blocks' bytes;
-# and a few to start (the version, the layout or the first part).
-BOUND = 2 * (MAX_COMMITTED // PARTS_PER_BATCH + 1) + 4
+# and a few to start (the version, the layout or the first part). 150,000 before batching.
+BOUND = 2 * (MAX_COMMITTED // PARTS_PER_BATCH + 2) + 8
 
 
 def test_a_commit_of_50000_parts_of_one_block_writes_a_row_per_distinct_block(box):

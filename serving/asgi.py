@@ -31,6 +31,7 @@ from serving.waiting import Waiters, serve_waiting
 from leases.operations import clockwatch, retention
 from leases import conf
 from leases.domain import paths, waiting
+from leases.domain.block_limits import MAX_LIST_BYTES
 
 
 API_LEASES = paths.API_LEASES
@@ -290,6 +291,14 @@ class LeaseholdASGI:
         path = scope["path"]
         if self.lane_name(scope) == "lease" or (path.startswith("/api/") and not path.startswith(API_BLOBS)):
             return self.small_body
+        if scope["method"] == "PUT" and paths.AZURE_PATH.match(path):
+            # An XML body is parsed whole before anything is done with it:
+            # no larger than the largest valid one.
+            comp = _query_value(scope["query_string"], b"comp")
+            if comp == b"blocklist":
+                return min(self.max_body, MAX_LIST_BYTES)
+            if comp == b"acl":
+                return self.small_body  # five signed identifiers
         return self.max_body
 
     async def read_body(self, scope, receive):
@@ -332,6 +341,15 @@ def lean_calls(requests: list[tuple[dict, tuple[LeanPath, Any]]]) -> list:
     for path in dict.fromkeys(path for _, (path, _) in requests):
         calls[path] = iter(path.checked([(environ, names) for environ, (own, names) in requests if own is path]))
     return [next(calls[path]) for _, (path, _) in requests]
+
+
+def _query_value(query: bytes, name: bytes) -> bytes | None:
+    """The first value of ``name`` in a raw query string (not decoded)."""
+    for pair in query.split(b"&"):
+        key, _, value = pair.partition(b"=")
+        if key == name:
+            return value
+    return None
 
 
 def _may_wait(scope, environ, body: bytes) -> bool:

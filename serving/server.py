@@ -92,7 +92,7 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
     )
     config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
     if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
-        class Server(uvicorn.Server):
+        class Server(_server_class()):  # type: ignore[misc]
             async def startup(self, sockets=None) -> None:
                 await super().startup(sockets)
                 if self.started:
@@ -151,6 +151,21 @@ def _preload() -> None:
     django.setup(set_prefix=False)
     WSGIHandler()  # imports every middleware
     get_resolver().url_patterns  # imports the URL configuration and every view
+
+
+def _server_class():
+    """uvicorn's Server, with the TLS handshake bounded by the header timeout
+    (serving/uvicorn_internals.py says how, and why it takes a private way)."""
+    import uvicorn
+
+    from serving import uvicorn_internals
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            with uvicorn_internals.handshake_bounded(self.config, conf.or_exit().header_timeout):
+                await super().startup(sockets)
+
+    return Server
 
 
 def _supervisor():
@@ -275,6 +290,12 @@ def _forked_worker():
             self.parent_conn, self.child_conn = Pipe()
             self.process = fork.Process(  # type: ignore[assignment]  # uvicorn's type says spawn
                 target=_worker_main, args=(self.target, sockets, tuple(SIGNALS)))
+
+        @property
+        def server(self):
+            if self._server is None:  # uvicorn's property, with the server class above
+                self._server = _server_class()(config=self.config)
+            return self._server
 
         def start(self) -> None:
             from django.db import connections

@@ -14,12 +14,12 @@ from xml.sax.saxutils import escape
 from django.conf import settings
 from django.http import HttpResponse
 
-from leases.domain import checksums, machine
+from leases.domain import block_limits, checksums, machine
 from leases import services
 from leases.domain.errors import LeaseholdError
 from leases.services import ResourceRef
 from leases.domain.lease_params import lease_id as parse_lease_id
-from leases.azure import inputs, wire
+from leases.azure import inputs, wire, xml_input
 
 BLOCK_LIST_TYPES = {"committed": (True, False), "uncommitted": (False, True), "all": (True, True)}
 
@@ -43,18 +43,64 @@ def _checksums(view) -> tuple[bytes | None, bytes | None]:
     return md5, crc64
 
 
-def _length(view) -> int:
-    """Content-Length as announced (the front received the body whole): 411
-    without one, 413 over a blob's largest size (a block is at most that)."""
+def _length(view, cap: int | None = None) -> int:
+    """Content-Length as announced, checked before any of the body is read:
+    411 without one, 413 over ``cap`` (by default a blob's largest size: a
+    block is at most that)."""
     meta = view.request._request.META
     announced = meta.get("CONTENT_LENGTH") or ""
     if meta.get("HTTP_TRANSFER_ENCODING") or announced == "":
         raise LeaseholdError("MissingContentLengthHeader", field="Content-Length")
     if not re.fullmatch(r"[0-9]{1,18}", announced):
         raise LeaseholdError("InvalidHeaderValue", field="Content-Length", value=announced[:200])
-    if int(announced) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:  # LEASEHOLD_MAX_BLOB_BYTES, as the front's cap
-        raise LeaseholdError("RequestBodyTooLarge")
+    if int(announced) > (settings.DATA_UPLOAD_MAX_MEMORY_SIZE if cap is None else cap):
+        raise LeaseholdError("RequestBodyTooLarge")  # LEASEHOLD_MAX_BLOB_BYTES, as the front's cap
     return int(announced)
+
+
+LIST_PIECE = 64 << 10  # bytes of a Put Block List body read (and parsed) at a time
+
+
+def _read_block_list(view) -> tuple[list[tuple[str, str]] | LeaseholdError, bytes]:
+    """Put Block List's body, at most MAX_LIST_BYTES (413 before any is
+    read), hashed and parsed LIST_PIECE bytes at a time (no tree, no copy
+    of the whole body): its entries, or the XML's refusal (raised by the
+    caller after the other checks, as Azure orders them), and its MD5. A
+    checksum that does not match is raised here."""
+    request = view.request._request
+    left = _length(view, block_limits.MAX_LIST_BYTES)
+    md5, crc64 = _checksums(view)
+    digest, crc = hashlib.md5(), checksums.Crc64() if crc64 is not None else None
+    parser = xml_input.ChildTexts("BlockList", most=block_limits.MAX_COMMITTED,
+                                  too_many=lambda: LeaseholdError("BlockListTooLong"),
+                                  too_deep=lambda: LeaseholdError("InvalidBlockList"))
+    refused: LeaseholdError | None = None
+    while left:
+        try:
+            piece = request.read(min(LIST_PIECE, left))
+        except OSError:  # the connection broke while the server read
+            raise LeaseholdError("IncompleteBody") from None
+        if not piece:
+            raise LeaseholdError("IncompleteBody")
+        left -= len(piece)
+        digest.update(piece)
+        if crc is not None:
+            crc.update(piece)
+        if refused is None:
+            try:
+                parser.feed(piece)
+            except LeaseholdError as err:
+                refused = err  # the rest is still hashed: a checksum refusal comes first
+    if md5 is not None and digest.digest() != md5:
+        raise LeaseholdError("Md5Mismatch")
+    if crc is not None and crc.digest() != crc64:
+        raise LeaseholdError("Crc64Mismatch")
+    if refused is None:
+        try:
+            return parser.close(), digest.digest()
+        except LeaseholdError as err:
+            refused = err
+    return refused, digest.digest()
 
 
 class BlockRoutes:
@@ -88,29 +134,23 @@ class BlockRoutes:
     def put_block_list(self, ref: ResourceRef):
         if ref.snapshot:
             raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
-        body = inputs.read_body(self.request._request)
-        md5, crc64 = _checksums(self)
-        if md5 is not None and hashlib.md5(body).digest() != md5:
-            raise LeaseholdError("Md5Mismatch")
-        if crc64 is not None:
-            crc = checksums.Crc64()
-            crc.update(body)
-            if crc.digest() != crc64:
-                raise LeaseholdError("Crc64Mismatch")
+        entries, body_md5 = _read_block_list(self)
         blob_md5 = _meta(self, "x-ms-blob-content-md5") or ""
         if blob_md5 and checksums.decoded(blob_md5, 16) is None:
             raise LeaseholdError("InvalidMd5", field="x-ms-blob-content-md5", value=blob_md5[:200])
         h = lambda name: _meta(self, name)  # noqa: E731
         metadata, conditions = self._metadata(), self.conditions()
+        if isinstance(entries, LeaseholdError):
+            raise entries
         blob = services.block_list_put(
-            ref=ref, actor=self.actor(), entries=parse_block_list(body), content_type=h("x-ms-blob-content-type") or "",
+            ref=ref, actor=self.actor(), entries=entries, content_type=h("x-ms-blob-content-type") or "",
             metadata=metadata, content_md5=blob_md5.strip(), lease_id=self.lease_id(), conditions=conditions,
             properties={"content_encoding": h("x-ms-blob-content-encoding"),
                         "content_language": h("x-ms-blob-content-language"),
                         "content_disposition": h("x-ms-blob-content-disposition"),
                         "cache_control": h("x-ms-blob-cache-control")})
         response = self._properties(wire.Bodiless(status=201), blob)
-        response["Content-MD5"] = base64.b64encode(hashlib.md5(body).digest()).decode()  # the list's, as Azure's
+        response["Content-MD5"] = base64.b64encode(body_md5).decode()  # the list's, as Azure's
         response["x-ms-request-server-encrypted"] = "false"
         return response
 
@@ -244,10 +284,3 @@ def copy_source(url: str, account: str) -> ResourceRef:
         err.status = 403
         raise err
     return ResourceRef(names[0], names[1], names[2], unquote(snapshot))
-
-
-def parse_block_list(body: bytes) -> list[tuple[str, str]]:
-    """Put Block List's XML: <BlockList> of <Committed>, <Uncommitted>,
-    <Latest> ids, in order. No DTD (entities): 400 InvalidXmlDocument."""
-    root = inputs.xml_root(body, "BlockList")
-    return [(child.tag, (child.text or "").strip()) for child in root]

@@ -16,7 +16,7 @@ import uuid
 
 from django.db import IntegrityError, transaction
 
-from leases.storage import blob_content
+from leases.storage import blob_content, block_lists
 from leases.domain import clock, machine
 from leases.domain import metadata as metadata_rules
 from leases.domain.checksums import Crc64
@@ -28,9 +28,8 @@ from leases.services.access import _after_blob_write, _check_access, _committing
 from leases.services.blobs import _blob_for_write, _last_generation, validate_blob_name
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
 
-MAX_COMMITTED = 50_000  # blocks in a committed list (Azure's limit)
-MAX_UNCOMMITTED = 100_000  # uncommitted blocks of one blob name (Azure's limit)
-MAX_ID_BYTES = 64  # a block id, decoded
+from leases.domain.block_limits import MAX_COMMITTED, MAX_ID_BYTES, MAX_LIST_BYTES, MAX_UNCOMMITTED  # noqa: F401
+
 LIST_KINDS = ("Committed", "Uncommitted", "Latest")
 COPY_CLEARED = {"copy_id": "", "copy_source": "", "copy_progress": "", "copy_completed_at": None}
 
@@ -215,8 +214,8 @@ def _commit(*, ref: ResourceRef, actor: Actor, entries, content_type, metadata, 
     uncommitted = {b: (size, v) for b, size, v in BlobBlock.objects.filter(container=container, name=ref.blob)
                    .values_list("block_id", "size", "version")}
     committed = {} if blob is None else committed_blocks(blob.content_version, as_dict=True)
-    version, parts, start, newly = uuid.uuid4(), [], 0, set()
-    for seq, (kind, block_id) in enumerate(entries):
+    version, parts, newly = uuid.uuid4(), [], set()
+    for kind, block_id in entries:
         found = uncommitted.get(block_id) if kind != "Committed" else None
         if found is not None:
             newly.add(found[1])
@@ -224,11 +223,10 @@ def _commit(*, ref: ResourceRef, actor: Actor, entries, content_type, metadata, 
             found = committed.get(block_id)
         if found is None:
             raise LeaseholdError("InvalidBlockList")
-        parts.append(BlobPart(version=version, seq=seq, block_id=block_id, start=start, size=found[0],
-                              source=found[1]))
-        start += found[0]
-    BlobContent.objects.create(id=version, state=BlobContent.LIVE, size=start, chunk_bytes=0, staged_at=now)
-    BlobPart.objects.bulk_create(parts, batch_size=500)
+        parts.append((block_id, *found))
+    BlobContent.objects.create(id=version, state=BlobContent.LIVE, size=sum(size for _, size, _ in parts),
+                               chunk_bytes=0, staged_at=now)
+    start = block_lists.write(version, parts)  # a row per distinct block, and the order
     newly_list = list(newly)
     for at in range(0, len(newly_list), 500):
         (BlobContent.objects.filter(id__in=newly_list[at:at + 500], state=BlobContent.BLOCK)
@@ -292,10 +290,12 @@ def write_blob(container: Container, blob: Blob | None, *, ref: ResourceRef, act
 def committed_blocks(version: uuid.UUID | None, *, as_dict: bool = False):
     """A content version's committed blocks in order: (id, size), or with
     ``as_dict`` id -> (size, block version). Content from Put Blob has none."""
-    rows = BlobPart.objects.filter(version=version).order_by("seq") if version is not None else BlobPart.objects.none()
+    if version is None:
+        return {} if as_dict else []
     if as_dict:
-        return {b: (size, source) for b, size, source in rows.values_list("block_id", "size", "source")}
-    return list(rows.values_list("block_id", "size"))
+        return {b: (size, source) for b, size, source in
+                BlobPart.objects.filter(version=version).values_list("block_id", "size", "source")}
+    return block_lists.in_order(version)
 
 
 @_reading

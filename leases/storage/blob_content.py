@@ -18,7 +18,7 @@ from leases.domain import clock
 from leases import conf
 from leases.models import Blob, BlobBlock, BlobChunk, BlobContent, BlobPart
 from engines.busy import is_writer_busy, received_at
-from leases.storage import compiled_reads
+from leases.storage import block_lists, compiled_reads
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +160,18 @@ def stream(version: uuid.UUID, start: int, end: int, *, chunk_bytes: int = CHUNK
     is raised: the response ends short of its Content-Length and the
     client sees an incomplete body (the SDKs then retry the range with
     If-Match on the ETag, which a replaced blob answers 412). A committed
-    block list (chunk_bytes 0) is read block by block."""
+    block list (chunk_bytes 0) is read in batches of blocks (block_lists.stream)."""
     if BlobContent.objects.filter(id=version, chunk_bytes=0).exists():
-        yield from _stream_parts(version, start, end)
+        try:
+            yield from block_lists.stream(version, start, end, stream_chunks=_stream_chunks, piece_bytes=PIECE_BYTES,
+                                         chunk_bytes=CHUNK_BYTES)
+        except block_lists.MissingPart as exc:
+            raise ContentGone(str(exc)) from None
         return
+    yield from _stream_chunks(version, start, end, chunk_bytes=chunk_bytes)
+
+
+def _stream_chunks(version: uuid.UUID, start: int, end: int, *, chunk_bytes: int = CHUNK_BYTES):
     position = start
     while position <= end:
         seq = position // chunk_bytes
@@ -182,19 +190,6 @@ def stream(version: uuid.UUID, start: int, end: int, *, chunk_bytes: int = CHUNK
             position += len(piece)
 
 
-def _stream_parts(version: uuid.UUID, start: int, end: int):
-    position = start
-    while position <= end:
-        part = (BlobPart.objects.filter(version=version, start__lte=position, size__gt=0)
-                .order_by("-start").values_list("start", "size", "source").first())
-        if part is None or part[0] + part[1] <= position:
-            raise ContentGone(f"content {version} has no block at byte {position}")
-        first, size, source = part
-        last = min(end, first + size - 1)
-        yield from stream(source, position - first, last - first)
-        position = last + 1
-
-
 def read_all(blob: Blob) -> bytes:
     """A blob's (or snapshot's) whole content, inline or chunked. For tests
     and tools; the Azure door streams (``stream``)."""
@@ -211,14 +206,14 @@ def _delete_some(version: uuid.UUID) -> int:
     def batch():
         if BlobContent.objects.filter(id=version, state=BlobContent.LIVE).exists():
             return 0  # a blob names it: never deleted under a reader (a caller's mistake)
+        if parts := _delete_parts(version):  # a committed block list's blocks, before its layout
+            return min(parts, DELETE_BATCH)
         ids = list(BlobChunk.objects.filter(version=version).order_by("seq")
                    .values_list("pk", flat=True)[:DELETE_BATCH + 1])
         last = len(ids) <= DELETE_BATCH
         ids = ids[:DELETE_BATCH]
         if ids:
             BlobChunk.objects.filter(pk__in=ids).delete()
-        if last and (parts := _delete_parts(version)):  # a committed block list's blocks
-            return min(parts, DELETE_BATCH)
         if last:  # the version's last chunks: its row goes with them
             BlobContent.objects.filter(id=version).delete()
         return len(ids)

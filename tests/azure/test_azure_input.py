@@ -620,3 +620,47 @@ def test_options_on_an_azure_path_is_azures_preflight_refusal(azure_server, box)
     """Not DRF's metadata page: Azure without CORS rules answers a preflight 403."""
     response = signed("OPTIONS", azure_server, BLOB)
     assert_azure_error(response, 403, "CorsPreflightFailure")
+
+
+# ------------------------------------------------------------------ XML bodies in any encoding
+
+XML_ENCODINGS = [  # (the name declared, how the bytes are made)
+    ("UTF-8", lambda text: text.encode("utf-8-sig")),  # with a byte order mark
+    ("UTF-16", lambda text: text.encode("utf-16")),  # a byte order mark, little-endian here
+    ("UTF-16", lambda text: b"\xfe\xff" + text.encode("utf-16-be")),
+    ("UTF-16", lambda text: text.encode("utf-16-le")),  # no byte order mark: the declaration says it
+    ("UTF-32", lambda text: text.encode("utf-32")),
+    ("ISO-8859-1", lambda text: text.encode("latin-1")),
+    ("windows-1252", lambda text: text.encode("cp1252")),
+]
+BLOCK_ID = base64.b64encode(b"block-01").decode()
+
+
+def _xml(encoding: str, body: str, make) -> bytes:
+    return make(f'<?xml version="1.0" encoding="{encoding}"?>{body}')
+
+
+@pytest.mark.parametrize("encoding, make", XML_ENCODINGS)
+def test_a_document_type_is_refused_in_every_encoding(azure_server, box, encoding, make):
+    """Entities declared in a DOCTYPE (which would name the staged block, or an
+    access policy) are refused whatever the body's encoding: the check reads
+    the decoded document, not the bytes."""
+    box.get_blob_client("b").stage_block("block-01", b"new")  # the SDK sends it in base64
+    doctype = f'<!DOCTYPE x [<!ENTITY a "{BLOCK_ID}">]>'
+    bodies = [(f"{BLOB}?comp=blocklist", f"{doctype}<BlockList><Latest>&a;</Latest></BlockList>"),
+              (f"{BOX}?restype=container&comp=acl", f"{doctype}<SignedIdentifiers><SignedIdentifier><Id>&a;</Id>"
+                                                    "</SignedIdentifier></SignedIdentifiers>")]
+    for path, body in bodies:
+        assert_azure_error(signed("PUT", azure_server, path, body=_xml(encoding, body, make)), 400,
+                           "InvalidXmlDocument")
+    unchanged(box)
+    assert box.get_container_access_policy()["signed_identifiers"] == []
+
+
+@pytest.mark.parametrize("encoding, make", [e for e in XML_ENCODINGS if e[0] != "UTF-32"])
+def test_a_block_list_in_any_encoding_xml_allows_is_read(azure_server, box, encoding, make):
+    box.get_blob_client("b").stage_block("block-01", b"new")  # the SDK sends it in base64
+    body = _xml(encoding, f"<BlockList>\n  <Latest>{BLOCK_ID}</Latest>\n</BlockList>", make)
+    response = signed("PUT", azure_server, f"{BLOB}?comp=blocklist", body=body)
+    assert response.status_code == 201, response.text
+    assert box.download_blob("b").readall() == b"new"

@@ -11,6 +11,7 @@ import http.client
 import ipaddress
 import os
 import signal
+import socket
 import sqlite3
 import ssl
 import subprocess
@@ -217,4 +218,51 @@ def test_sigterm_does_not_wait_on_an_idle_tls_client(tmp_path):
         assert process.returncode == 0, server.output()[-2000:]
     finally:
         idle.close()
+        server.stop()
+
+
+def _client_hello() -> bytes:
+    """The first flight of a TLS client, as a real one sends it."""
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = context.wrap_bio(incoming, outgoing, server_side=False)
+    with pytest.raises(ssl.SSLWantReadError):
+        client.do_handshake()
+    return outgoing.read()
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # uvicorn's own server, and the forked workers'
+def test_a_tls_handshake_not_finished_within_the_header_timeout_is_cut(tmp_path, workers):
+    """A client that opens a connection and sends nothing, half a
+    ClientHello, or a whole one and then nothing, is cut by the server when
+    LEASEHOLD_HEADER_TIMEOUT (2 s here) has passed, as one slow with its
+    headers is; asyncio's default handshake timeout is 60 s, past the
+    ceiling the client waits here. The client never closes its side: an end
+    of stream it reads is the server's doing."""
+    ca, cert, key = _certificates(tmp_path)
+    database = tmp_path / "leasehold.sqlite3"
+    prepare(str(database), tmp_path)
+    server = Instance(str(database), tmp_path, "server", workers=workers)
+    server.env.update(LEASEHOLD_TLS_CERT=cert, LEASEHOLD_TLS_KEY=key, LEASEHOLD_HEADER_TIMEOUT="2")
+    server.url = server.url.replace("http://", "https://")
+    server.start()
+    try:
+        hello = _client_hello()
+        for first in (b"", hello[:len(hello) // 2], hello):
+            sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)  # the ceiling
+            try:
+                sock.sendall(first)
+                ended = False
+                while not ended:
+                    try:
+                        ended = sock.recv(65536) == b""  # the server's answer to a whole hello, then the end
+                    except ConnectionResetError:
+                        ended = True
+                    except TimeoutError:
+                        pytest.fail(f"the server kept a handshake open 30 s after {len(first)} bytes")
+            finally:
+                sock.close()
+        assert requests.get(f"{server.url}/health/live", verify=ca, timeout=30).status_code == 200
+    finally:
         server.stop()

@@ -294,10 +294,10 @@ class LeaseholdASGI:
         if scope["method"] == "PUT" and paths.AZURE_PATH.match(path):
             # An XML body is parsed whole before anything is done with it:
             # no larger than the largest valid one.
-            comp = _query_value(scope["query_string"], b"comp")
-            if comp == b"blocklist":
+            comp = paths.query_value(scope["query_string"].decode("latin-1"), "comp")  # as the door reads it
+            if comp == "blocklist":
                 return min(self.max_body, MAX_LIST_BYTES)
-            if comp == b"acl":
+            if comp == "acl":
                 return self.small_body  # five signed identifiers
         return self.max_body
 
@@ -341,15 +341,6 @@ def lean_calls(requests: list[tuple[dict, tuple[LeanPath, Any]]]) -> list:
     for path in dict.fromkeys(path for _, (path, _) in requests):
         calls[path] = iter(path.checked([(environ, names) for environ, (own, names) in requests if own is path]))
     return [next(calls[path]) for _, (path, _) in requests]
-
-
-def _query_value(query: bytes, name: bytes) -> bytes | None:
-    """The first value of ``name`` in a raw query string (not decoded)."""
-    for pair in query.split(b"&"):
-        key, _, value = pair.partition(b"=")
-        if key == name:
-            return value
-    return None
 
 
 def _may_wait(scope, environ, body: bytes) -> bool:

@@ -35,6 +35,7 @@ from leases.domain.block_limits import MAX_LIST_BYTES
 
 
 API_LEASES = paths.API_LEASES
+ABANDONED = "leasehold.abandoned"  # environ: the client gone or the server stopping (front.Abandoned)
 API_BLOBS = paths.API_BLOBS  # the JSON API's uploads: the blob size cap, as Put Blob
 UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.storage.blob_content.CHUNK_BYTES)
 
@@ -215,15 +216,18 @@ class LeaseholdASGI:
         index = lane.take()
         executor = lane.executors[index]
         loop = asyncio.get_running_loop()
+        # A client that goes away is told to the thread serving it (a long read
+        # stops: leases/admin/queries.py) and ends a stream (uvicorn's send()
+        # then returns without error: an abandoned export ran to its end).
+        gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
+        environ[ABANDONED] = abandoned = front.Abandoned()
+        gone.add_done_callback(lambda _: abandoned.set())
         try:
             status, headers, content, result = await loop.run_in_executor(executor, self.call, environ)
             await send({"type": "http.response.start", "status": status, "headers": headers})
             if result is None:
                 await send({"type": "http.response.body", "body": content})
                 return
-            # A client that goes away ends the stream (uvicorn's send() then
-            # returns without error: an abandoned export ran to its end).
-            gone = asyncio.ensure_future(long_reads.until_disconnected(receive))
             try:  # streamed: one task per piece, the thread free between pieces
                 while piece := await loop.run_in_executor(executor, answers.next_piece, result):
                     if gone.done():
@@ -231,9 +235,9 @@ class LeaseholdASGI:
                     await send({"type": "http.response.body", "body": piece, "more_body": True})
                 await send({"type": "http.response.body", "body": b""})
             finally:
-                gone.cancel()
                 await loop.run_in_executor(executor, answers.close, result)
         finally:
+            gone.cancel()
             lane.give_back(index)
             if not isinstance(body, bytes):
                 body.close()  # the spooled file, deleted on close

@@ -11,6 +11,7 @@ import asyncio
 import functools
 import json
 import logging
+import threading
 import time
 import uuid
 from datetime import datetime, timezone
@@ -109,6 +110,27 @@ def _settings() -> tuple[float, tuple[int, int, int]]:
     return header_timeout(), head_limits()
 
 
+# Set when this process's server begins to stop (its connections are told to shut down).
+STOPPING = threading.Event()
+
+
+class Abandoned:
+    """A request's "no one will read the answer" signal for the thread serving it (environ
+    ``leasehold.abandoned``): set when its client has gone, and true as well once the server is
+    stopping. A long read checks it (leases/admin/queries.py) and stops."""
+
+    __slots__ = ("_gone",)
+
+    def __init__(self):
+        self._gone = threading.Event()
+
+    def set(self) -> None:
+        self._gone.set()
+
+    def is_set(self) -> bool:
+        return self._gone.is_set() or STOPPING.is_set()
+
+
 class LeaseholdHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -188,7 +210,9 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
         """uvicorn's, except that an idle TLS connection is cut at once: its
         close sends close_notify and waits for the client's, which an idle
         pooled client never sends, so a stopping server sat out its whole
-        graceful timeout. Between requests nothing is lost by the cut."""
+        graceful timeout. Between requests nothing is lost by the cut. A
+        request still being served is told the server is stopping (Abandoned)."""
+        STOPPING.set()
         if (self.cycle is None or self.cycle.response_complete) and self.transport.get_extra_info("ssl_object"):
             self.transport.abort()
             return

@@ -284,7 +284,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
             raise PermissionDenied
         try:
             self.check_query(request)
-            with bounded_reads():
+            with bounded_reads(request=request):
                 cl = self.get_changelist_instance(request)
         except (DisallowedModelAdminLookup, QueryRefused) as refused:
             return refused_page(request, self, str(refused), 400)
@@ -294,8 +294,8 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
             return HttpResponseRedirect(changelist + "?e=1")
         # In short keyset-paged reads, not one cursor held for the whole
         # download (leases/services/keyset.py).
-        with bounded_reads():
-            rows = bounded_pieces(keyset_rows(cl.queryset, CSV_COLUMNS))
+        with bounded_reads(request=request):
+            rows = bounded_pieces(keyset_rows(cl.queryset, CSV_COLUMNS), request=request)
         writer = csv.writer(_Echo())
         stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
         return StreamingHttpResponse(

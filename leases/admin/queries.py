@@ -53,18 +53,24 @@ def is_interrupted(exc: BaseException) -> bool:
 
 
 @contextmanager
-def bounded_reads(seconds: float | None = None):
+def bounded_reads(seconds: float | None = None, *, request=None):
     """This thread's SQLite statements in the block are stopped (an
     OperationalError, ``is_interrupted``) once ``seconds`` have passed
-    since the block began. Nothing to do on PostgreSQL: the server's
-    statement_timeout bounds each statement there."""
+    since the block began, or once no one will read the answer: the
+    request's client has gone or the server is stopping (what the server
+    puts in ``leasehold.abandoned``). Nothing to do on PostgreSQL: the
+    server's statement_timeout bounds each statement there."""
     if connection.vendor != "sqlite":
         yield
         return
     deadline = time.monotonic() + (read_seconds() if seconds is None else seconds)
+    abandoned = None if request is None else request.META.get("leasehold.abandoned")
     connection.ensure_connection()
     raw = connection.connection
-    raw.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+    if abandoned is None:
+        raw.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
+    else:
+        raw.set_progress_handler(lambda: time.monotonic() > deadline or abandoned.is_set(), PROGRESS_STEPS)
     try:
         yield
     finally:
@@ -72,12 +78,12 @@ def bounded_reads(seconds: float | None = None):
             raw.set_progress_handler(None, 0)
 
 
-def bounded_pieces(pieces: Iterable, seconds: float | None = None) -> Iterator:
+def bounded_pieces(pieces: Iterable, seconds: float | None = None, *, request=None) -> Iterator:
     """``pieces``, each one read within ``bounded_reads`` of its own (an
     export's keyset pages: each is a short query)."""
     iterator = iter(pieces)
     while True:
-        with bounded_reads(seconds):
+        with bounded_reads(seconds, request=request):
             try:
                 piece = next(iterator)
             except StopIteration:
@@ -150,7 +156,7 @@ class DeclaredQueryAdmin(admin.ModelAdmin):
             raise QueryRefused(refusal)
 
     def changelist_view(self, request, extra_context=None):
-        bound = bounded_reads() if request.method in ("GET", "HEAD") else _nothing()
+        bound = bounded_reads(request=request) if request.method in ("GET", "HEAD") else _nothing()
         try:
             self.check_query(request)
             with bound:

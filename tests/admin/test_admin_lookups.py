@@ -153,6 +153,38 @@ def test_bounded_reads_stop_a_long_statement(db):
         assert cursor.fetchone() == (300000,)
 
 
+def test_bounded_reads_stop_once_no_one_will_read_the_answer(db):
+    """A read whose client has gone (or whose server is stopping: serving/front.Abandoned) stops
+    then, not at its time bound: here the bound is a minute and the client goes once it runs."""
+    import threading
+    import time
+    import types
+
+    from serving.front import Abandoned
+
+    if connection.vendor != "sqlite":
+        pytest.skip("PostgreSQL bounds every statement of a server process with statement_timeout")
+    abandoned = Abandoned()
+    request = types.SimpleNamespace(META={"leasehold.abandoned": abandoned})
+    endless = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) SELECT max(i) FROM n"
+    running = threading.Event()
+    # The client goes once the statement has run a while (its progress handler is called).
+    connection.ensure_connection()
+    connection.connection.set_trace_callback(lambda statement: running.set())
+    leaver = threading.Thread(target=lambda: running.wait(30) and abandoned.set())
+    leaver.start()
+    bound = time.monotonic() + 60
+    try:
+        with pytest.raises(Exception) as stopped, queries.bounded_reads(60, request=request), \
+                connection.cursor() as cursor:
+            cursor.execute(endless)
+    finally:
+        leaver.join(30)
+        connection.connection.set_trace_callback(None)
+    assert queries.is_interrupted(stopped.value) and abandoned.is_set()
+    assert time.monotonic() < bound  # stopped by the client's going, not by the time bound
+
+
 @pytest.mark.parametrize("url", [BLOBS, CONTAINERS, HISTORY])
 def test_a_list_read_past_its_bound_is_a_503_page(anyone, estate, monkeypatch, url):
     if connection.vendor != "sqlite":

@@ -148,3 +148,115 @@ def test_what_the_worker_loaded_at_startup_is_kept_out_of_the_collectors_scans(f
         assert gc.get_freeze_count() > 10_000  # Django and the app, at least
     finally:
         gc.unfreeze()
+
+
+def _served_until_told(front, *, stop_server: bool) -> dict:
+    """A request served in a lane by an application that waits (30 s at most) to be told no one
+    will read its answer: its client goes away, or the server begins to stop."""
+    import threading
+
+    from django.http import HttpResponse
+
+    from serving import front as front_module
+
+    seen: dict = {}
+    loop_ready = threading.Event()
+    state: dict = {}
+
+    def app(environ, start_response):
+        abandoned = environ["leasehold.abandoned"]
+        seen["before"] = abandoned.is_set()
+        loop_ready.wait(10)
+        if stop_server:
+            front_module.STOPPING.set()
+        else:
+            state["loop"].call_soon_threadsafe(state["gone"].set)
+        seen["told"] = _until(abandoned.is_set, 30)
+        start_response("200 OK", [("Content-Length", "0")])
+        return HttpResponse(b"")
+
+    async def run():
+        state["loop"], state["gone"] = asyncio.get_running_loop(), asyncio.Event()
+        messages = [{"type": "http.request", "body": b"", "more_body": False}]
+
+        async def receive():
+            if messages:
+                return messages.pop(0)
+            loop_ready.set()
+            await state["gone"].wait()
+            return {"type": "http.disconnect"}
+
+        sent: list = []
+
+        async def send(message):
+            sent.append(message)
+
+        await front.http(scope("GET", "/admin/leases/leaseevent/"), receive, send)
+        return sent
+
+    front.app = app
+    try:
+        if stop_server:
+            # Nothing tells the loop; the request is answered once the application returns.
+            loop_ready.set()
+        asyncio.run(run())
+    finally:
+        front_module.STOPPING.clear()
+    return seen
+
+
+def _until(condition, ceiling: float) -> bool:
+    import time
+
+    deadline = time.monotonic() + ceiling
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_request_whose_client_went_away_is_told_so_in_its_thread(front):
+    """What a long read checks to stop (leases/admin/queries.py's bounded_reads)."""
+    assert _served_until_told(front, stop_server=False) == {"before": False, "told": True}
+
+
+def test_a_request_being_served_is_told_when_the_server_begins_to_stop(front):
+    assert _served_until_told(front, stop_server=True) == {"before": False, "told": True}
+
+
+def test_the_http_front_marks_the_server_stopping_when_told_to_shut_down(leasehold_env):
+    """uvicorn tells each connection's protocol to shut down when the server stops: that is what
+    sets STOPPING, which every request still being served then sees (Abandoned)."""
+    from uvicorn.config import Config
+    from uvicorn.server import ServerState
+
+    from serving import front as front_module
+
+    class Transport(asyncio.Transport):  # the socket's stand-in: what the protocol asks of it
+        def __init__(self):
+            super().__init__()
+            self.closed = False
+
+        def get_extra_info(self, name, default=None):
+            return {"peername": ("127.0.0.1", 50000), "sockname": ("127.0.0.1", 10000)}.get(name, default)
+
+        def close(self):
+            self.closed = True
+
+        def is_closing(self):
+            return self.closed
+
+    async def run():
+        config = Config(app=lambda scope, receive, send: None, log_level="warning")
+        config.load()
+        protocol = front_module.LeaseholdHttpProtocol(config, ServerState(), {}, asyncio.get_running_loop())
+        protocol.connection_made(Transport())
+        assert not front_module.Abandoned().is_set()
+        protocol.shutdown()
+        return front_module.Abandoned().is_set()
+
+    try:
+        assert asyncio.run(run()) is True
+    finally:
+        front_module.STOPPING.clear()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import unquote_plus
 
+from django.conf import settings
 from django.core import signals
 from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.utils.log import log_response
@@ -67,6 +68,13 @@ def _query(query_string: str) -> dict | None:
     return params
 
 
+def on_admin_host(environ: dict) -> bool:
+    """LEASEHOLD_ADMIN_HOSTS named, and the request is for one of them, where the Azure door answers
+    only 400 InvalidUri (handler.py; docs/decisions/0038): not the lean path's."""
+    admin_hosts = settings.LEASEHOLD_ADMIN_HOSTS
+    return bool(admin_hosts) and paths.admin_host(environ.get("HTTP_HOST", ""), admin_hosts)
+
+
 def _printable(text: str) -> bool:
     return text.isascii() and text.isprintable()
 
@@ -76,7 +84,7 @@ def takes(environ: dict, body=None) -> tuple[str, str, str | None] | None:
     answers exactly as the general path would, else None (``body``: the
     lean path's requests have none, so it is not read)."""
     if environ.get("REQUEST_METHOD") != "PUT" or environ.get("CONTENT_LENGTH", "0") not in ("", "0") \
-            or environ.get("HTTP_TRANSFER_ENCODING") or get_script_name(environ):
+            or environ.get("HTTP_TRANSFER_ENCODING") or get_script_name(environ) or on_admin_host(environ):
         return None
     params = _query(environ.get("QUERY_STRING", ""))
     if params is None:

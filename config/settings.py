@@ -291,5 +291,4 @@ LEASEHOLD_DEV_ACCOUNT = LEASEHOLD.dev_account
 LEASEHOLD_CLOCK_SKEW_SECONDS = LEASEHOLD.clock_skew_seconds
 LEASEHOLD_WATCHED_LEASES = list(LEASEHOLD.watched_leases)
 LEASEHOLD_ADMIN_HOSTS = frozenset(LEASEHOLD.admin_hosts)  # leases/admin/hosts.py
-LEASEHOLD_ADMIN_HOSTS = frozenset(LEASEHOLD.admin_hosts)
 LEASEHOLD_THROTTLE_DATABASE = LEASEHOLD.throttle_database

@@ -101,3 +101,17 @@ def test_named_the_azure_door_answers_nothing_on_the_admin_host(hosts, settings)
 ])
 def test_which_host_headers_name_an_admin_host(host, named, expected):
     assert paths.admin_host(host, frozenset(named)) is expected
+
+
+def test_the_variable_is_read_and_checked_at_start():
+    from leases import conf
+    from leases.conf.env import SettingError
+
+    read = conf.load({"LEASEHOLD_ADMIN_HOSTS": " Admin.Example.NET , 127.0.0.1:10001,[::1]:9 ",
+                      "LEASEHOLD_ALLOWED_HOSTS": "blobs.example.com,127.0.0.1"})
+    assert read.admin_hosts == ("admin.example.net", "127.0.0.1:10001", "[::1]:9")
+    assert read.answered_hosts == ("blobs.example.com", "127.0.0.1", "admin.example.net", "[::1]")
+    assert conf.load({}).admin_hosts == ()
+    for bad in ("https://admin.example.net", "admin.example.net/admin/", "*", "admin example", "host:port"):
+        with pytest.raises(SettingError, match="LEASEHOLD_ADMIN_HOSTS"):
+            conf.load({"LEASEHOLD_ADMIN_HOSTS": bad})

@@ -70,7 +70,7 @@ def _new_secret_key(path: Path) -> str:
 
 SECRET_KEY = _secret_key()
 DEBUG = LEASEHOLD.debug
-ALLOWED_HOSTS = list(LEASEHOLD.allowed_hosts)
+ALLOWED_HOSTS = list(LEASEHOLD.answered_hosts)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -82,13 +82,13 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
-    # Swagger UI and Redoc assets served locally: the docs work without internet.
-    "drf_spectacular_sidecar",
+    "drf_spectacular_sidecar",  # Swagger UI and Redoc assets served locally: the docs work without internet
     "leases",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "leases.admin.hosts.AdminHostsMiddleware",  # LEASEHOLD_ADMIN_HOSTS: the admin's side on its hosts alone
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -99,25 +99,15 @@ MIDDLEWARE = [
     "leases.admin.zone.OperatorTimezoneMiddleware",  # the admin in the operator's browser's time zone
     "leases.admin.busy.WriterBusyMiddleware",  # the writer busy past the wait: a page saying so, not a 500
 ]
-# Azure paths never carry a trailing slash of their own; redirecting would
-# break signed requests.
+# Azure paths never carry a trailing slash of their own; redirecting would break signed requests.
 APPEND_SLASH = False
 
-# Behind https (LEASEHOLD_TLS_CERT, or a proxy named in LEASEHOLD_TRUSTED_PROXIES
-# that ends TLS: docs/guide/tls.md) the admin's cookies never cross plain http,
-# and browsers are told to use https only (HSTS, on responses to https requests).
+# Behind https (LEASEHOLD_TLS_CERT, or a proxy that ends TLS: docs/guide/tls.md) the admin's cookies never cross
+# plain http; browsers are told to use https only (HSTS). No script reads them (forms and /api/v1/docs/ carry
+# the CSRF token in the page); Lax: no other site's or opaque origin's POST carries them (decision 0038).
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = LEASEHOLD.tls or bool(LEASEHOLD.trusted_proxies)
 SECURE_HSTS_SECONDS = LEASEHOLD.hsts_seconds
-# No script of any page reads the admin's cookies: the admin's forms and the API's docs
-# (/api/v1/docs/) carry the CSRF token in the page. Lax: a page of another site, or of an
-# opaque origin (a sandboxed blob), cannot send them with a POST, PUT or DELETE. The admin's
-# and the API's pages are never sniffed, framed or told where the operator came from
-# (Django's SecurityMiddleware and XFrameOptionsMiddleware; docs/decisions/0038).
-CSRF_COOKIE_HTTPONLY = SESSION_COOKIE_HTTPONLY = True
-CSRF_COOKIE_SAMESITE = SESSION_COOKIE_SAMESITE = "Lax"
-SECURE_CONTENT_TYPE_NOSNIFF = True
-X_FRAME_OPTIONS = "DENY"
-SECURE_REFERRER_POLICY = "same-origin"
+CSRF_COOKIE_HTTPONLY, CSRF_COOKIE_SAMESITE, SESSION_COOKIE_SAMESITE = True, "Lax", "Lax"
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -171,9 +161,8 @@ def _database(spec: str) -> dict:
         return _postgres(spec)
     path = Path(spec.removeprefix("sqlite:///"))
     synchronous = LEASEHOLD.sqlite_synchronous
-    # When another process has written, SQLite drops this connection's whole
-    # page cache at the next transaction; memory-mapped reads make refilling
-    # it cheap (worker processes take turns writing).
+    # When another process has written, SQLite drops this connection's whole page cache at the next
+    # transaction; memory-mapped reads make refilling it cheap (worker processes take turns writing).
     mmap_bytes = LEASEHOLD.sqlite_mmap_mb * 2**20
     checkpoint_interval = LEASEHOLD.sqlite_checkpoint_interval
     return {
@@ -287,9 +276,8 @@ LOGGING = {
     "filters": {"skip_logged_faults": {"()": "leases.operations.logformat.SkipLoggedFaults"},
                 "once_per_address": {"()": "leases.operations.logformat.OncePerAddress"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent,
-    # 412 ...) are normal outcomes, recorded in the lease history, and under
-    # contention come by the thousand. 5xx are still logged.
+    # Django logs every 4xx as a warning; refusals (409 LeaseAlreadyPresent, 412 ...) are normal outcomes,
+    # recorded in the lease history, and under contention come by the thousand. 5xx are still logged.
     "loggers": {"django.request": {"level": "ERROR", "filters": ["skip_logged_faults"]},
                 # A bad Host header is the client's mistake (400), not the server's:
                 # a WARNING, once a minute per client address.
@@ -302,4 +290,5 @@ LEASEHOLD_ACCOUNTS = LEASEHOLD.accounts
 LEASEHOLD_DEV_ACCOUNT = LEASEHOLD.dev_account
 LEASEHOLD_CLOCK_SKEW_SECONDS = LEASEHOLD.clock_skew_seconds
 LEASEHOLD_WATCHED_LEASES = list(LEASEHOLD.watched_leases)
+LEASEHOLD_ADMIN_HOSTS = frozenset(LEASEHOLD.admin_hosts)  # leases/admin/hosts.py
 LEASEHOLD_THROTTLE_DATABASE = LEASEHOLD.throttle_database

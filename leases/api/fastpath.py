@@ -83,7 +83,7 @@ def takes(environ: dict, body) -> Lease | None:
     if environ.get("REQUEST_METHOD") != "POST" or environ.get("QUERY_STRING") or get_script_name(environ) \
             or environ.get("CONTENT_TYPE") not in JSON_TYPES or environ.get("HTTP_ACCEPT", "*/*") not in ACCEPTED \
             or not isinstance(body, bytes) or not body or environ.get("HTTP_TRANSFER_ENCODING") \
-            or not environ.get("HTTP_AUTHORIZATION", "").startswith("Bearer "):
+            or not environ.get("HTTP_AUTHORIZATION", "").startswith("Bearer ") or _elsewhere(environ):
         return None
     path = get_path_info(environ)
     if not path.startswith(API_LEASES):
@@ -100,6 +100,28 @@ def takes(environ: dict, body) -> Lease | None:
     if not isinstance(data, dict) or not _plain(data, shape, ALL_FIELDS[action]):
         return None
     return Lease(action, parts[0], parts[1], parts[2] if len(parts) == 3 else None, data)
+
+
+def _elsewhere(environ: dict) -> bool:
+    """LEASEHOLD_ADMIN_HOSTS named, and the request is for another host, where the view's
+    middleware refuses it (leases/admin/hosts.py; docs/decisions/0038). Read once, as the
+    Azure door's lean path reads it (fastpath.on_admin_host there)."""
+    global _admin_hosts
+    if _admin_hosts is None:
+        _admin_hosts = settings.LEASEHOLD_ADMIN_HOSTS
+    return bool(_admin_hosts) and not paths.admin_host(environ.get("HTTP_HOST", ""), _admin_hosts)
+
+
+_admin_hosts: frozenset[str] | None = None
+
+
+def _forget_admin_hosts(setting: str, **kwargs) -> None:
+    global _admin_hosts
+    if setting == "LEASEHOLD_ADMIN_HOSTS":
+        _admin_hosts = None
+
+
+setting_changed.connect(_forget_admin_hosts, dispatch_uid="api-fastpath-admin-hosts")
 
 
 def _plain(data: dict, shape: dict, known: frozenset) -> bool:

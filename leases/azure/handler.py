@@ -92,15 +92,16 @@ class LeaseholdWSGI:
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
         if AZURE_PATH.match(path):
-            lease = fastpath.takes(environ)  # a lease request of the usual shape: the lean path
-            if lease is not None:
-                return fastpath.serve(environ, lease, start_response)
-            return self.azure(environ, start_response)
-        if SITE_PATH.match(path):
+            if not fastpath.on_admin_host(environ):  # never the Azure door there
+                lease = fastpath.takes(environ)  # a lease request of the usual shape: the lean path
+                if lease is not None:
+                    return fastpath.serve(environ, lease, start_response)
+                return self.azure(environ, start_response)
+        elif SITE_PATH.match(path):
             return self.site(environ, start_response)
         # The Azure door's by position, naming no account it could hold (upper case,
-        # too short, '//', 'OPTIONS *'): Azure's XML 400 InvalidUri for every method,
-        # before any middleware (the CSRF check answered PUT and DELETE in HTML).
+        # too short, '//', 'OPTIONS *'), or on the admin's host: Azure's XML 400 InvalidUri
+        # for every method, before any middleware (the CSRF check answered PUT and DELETE in HTML).
         method = environ.get("REQUEST_METHOD", "GET")
         response = sandboxed(invalid_uri(_Method(method)), method)
         start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))

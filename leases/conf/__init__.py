@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -91,6 +92,7 @@ class Settings:
     dev_account: bool
     watched_leases: tuple[str, ...]
     allowed_hosts: tuple[str, ...]
+    admin_hosts: tuple[str, ...]  # "host" or "host:port", lower case; empty: the admin on every host
     time_zone: str
     debug: bool
     # logs
@@ -102,6 +104,12 @@ class Settings:
     @property
     def tls(self) -> bool:
         return self.tls_cert is not None
+
+    @property
+    def answered_hosts(self) -> tuple[str, ...]:
+        """Django's ALLOWED_HOSTS: LEASEHOLD_ALLOWED_HOSTS and the names of LEASEHOLD_ADMIN_HOSTS."""
+        names = (host if host.endswith("]") else host.rpartition(":")[0] or host for host in self.admin_hosts)
+        return tuple(dict.fromkeys((*self.allowed_hosts, *names)))
 
     @property
     def on_postgres(self) -> bool:
@@ -123,6 +131,19 @@ def _watched(environ: Mapping[str, str]) -> tuple[str, ...]:
         raise SettingError("LEASEHOLD_WATCHED_LEASES must be at most 100 comma-separated account/container or "
                            "account/container/blob names, e.g. devstoreaccount1/jobs/nightly")
     return names
+
+
+_HOST = r"(?:[a-z0-9](?:[a-z0-9.-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::[0-9]{1,5})?"
+
+
+def _admin_hosts(environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The hosts (``host`` or ``host:port``) the admin and the JSON API are served on alone."""
+    text = env_str("LEASEHOLD_ADMIN_HOSTS", "", allow_empty=True, environ=environ)
+    hosts = tuple(part.strip().lower() for part in text.split(",") if part.strip())
+    if any(not re.fullmatch(_HOST, host) for host in hosts):
+        raise SettingError("LEASEHOLD_ADMIN_HOSTS must be comma-separated host names, each with a port if "
+                           f"needed, e.g. admin.example.com or 127.0.0.1:10001 (no scheme, no path), not {text!r}")
+    return hosts
 
 
 def _tls_file(name: str, environ: Mapping[str, str]) -> str | None:
@@ -227,6 +248,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         watched_leases=_watched(env),
         allowed_hosts=tuple(h.strip() for h in env_str(
             "LEASEHOLD_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]", environ=env).split(",") if h.strip()),
+        admin_hosts=_admin_hosts(env),
         time_zone=env_str("LEASEHOLD_TIME_ZONE", "UTC", environ=env),
         debug=env_bool("LEASEHOLD_DEBUG", environ=env),
         log_level=env_log_level(env),

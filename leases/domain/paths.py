@@ -14,6 +14,8 @@ CONTAINER = r"\$root|\$logs|\$web|[a-z0-9](?:-?[a-z0-9])*"  # what a container n
 SITE_SEGMENTS = ("admin", "api", "static", "health", "metrics")  # first segments of the site's own pages
 SITE_FILES = ("favicon.ico",)
 API_PREFIX = "api/v1/"  # the JSON API, under the site's "api"
+# The admin's side: with LEASEHOLD_ADMIN_HOSTS, served on those hosts alone, and the Azure door never there.
+ADMIN_SEGMENTS = frozenset(("admin", "api", "static", "favicon.ico"))
 
 _SITE = "|".join(SITE_SEGMENTS)
 _NOT_SITE = rf"(?!(?:{_SITE})(?:/|$))"
@@ -70,3 +72,18 @@ def is_lease_request(path: str, query: str) -> bool:
     if path.startswith(API_LEASES):
         return True
     return AZURE_PATH.match(path) is not None and query_value(query, "comp") == "lease"
+
+
+def admin_side(path: str) -> bool:
+    """Whether a request path is the admin's side (``ADMIN_SEGMENTS``); /health and /metrics are no side's."""
+    return path.split("/", 2)[1] in ADMIN_SEGMENTS if path.startswith("/") else False
+
+
+def admin_host(host: str, admin_hosts) -> bool:
+    """Whether a Host header names one of ``admin_hosts`` (``host`` or ``host:port``, lower case;
+    an entry without a port names the host on any port)."""
+    host = host.strip().lower()
+    if host in admin_hosts:
+        return True
+    name, colon, port = host.rpartition(":")
+    return bool(colon) and port.isdigit() and not name.endswith(":") and name in admin_hosts

@@ -104,10 +104,11 @@ def tenant_link(service, azure_server: str, how: str, html: bytes) -> str:
     container = service.create_container("reports")
     stored = "text/html" if how == "stored" else "text/plain"
     container.upload_blob("q3.html", html, content_settings=ContentSettings(content_type=stored))
-    overrides = {} if how == "stored" else {"content_type": "text/html", "content_disposition": "inline"}
+    rsct, rscd = (None, None) if how == "stored" else ("text/html", "inline")
     token = generate_blob_sas(DEV_ACCOUNT, "reports", "q3.html", account_key=DEV_KEY,
                               permission=BlobSasPermissions(read=True),
-                              expiry=datetime.now(timezone.utc) + timedelta(hours=1), **overrides)
+                              expiry=datetime.now(timezone.utc) + timedelta(hours=1),
+                              content_type=rsct, content_disposition=rscd)
     return f"{azure_server}/{DEV_ACCOUNT}/reports/q3.html?{token}"
 
 

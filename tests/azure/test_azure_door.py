@@ -53,8 +53,10 @@ def signals_seen():
 def test_an_azure_request_runs_no_middleware_but_the_request_signals(signals_seen):
     status, headers, body, _ = call("/devstoreaccount1")  # unsigned: refused by the view, in XML
     assert status.startswith("401 ") and b"<Code>NoAuthenticationInformation</Code>" in body
-    # What SecurityMiddleware, XFrameOptionsMiddleware and SessionMiddleware would add:
-    assert not {"x-frame-options", "x-content-type-options", "set-cookie", "vary"} & set(headers)
+    # What SecurityMiddleware, XFrameOptionsMiddleware and SessionMiddleware would add (nosniff the
+    # door sets itself, with its sandbox: docs/decisions/0038):
+    assert not {"x-frame-options", "referrer-policy", "cross-origin-opener-policy", "set-cookie", "vary"} & set(headers)
+    assert (headers["content-security-policy"], headers["x-content-type-options"]) == ("sandbox", "nosniff")
     assert signals_seen == ["started", "finished"]  # finished: when the server closes the response
 
     signals_seen.clear()

@@ -28,6 +28,8 @@ window [invoke, complete], lease time never going back:
 - unknown outcomes: the operation may have taken effect, with any answer,
   at an instant of its window (open-ended for a lost connection: up to
   ``horizon`` seconds), or not at all;
+- lease ids: an acquire or change answers the id the model holds; an id the
+  server drew is new (no request or answer named it before it was asked for);
 - generations: the first generation seen fixes the offset between the
   model's count and the server's (a name keeps its sequence across
   deletions); every later one must be the model's count plus that offset.
@@ -167,6 +169,12 @@ class _Search:
         self.sent = [(_uuid(op.lease_id), _uuid(op.proposed_id),
                       _uuid(op.result_id) if op.result_id and not op.proposed_id else
                       uuid.uuid5(uuid.NAMESPACE_OID, f"{n}"), _uuid(op.result_id)) for n, op in enumerate(self.ops)]
+        named: dict[str, float] = {}  # when each id was first sent or answered: a drawn id is new
+        for value, at in ((v, t) for op in self.ops for v, t in ((op.lease_id, op.invoke), (
+                op.proposed_id, op.invoke), (op.result_id, op.complete)) if v is not None and t is not None):
+            named[value] = min(named.get(value, at), at)
+        self.stale = [op.action == "acquire" and not op.proposed_id and op.result_id is not None
+                      and named[op.result_id] < op.invoke for op in self.ops]
 
     def run(self) -> bool:
         limit = sys.getrecursionlimit()
@@ -264,8 +272,8 @@ class _Search:
             return outcome.record, base
         if op.status != SUCCESS[op.action]:
             return None
-        if result_id is not None and result_id != outcome.lease_id:
-            return None
+        if result_id is not None and (result_id != outcome.lease_id or self.stale[n]):
+            return None  # not the id the model holds, or a drawn id that is not new
         if op.lease_time is not None and abs(op.lease_time - (outcome.lease_time or 0)) > 1:
             return None
         if op.generation is not None:

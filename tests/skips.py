@@ -2,7 +2,8 @@
 everything): a skip whose reason is not below fails its test, as a skip for a
 missing tool, mount or permission would otherwise pass a run that tested less
 than it says. Each reason is a test of one database's own machinery, skipped
-in the other database's pass (docs/development/tests.md, "Skips"). No Django
+in the other database's pass, and justified in that pass only: a PostgreSQL
+test skipped in the PostgreSQL pass fails (docs/development/tests.md, "Skips"). No Django
 here: tests/test_full_run.py loads it in a pytest run of its own."""
 
 from __future__ import annotations
@@ -12,15 +13,15 @@ import os
 import pytest
 
 FULL_RUN = "LEASEHOLD_FULL_RUN"
-JUSTIFIED_SKIPS = {
-    # in the SQLite pass: PostgreSQL's own machinery
+SQLITE_PASS = {  # justified in the SQLite pass: PostgreSQL's own machinery
     "condition: connection.vendor != 'postgresql'",
     "the high-water mark is PostgreSQL's (SQLite decides by the machine's clock)",
     "PostgreSQL's prepared statements",
     "row locks are PostgreSQL's",
     "NOTIFY is PostgreSQL's",
     "PostgreSQL's connections, shut down by engines.postgres.drop_all",
-    # in the PostgreSQL pass: SQLite's own machinery, or a server on a SQLite file of its own
+}
+POSTGRES_PASS = {  # justified in the PostgreSQL pass: SQLite's own machinery, or a server on a SQLite file of its own
     "condition: connection.vendor != 'sqlite'",
     "the writer lock is SQLite's",
     "the writer lock file is SQLite's",
@@ -37,6 +38,24 @@ JUSTIFIED_SKIPS = {
 }
 
 
+def this_pass() -> str:
+    """The pass this run is: ``postgresql`` when the run's database
+    (LEASEHOLD_DATABASE, set by tests/pg_cluster.py) is PostgreSQL, else ``sqlite``."""
+    database = os.environ.get("LEASEHOLD_DATABASE", "")
+    return "postgresql" if database.startswith(("postgres://", "postgresql://")) else "sqlite"
+
+
+def unjustified(reason: str, run: str) -> str | None:
+    """Why a skip for ``reason`` in pass ``run`` fails a full run, or None:
+    a reason is justified only in the pass it names the other database for."""
+    justified, other = (POSTGRES_PASS, SQLITE_PASS) if run == "postgresql" else (SQLITE_PASS, POSTGRES_PASS)
+    if reason in justified:
+        return None
+    if reason in other:
+        return f"skipped in the {run} pass, which is the one that must run it: {reason!r}"
+    return f"skipped for a reason tests/skips.py does not hold: {reason!r}"
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
@@ -44,8 +63,7 @@ def pytest_runtest_makereport(item, call):
     if not (report.skipped and os.environ.get(FULL_RUN) == "1" and not hasattr(report, "wasxfail")):
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    reason = reason.removeprefix("Skipped: ")
-    if reason not in JUSTIFIED_SKIPS:
+    why = unjustified(reason.removeprefix("Skipped: "), this_pass())
+    if why is not None:
         report.outcome = "failed"
-        report.longrepr = (f"skipped in a full run ({FULL_RUN}=1) for a reason tests/skips.py's "
-                           f"JUSTIFIED_SKIPS does not hold: {reason!r}")
+        report.longrepr = f"a full run ({FULL_RUN}=1) {why}"

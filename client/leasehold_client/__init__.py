@@ -12,11 +12,11 @@ Time comes from an injectable ``clock`` (``leasehold_client.clock``).
 
 from ._common import LeaseLostError
 from .clock import ManualClock, SystemClock
-from .fencing import CannotFence, StaleLease, fence, fenced
+from .fencing import CannotFence, NotInTransaction, StaleLease, fence, fenced
 from .lease import AutoRenewLease
 from .leader import LeaderElection, leader
 from .once import do_once
 from .schedule import OncePer, once_per
 
 __all__ = ["AutoRenewLease", "CannotFence", "LeaseLostError", "LeaderElection", "ManualClock", "OncePer",
-           "StaleLease", "SystemClock", "do_once", "fence", "fenced", "leader", "once_per"]
+           "NotInTransaction", "StaleLease", "SystemClock", "do_once", "fence", "fenced", "leader", "once_per"]

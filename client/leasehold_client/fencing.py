@@ -50,6 +50,11 @@ class StaleLease(Exception):
                          "has already written; this holder lost its lease, its transaction must roll back")
 
 
+class NotInTransaction(RuntimeError):
+    """fence() was called outside a transaction: its row lock would end with
+    its own statement, and the writes after it would not be fenced."""
+
+
 class CannotFence(ValueError):
     """No fencing generation to fence with (Azure Storage and Azurite hand out none)."""
 
@@ -75,6 +80,9 @@ def fence(conn: Any, resource: str, generation: Any, *, create: bool = True) -> 
     who manage their schema: the table is ``DDL``). Returns the generation."""
     generation = generation_of(generation)
     mark = _placeholder(conn)
+    if _autocommitting(conn):
+        raise NotInTransaction(f"fence({resource!r}) outside a transaction fences nothing: the row lock ends with "
+                               "its own statement; call it inside the transaction that does the work")
     cursor = conn.cursor()
     try:
         if create:
@@ -126,6 +134,23 @@ def _placeholder(conn: Any) -> str:
 
         _check_sqlite(sqlite3)
     return "%s"
+
+
+def _autocommitting(conn: Any) -> bool:
+    """Would ``conn`` commit fence's statement by itself? Django outside
+    ``atomic`` (in autocommit), sqlite3 with ``isolation_level=None`` outside
+    a BEGIN, psycopg (3 or 2) in autocommit mode outside a transaction. (A
+    sqlite3 connection in its default mode, or psycopg's, opens the
+    transaction at fence's own statement and keeps it until commit.)"""
+    if hasattr(conn, "in_atomic_block") and hasattr(conn, "get_autocommit"):  # django.db.connection
+        return bool(conn.get_autocommit()) and not conn.in_atomic_block
+    if hasattr(conn, "isolation_level") and hasattr(conn, "in_transaction"):  # sqlite3
+        return conn.isolation_level is None and not conn.in_transaction
+    if getattr(conn, "autocommit", False) is True:
+        info = getattr(conn, "info", None)  # psycopg 3; psycopg2 says it by get_transaction_status()
+        status = info.transaction_status if info is not None else conn.get_transaction_status()
+        return int(status) == 0  # IDLE: no transaction open
+    return False
 
 
 def _check_sqlite(module: Any) -> None:

@@ -189,3 +189,25 @@ def _valid_history(rng: random.Random, *, clients: int, count: int) -> list[Op]:
 
 def _at(seconds: float):
     return EPOCH + timedelta(seconds=seconds)
+
+
+def test_an_answered_lease_id_the_model_would_not_hold_is_rejected():
+    """Each grant names the lease the model holds after it: the id proposed,
+    the id a change proposed, and an id the server drew is a new one."""
+    wrong_grant = [op(A, "acquire", 0, 201, result_id=B)]  # proposed A, told B
+    failing, culprit = rejected(wrong_grant)
+    assert culprit.result_id == B
+    assert check([op(A, "acquire", 0, 201)])
+    wrong_change = [op(A, "acquire", 0, 201), op(A, "change", 1, 200, proposed_id=B, result_id=A)]
+    assert rejected(wrong_change)[1].action == "change"
+    assert check(wrong_change[:1] + [op(A, "change", 1, 200, proposed_id=B, result_id=B)])
+    # drawn by the server (no id proposed): A's lease ended, and B is told A's id again, so A's renew
+    # with its old id would hold the lease B believes it holds
+    drawn = [op("a", "acquire", 0, 201, duration=15, result_id=A), op("a", "release", 1, 200, lease_id=A)]
+    failing, culprit = rejected(drawn + [op("b", "acquire", 20, 201, duration=15, result_id=A)])
+    assert (culprit.client, culprit.result_id) == ("b", A) and len(failing) == 2
+    assert check(drawn + [op("b", "acquire", 20, 201, duration=15, result_id=B)])
+    # an id a client proposed before is not a draw either, even if the lease it names never existed
+    proposed = [drawn[0], op(C, "acquire", 0.5, 409, code="LeaseAlreadyPresent", proposed_id=B), drawn[1]]
+    assert rejected(proposed + [op("b", "acquire", 2, 201, duration=15, result_id=B)])[1].client == "b"
+    assert check(proposed + [op("b", "acquire", 2, 201, duration=15, result_id=C)])

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from leases.domain import machine as m
 from leases.domain.errors import LeaseholdError
+from tests.machine.pinned import pinned
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 A, B, C, X = (uuid.UUID(int=i) for i in (0xA, 0xB, 0xC, 0xF))
@@ -282,6 +283,7 @@ actions = st.one_of(
 
 
 @settings(max_examples=2000, deadline=None)
+@pinned("every_outcome_is_consistent")
 @given(records, actions, st.floats(0, 200))
 def test_every_outcome_is_consistent(rec, action_params, elapsed):
     check_outcome(rec, action_params, elapsed)
@@ -328,6 +330,7 @@ client_steps = st.lists(st.tuples(st.sampled_from(["p", "q"]), actions, st.integ
 
 
 @settings(max_examples=300, deadline=None)
+@pinned("two_clients_never_both_hold")
 @given(client_steps)
 def test_two_clients_never_both_hold_the_lease(steps):
     """Two clients act in turn over time; each believes it holds the lease

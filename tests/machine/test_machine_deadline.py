@@ -53,3 +53,35 @@ def test_a_state_ends_at_its_deadline_exactly():
     other = uuid.uuid4()
     for record in (leased, breaking):
         assert m.acquire(record, NOW, duration=15, proposed_id=other, new_id=other).lease_id == other
+
+
+def test_renew_sets_the_deadline_of_a_held_fixed_lease_to_its_duration_from_now():
+    """15 s granted at NOW, renewed 10 s later: held until 25 s, not 15 s
+    (and one microsecond before 25 s, still held)."""
+    held = m.acquire(m.LeaseRecord(), NOW, duration=15, proposed_id=ID, new_id=ID).record
+    renewed_at = NOW + timedelta(seconds=10)
+    out = m.renew(held, renewed_at, lease_id=ID)
+    assert (out.state_before, out.state_after) == (m.LEASED, m.LEASED)
+    assert out.record.expires_at == renewed_at + timedelta(seconds=15) == m.deadline(out.record, renewed_at)
+    assert out.record.duration == 15 and out.record.generation == held.generation
+    assert m.effective_state(out.record, NOW + timedelta(seconds=25) - timedelta(microseconds=1)) == m.LEASED
+    assert m.effective_state(out.record, NOW + timedelta(seconds=25)) == m.EXPIRED
+
+
+def test_renew_of_an_infinite_lease_keeps_it_without_a_deadline():
+    held = m.acquire(m.LeaseRecord(), NOW, duration=m.INFINITE, proposed_id=ID, new_id=ID).record
+    out = m.renew(held, NOW + timedelta(days=3), lease_id=ID)
+    assert out.record == held and out.record.expires_at is None
+    assert m.deadline(out.record, NOW + timedelta(days=30)) is None
+    assert m.effective_state(out.record, NOW + timedelta(days=30)) == m.LEASED
+
+
+def test_renew_after_expiry_resumes_the_same_lease_for_its_duration_from_now():
+    """Expired 5 s ago and nobody else took it: the renew resumes it, its
+    deadline the duration from the renew, not from the old expiry."""
+    held = m.acquire(m.LeaseRecord(), NOW, duration=15, proposed_id=ID, new_id=ID).record
+    renewed_at = NOW + timedelta(seconds=20)
+    out = m.renew(held, renewed_at, lease_id=ID)
+    assert (out.state_before, out.state_after) == (m.EXPIRED, m.LEASED)
+    assert out.record.expires_at == renewed_at + timedelta(seconds=15)
+    assert out.record.lease_id == ID and out.record.generation == held.generation

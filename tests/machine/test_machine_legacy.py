@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from leases.domain import machine as m
 from leases.domain.errors import LeaseholdError
 from tests.machine import test_machine as machine_tests
+from tests.machine.pinned import pinned
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 A, B, C, X = (uuid.UUID(int=i) for i in (0xA, 0xB, 0xC, 0xF))
@@ -295,6 +296,7 @@ def forget(rec: m.LeaseRecord) -> m.LeaseRecord:
 
 
 @settings(max_examples=1000, deadline=None)
+@pinned("legacy_and_current_agree")
 @given(current_records, legacy_actions, st.floats(0, 200))
 def test_legacy_and_current_agree_where_the_references_say_they_agree(rec, action_params, elapsed):
     check_agreement(rec, action_params, elapsed)
@@ -323,6 +325,7 @@ def check_agreement(rec, action_params, elapsed) -> None:
 
 
 @settings(max_examples=1000, deadline=None)
+@pinned("legacy_release_invisible")
 @given(released_records, current_actions, st.floats(0, 200), st.sampled_from(["blob", "container"]))
 def test_current_clients_cannot_tell_a_legacy_release_from_no_lease(rec, action_params, elapsed, noun):
     check_release_invisible(rec, action_params, elapsed, noun)
@@ -356,6 +359,7 @@ old_and_new_steps = st.lists(st.tuples(st.sampled_from(["p", "q"]), st.booleans(
 
 
 @settings(max_examples=500, deadline=None)
+@pinned("old_and_new_never_both_hold")
 @given(old_and_new_steps)
 def test_old_and_new_clients_never_both_hold_the_lease(steps):
     old_and_new_clients(steps)

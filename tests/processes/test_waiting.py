@@ -5,12 +5,13 @@ runs out, one history event per request, 1,000 waiters on one worker
 without a thread each, and the leader helper's standby taking over at the
 leader's release.
 
-The release comes 2 s after the waiter asked, in real time (the issue's
-wording); everything else is short. "At the release" is asserted as within
-LAG seconds: far inside the 20 s the waiter would otherwise wait, so only
-the release's signal (or the break's end) can have granted it, yet loose
-enough for a machine the rest of the suite keeps busy. How fast the
-takeover is (about 0.01 s) is bench/waiting.py's figure, not a test's."""
+The release comes once the server holds the waiter (its gauge of waiting
+acquires says so: the handshake). "At the release" is an order: the answer
+came after the release was sent and before the waiter's wait (WAIT
+seconds) could have run out, so only the release's signal (or the break's
+end) can have granted it; the break's end is the server's own record (the
+grant's time in the history against the break's). How fast the takeover is
+(about 0.01 s) is bench/waiting.py's figure, not a test's."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +35,10 @@ from tests.serving.test_metrics import scrape, value
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 
 pytestmark = pytest.mark.processes
-LAG = 2.0  # seconds: a grant this soon after the release came from it (module docstring)
+WAIT_S = 60  # a waiter's wait: answered in its first half, it was not answered by its wait running out
 
 WAIT = "x-leasehold-wait"
+THOUSAND_WAIT = 10  # seconds each of the 1,000 waiters waits
 
 
 @pytest.fixture(scope="module")
@@ -66,24 +69,36 @@ def _acquire(base: str, path: str, duration: int, **headers) -> requests.Respons
     return azure_raw.signed("PUT", base, path + "?comp=lease&restype=container", headers=headers)
 
 
-def _released_while_waiting(holder_base: str, waiter_base: str, paths: list[str]) -> list[tuple[int, float]]:
-    """Each container held (60 s); a waiter asks with wait 20; 2 s later the
-    holder releases: each waiter's status and its answer's lag after the release."""
+def _until_waiting(server, count: int) -> None:
+    """The handshake: the server's gauge of waiting acquires shows ``count``."""
+    auth = {"Authorization": f"Bearer {server.token}"}
+    deadline = time.monotonic() + 30
+    while value(scrape(server.url, auth), "leasehold_waiting_acquires") < count:
+        assert time.monotonic() < deadline, f"the server never held {count} waiters"
+        time.sleep(0.05)
+
+
+def _released_while_waiting(holder_base: str, waiting, paths: list[str]) -> list[tuple[int, bool, float]]:
+    """Each container held (60 s); a waiter asks with wait WAIT_S; once the
+    server holds them all the holder releases: each waiter's status, whether
+    its answer came after the release was sent, and its time from asking."""
+    waiter_base = waiting.url
     ids = {}
     for path in paths:
         held = _acquire(holder_base, path, 60)
         assert held.status_code == 201
         ids[path] = held.headers["x-ms-lease-id"]
-    answers: dict[str, tuple[int, float]] = {}
+    answers: dict[str, tuple[int, float, float]] = {}
 
     def waiter(path):
-        response = _acquire(waiter_base, path, 15, **{WAIT: "20"})
-        answers[path] = (response.status_code, time.monotonic())
+        sent = time.monotonic()
+        response = _acquire(waiter_base, path, 15, **{WAIT: str(WAIT_S)})
+        answers[path] = (response.status_code, time.monotonic(), sent)
 
     threads = [threading.Thread(target=waiter, args=(path,)) for path in paths]
     for thread in threads:
         thread.start()
-    time.sleep(2)
+    _until_waiting(waiting, len(paths))
     released = {}
     for path in paths:
         released[path] = time.monotonic()
@@ -91,15 +106,16 @@ def _released_while_waiting(holder_base: str, waiter_base: str, paths: list[str]
                                     headers={"x-ms-lease-action": "release", "x-ms-lease-id": ids[path]})
         assert response.status_code == 200
     for thread in threads:
-        thread.join(timeout=30)
-    return [(answers[path][0], answers[path][1] - released[path]) for path in paths]
+        thread.join(timeout=WAIT_S + 30)
+    return [(answers[path][0], answers[path][1] > released[path], answers[path][1] - answers[path][2])
+            for path in paths]
 
 
-def _events(database: str, path: str) -> list[tuple]:
+def _events(database: str, path: str, *, times: bool = False) -> list[tuple]:
     container = path.rsplit("/", 1)[1]
     with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
-        return db.execute("SELECT action, status_code, error_code FROM leases_leaseevent WHERE container = ? "
-                          "ORDER BY id", (container,)).fetchall()
+        return db.execute(f"SELECT action, status_code, error_code{', occurred_at' if times else ''} "
+                          "FROM leases_leaseevent WHERE container = ? ORDER BY id", (container,)).fetchall()
 
 
 def test_a_waiter_is_granted_at_the_release_across_two_workers(sqlite_server):
@@ -107,10 +123,9 @@ def test_a_waiter_is_granted_at_the_release_across_two_workers(sqlite_server):
     spreads them and the releases over both workers)."""
     base = sqlite_server.url
     paths = [_container(base) for _ in range(3)]
-    answers = _released_while_waiting(base, base, paths)
-    print("SQLite, two workers: status, seconds after the release", answers)
-    for status, lag in answers:
-        assert status == 201 and lag < LAG, (status, lag)
+    answers = _released_while_waiting(base, sqlite_server, paths)
+    for status, after_release, took in answers:
+        assert status == 201 and after_release and took < WAIT_S / 2, answers
     # One event per request: the grant; the waiter's earlier attempts left none.
     assert _events(sqlite_server.database, paths[0]) == [("acquire", 201, ""), ("release", 200, ""),
                                                         ("acquire", 201, "")]
@@ -122,20 +137,22 @@ def test_a_waiter_is_granted_at_the_end_of_a_break_without_a_signal(sqlite_serve
     base = sqlite_server.url
     path = _container(base)
     assert _acquire(base, path, -1).status_code == 201
-    answer: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: answer.update(r=_acquire(base, path, 15, **{WAIT: "10"}),
+    answer: dict[str, Any] = {"sent": time.monotonic()}
+    thread = threading.Thread(target=lambda: answer.update(r=_acquire(base, path, 15, **{WAIT: str(WAIT_S)}),
                                                             at=time.monotonic()))
     thread.start()
-    time.sleep(0.5)
-    sent = time.monotonic()
+    _until_waiting(sqlite_server, 1)
     broken = azure_raw.signed("PUT", base, path + "?comp=lease&restype=container",
                               headers={"x-ms-lease-action": "break", "x-ms-lease-break-period": "1"})
     assert broken.status_code == 202
-    # decided between sending and the answer: the break ends 1 s after, somewhere in this span
-    earliest, latest = sent + 1, time.monotonic() + 1
-    thread.join(timeout=30)
+    thread.join(timeout=WAIT_S + 30)
     assert answer["r"].status_code == 201, answer
-    assert earliest < answer["at"] < latest + LAG, (answer["at"] - earliest, answer["at"] - latest)
+    assert answer["at"] - answer["sent"] < WAIT_S / 2  # granted at the break's end, not at its wait's
+    # as the server recorded them: granted once the break's period had passed, not before
+    events = _events(sqlite_server.database, path, times=True)
+    assert [event[:3] for event in events] == [("acquire", 201, ""), ("break", 202, ""), ("acquire", 201, "")]
+    at = [datetime.fromisoformat(str(event[3])) for event in events]
+    assert at[2] - at[1] >= timedelta(seconds=1), at
 
 
 def test_a_wait_that_runs_out_is_the_usual_409_with_retry_after(sqlite_server):
@@ -149,12 +166,12 @@ def test_a_wait_that_runs_out_is_the_usual_409_with_retry_after(sqlite_server):
     took = time.monotonic() - started
     body = response.json()
     assert response.status_code == 409 and body["code"] == "LeaseAlreadyPresent", body
-    assert 1.4 <= took < 5 and 55 <= body["retry_after"] <= 60 and response.headers["Retry-After"]
+    assert took >= 1.4 and 55 <= body["retry_after"] <= 60 and response.headers["Retry-After"]
     # The Azure door's header likewise.
     started = time.monotonic()
     refused = _acquire(base, path, 15, **{WAIT: "1"})
     assert refused.status_code == 409 and azure_raw.error_code(refused) == "LeaseAlreadyPresent"
-    assert 0.9 <= time.monotonic() - started < 5
+    assert time.monotonic() - started >= 0.9  # it waited out its wait
     # Each request recorded once, with its final answer.
     assert _events(sqlite_server.database, path) == [("acquire", 201, ""), ("acquire", 409, "LeaseAlreadyPresent"),
                                                     ("acquire", 409, "LeaseAlreadyPresent")]
@@ -181,12 +198,13 @@ def test_the_leader_helpers_standby_takes_over_at_the_release(sqlite_server):
     elected: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: elected.update(term=standby.campaign(), at=time.monotonic()))
     thread.start()
-    time.sleep(1.5)  # the standby is waiting on the server by now
+    _until_waiting(sqlite_server, 1)  # the standby is waiting on the server
     released = time.monotonic()
     leader.release()
     thread.join(timeout=30)
     try:
-        assert elected["term"] is not None and elected["at"] - released < LAG, elected["at"] - released
+        # at the release, not when its server-side wait (SERVER_WAIT, 20 s) ran out
+        assert elected["term"] is not None and elected["at"] - released < 10, elected["at"] - released
     finally:
         elected["term"].release()
 
@@ -210,13 +228,14 @@ def test_a_thousand_waiters_take_no_thread_each(tmp_path):
         assert server.proc is not None  # started
         scrape(base, {"Authorization": f"Bearer {server.token}"})  # the scrape's own thread, before the count
         threads_before = _threads(server.proc.pid)
-        answers, threads_waiting = asyncio.run(_many_waiters(server, path, count=1000, wait=4))
+        # their wait is the scenario's pace, long enough for a busy machine to open 1,000 connections in it
+        answers, threads_waiting = asyncio.run(_many_waiters(server, path, count=1000, wait=THOUSAND_WAIT))
         assert [status for status, _ in answers] == [409] * 1000
         deadline = time.monotonic() + 10  # a waiter leaves its place just after its answer is sent
         while value(scrape(base, {"Authorization": f"Bearer {server.token}"}), "leasehold_waiting_acquires"):
             assert time.monotonic() < deadline, "waiters answered but still counted"
             time.sleep(0.05)
-        assert min(took for _, took in answers) >= 4 * 0.95  # each was held for its whole wait
+        assert min(took for _, took in answers) >= THOUSAND_WAIT * 0.95  # each was held for its whole wait
         # none per waiter: what may start meanwhile is the event loop's default executor
         # (at most cores + 4 threads) and a lane's thread, against 1,000 waiters
         assert threads_waiting - threads_before <= (os.cpu_count() or 1) + 5, (threads_before, threads_waiting)
@@ -257,11 +276,11 @@ async def _many_waiters(server, path: str, *, count: int, wait: float) -> tuple[
         assert not any(task.done() for task in tasks), "a waiter was answered before all were waiting"
         await asyncio.sleep(0.05)
     threads = _threads(server.proc.pid)
-    # One more is past the bound (LEASEHOLD_WAITERS_PER_PRINCIPAL, 1000): 503 ServerBusy at once.
-    started = time.monotonic()
+    # One more is past the bound (LEASEHOLD_WAITERS_PER_PRINCIPAL, 1000): 503 ServerBusy at once,
+    # while the 1,000 still wait (none of them answered yet).
     over = await asyncio.get_running_loop().run_in_executor(None, lambda: _acquire(server.url, path, 15, **{WAIT: "4"}))
     assert over.status_code == 503 and azure_raw.error_code(over) == "ServerBusy", over.text
-    assert over.headers["Retry-After"] == "1" and time.monotonic() - started < 2
+    assert over.headers["Retry-After"] == "1" and not any(task.done() for task in tasks)
     return await asyncio.gather(*tasks), threads
 
 
@@ -278,18 +297,18 @@ def _listening(database: str) -> int:
 @pytest.mark.also_postgres
 def test_a_waiter_on_one_instance_is_granted_at_a_release_on_another(postgres, tmp_path):
     database = postgres()
-    prepare(database, tmp_path)
+    env = prepare(database, tmp_path)
     instances = [Instance(database, tmp_path, "a", workers=1), Instance(database, tmp_path, "b", workers=1)]
+    instances[1].token = admin_token(database, env)
     try:
         for instance in instances:
             instance.start()
         path = _container(instances[0].url)
         _container(instances[1].url)
         assert _listening(database) == 0  # serving, no waiter: no worker listens (serving/waiting.py)
-        answers = _released_while_waiting(instances[0].url, instances[1].url, [path])
-        print("PostgreSQL, two instances: status, seconds after the release", answers)
-        for status, lag in answers:
-            assert status == 201 and lag < LAG, (status, lag)
+        answers = _released_while_waiting(instances[0].url, instances[1], [path])
+        for status, after_release, took in answers:
+            assert status == 201 and after_release and took < WAIT_S / 2, answers
     finally:
         for instance in instances:
             instance.stop()
@@ -310,19 +329,19 @@ def test_a_waiter_on_a_blob_then_deleted_is_answered_404_at_the_delete(sqlite_se
     def waiter():
         started = time.monotonic()
         response = azure_raw.signed("PUT", base, path + "?comp=lease", headers={
-            "x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", WAIT: "20"})
+            "x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", WAIT: str(WAIT_S)})
         answer.update(status=response.status_code, code=azure_raw.error_code(response), started=started,
                       at=time.monotonic())
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    time.sleep(1.5)  # the waiter is waiting on the server by now (as the tests above)
+    _until_waiting(sqlite_server, 1)
     deleted = time.monotonic()
     gone = azure_raw.signed("DELETE", base, path, headers={"x-ms-lease-id": held.headers["x-ms-lease-id"]})
     assert gone.status_code == 202
-    thread.join(timeout=30)
+    thread.join(timeout=WAIT_S + 30)
     assert answer["status"] == 404 and answer["code"] == "BlobNotFound", answer
-    assert answer["at"] - deleted < LAG, answer["at"] - deleted  # not at the end of its 20-s wait
+    assert answer["at"] > deleted and answer["at"] - answer["started"] < WAIT_S / 2, answer  # not at its wait's end
 
 
 def test_a_wait_key_written_with_escapes_waits(sqlite_server):

@@ -171,7 +171,12 @@ def test_bounded_reads_stop_once_no_one_will_read_the_answer(db):
     # The client goes once the statement has run a while (its progress handler is called).
     connection.ensure_connection()
     connection.connection.set_trace_callback(lambda statement: running.set())
-    leaver = threading.Thread(target=lambda: running.wait(30) and abandoned.set())
+
+    def leave() -> None:
+        running.wait(30)
+        abandoned.set()
+
+    leaver = threading.Thread(target=leave)
     leaver.start()
     bound = time.monotonic() + 60
     try:

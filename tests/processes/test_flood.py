@@ -192,7 +192,7 @@ def test_floods_and_a_burst_stall_no_other_tenant(server):
     assert 1 <= refusals <= 8, refusals  # once a minute per address and worker, not per request
 
 
-def _flood_target(server) -> tuple:
+def _flood_target(server) -> list:
     with sqlite3.connect(server.database) as db:
         return db.execute("SELECT b.etag, b.lease_state, b.lease_id, b.lease_generation FROM leases_blob b "
                           "JOIN leases_container c ON b.container_id = c.id WHERE c.name = 'flood'").fetchall()

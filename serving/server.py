@@ -286,16 +286,13 @@ def _forked_worker():
 
         def __init__(self, config, sockets) -> None:
             self.config = config
-            self._server = None
+            # Made here, before the fork, not lazily by uvicorn's property: the child's health-check
+            # thread and its main thread each read that property, and two servers made at once left
+            # the checked one never started (a SIGHUP's new worker never ready, the old one kept).
+            self._server = _server_class()(config=config)
             self.parent_conn, self.child_conn = Pipe()
             self.process = fork.Process(  # type: ignore[assignment]  # uvicorn's type says spawn
                 target=_worker_main, args=(self.target, sockets, tuple(SIGNALS)))
-
-        @property
-        def server(self):
-            if self._server is None:  # uvicorn's property, with the server class above
-                self._server = _server_class()(config=self.config)
-            return self._server
 
         def start(self) -> None:
             from django.db import connections

@@ -7,9 +7,9 @@ against the installed uvicorn, so an upgrade that changes one fails there, by na
 #   asyncio's (and uvloop's) default 60 s where headers get LEASEHOLD_HEADER_TIMEOUT.
 #   handshake_bounded passes one, for the time of the startup, through the running loop's
 #   create_server (an attribute set on the loop instance, removed after).
-# - uvicorn.supervisors.multiprocess.Process.server: the property that makes a worker's
-#   uvicorn.Server (Process._server, None until then); the forked worker (serving/server.py)
-#   makes its own server class there instead.
+# - uvicorn.supervisors.multiprocess.Process.server: the property that answers a worker's
+#   uvicorn.Server (Process._server), making one only if there is none; the forked worker
+#   (serving/server.py) sets Process._server to its own server class's before the fork.
 
 from __future__ import annotations
 

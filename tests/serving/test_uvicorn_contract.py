@@ -22,10 +22,11 @@ def test_startup_makes_its_listeners_with_create_server_and_no_handshake_timeout
     assert "ssl_handshake_timeout" not in inspect.signature(uvicorn.Config).parameters
 
 
-def test_a_worker_process_makes_its_server_in_the_server_property():
+def test_a_worker_process_uses_the_server_it_was_given_in_the_server_property():
     assert isinstance(inspect.getattr_static(multiprocess.Process, "server"), property)
     assert "self._server" in inspect.getsource(multiprocess.Process.__init__)
-    assert "Server(config=self.config)" in inspect.getsource(inspect.getattr_static(multiprocess.Process, "server").fget)
+    getter = inspect.getsource(inspect.getattr_static(multiprocess.Process, "server").fget)
+    assert "if self._server is None:" in getter and "return self._server" in getter
 
 
 def test_handshake_bounded_passes_the_timeout_to_create_server_for_its_time_only():

@@ -35,6 +35,8 @@ POSTGRES_PASS = {  # justified in the PostgreSQL pass: SQLite's own machinery, o
     "a SQLite file's server, as in the SQLite pass",
     "the SQLite counter file only",
     "a setting, not the database: the SQLite pass runs it",
+    "PostgreSQL bounds every statement of a server process with statement_timeout",
+    "PostgreSQL's statement_timeout is the server's (engines/postgres)",
 }
 
 

@@ -16,6 +16,7 @@ and runs it (docs/development/tests.md)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 import time
@@ -174,3 +175,7 @@ def test_patroni_promotes_and_both_instances_follow(tmp_path, how):
         assert not slow, slow
     for url, output in logs.items():
         assert "Traceback" not in output, output[-3000:]
+        if how != "switchover":  # each instance logs the outage it saw, with its length
+            over = re.findall(r"database failover or outage over: .* after (\d+\.\d) s", output)
+            assert over, output[-3000:]
+            print(f"{how}: {url} logged outages of {', '.join(over)} s")

@@ -38,8 +38,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PATRONI = Path(os.environ.get("PATRONI", ROOT / ".venv" / "ha" / "bin" / "patroni"))
 
 # The settings that decide failover time (docs/deploy/patroni.md): the leader key lives ttl
-# seconds unless renewed (every loop_wait); loop_wait + 2 * retry_timeout <= ttl.
-TTL, LOOP_WAIT, RETRY_TIMEOUT = 20, 5, 5
+# seconds unless renewed (every loop_wait); loop_wait + 2 * retry_timeout <= ttl. The bench
+# (bench/ha_failover.py) tries others through HA_TTL, HA_LOOP_WAIT and HA_RETRY_TIMEOUT.
+TTL, LOOP_WAIT, RETRY_TIMEOUT = (int(os.environ.get(f"HA_{name}", default))
+                                 for name, default in (("TTL", 20), ("LOOP_WAIT", 5), ("RETRY_TIMEOUT", 5)))
 
 
 def etcd_bin() -> str:

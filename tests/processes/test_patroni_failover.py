@@ -116,9 +116,19 @@ def test_patroni_promotes_and_both_instances_follow(tmp_path, how):
             else:
                 done = ha.switchover(standby)
                 assert done.returncode == 0, done.stdout + done.stderr
+            if how in ("node killed", "node hung"):  # meanwhile, readiness says why the instances cannot serve
+                def not_ready():
+                    answer = requests.get(f"{instances[1].url}/health/ready", timeout=10)
+                    return answer.status_code == 503 and "no primary answers" in answer.text
+
+                wait_for(not_ready, TTL, "readiness saying no primary answers")
+
+            def new_leader():
+                leader = ha.leader()
+                return leader if leader is not old or how == "postgres killed" else None
+
             # a primary again: Patroni's REST API says so, and its PostgreSQL is out of recovery
-            leader = wait_for(lambda: ha.leader() if ha.leader() is not old or how == "postgres killed" else None,
-                              PROMISED + SLACK + 60, f"a new leader ({how})", 0.2)
+            leader = wait_for(new_leader, PROMISED + SLACK + 60, f"a new leader ({how})", 0.2)
             wait_for(lambda: ha.primary_answers(leader), 60, f"{leader.name} out of recovery", 0.1)
             promoted = time.monotonic()
             if how != "postgres killed":  # there, Patroni may restart PostgreSQL where it was

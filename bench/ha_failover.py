@@ -1,7 +1,7 @@
 """Failover under Patroni, timed over several runs (docs/deploy/patroni.md).
 
     .venv/bin/python bench/ha_failover.py [--runs 5] [--scenario "node killed" ...]
-        [--ttl 20 --loop-wait 2 --retry-timeout 5]
+        [--ttl 20 --loop-wait 5 --retry-timeout 5]
 
 Each run is one scenario of tests/processes/test_patroni_failover.py (a
 cluster of its own: etcd, two Patroni-managed PostgreSQL nodes, two server
@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--scenario", action="append", choices=SCENARIOS)
     parser.add_argument("--ttl", type=int, default=20)
-    parser.add_argument("--loop-wait", type=int, default=2)
+    parser.add_argument("--loop-wait", type=int, default=5)
     parser.add_argument("--retry-timeout", type=int, default=5)
     args = parser.parse_args()
     env = {**os.environ, "HA_TTL": str(args.ttl), "HA_LOOP_WAIT": str(args.loop_wait),

@@ -41,7 +41,7 @@ PATRONI = Path(os.environ.get("PATRONI", ROOT / ".venv" / "ha" / "bin" / "patron
 # seconds unless renewed (every loop_wait); loop_wait + 2 * retry_timeout <= ttl. The bench
 # (bench/ha_failover.py) tries others through HA_TTL, HA_LOOP_WAIT and HA_RETRY_TIMEOUT.
 TTL, LOOP_WAIT, RETRY_TIMEOUT = (int(os.environ.get(f"HA_{name}", default))
-                                 for name, default in (("TTL", 20), ("LOOP_WAIT", 2), ("RETRY_TIMEOUT", 5)))
+                                 for name, default in (("TTL", 20), ("LOOP_WAIT", 5), ("RETRY_TIMEOUT", 5)))
 
 
 def etcd_bin() -> str:

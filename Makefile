@@ -3,11 +3,12 @@
 #   make test   create the venv, install the test browser, run every test on
 #               SQLite, then the database-facing ones on a throwaway PostgreSQL
 #   make test-fast  the in-process tests only, while working (under a minute)
+#   make test-ha    PostgreSQL failover under Patroni and etcd (a few minutes)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-big test-setup checks bench docs clean debian chromium azurite promtool systemd-analyze legacy-sdk
+.PHONY: run test test-fast test-big test-ha etcd test-setup checks bench docs clean debian chromium azurite promtool systemd-analyze legacy-sdk
 
 # One install for the server, its test tools, PostgreSQL's driver (the
 # `postgres` extra, for the second pass of `make test`) and the client, by uv
@@ -144,7 +145,7 @@ test:
 	$(MAKE) --no-print-directory -j3 test-setup
 	set +e; empty=$(if $(FULL_RUN),0,5); \
 	$(MAKE) --no-print-directory checks > $(VENV)/checks.log 2>&1 & checks=$$!; \
-	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist worksteal -m "not big" $(PYTEST_ARGS); a=$$?; \
+	$(BIN)/pytest -q -rs --durations=25 -n $(TEST_WORKERS) --dist worksteal -m "not big and not ha" $(PYTEST_ARGS); a=$$?; \
 	echo "==== the PostgreSQL pass"; \
 	$(BIN)/python tests/pg_cluster.py $(BIN)/pytest -q -rs --durations=25 -n $(PG_WORKERS) $(PG_TESTS) $(PYTEST_ARGS); b=$$?; \
 	wait $$checks; c=$$?; \
@@ -170,6 +171,30 @@ test-fast: $(BIN)/.installed
 # the SDK's blocks, the server's memory watched), on SQLite.
 test-big: $(BIN)/.installed
 	$(BIN)/pytest -q -rs -m big $(PYTEST_ARGS)
+
+# Failover without a human (docs/deploy/patroni.md): two PostgreSQL nodes
+# under Patroni with etcd, two server instances, the primary killed, hung and
+# switched over (marked ha; tests/processes/test_patroni_failover.py). etcd is
+# Debian's etcd-server, installed if missing; Patroni goes into a venv of its
+# own, .venv/ha, on Debian's Python: it runs as the user PostgreSQL runs as
+# (postgres, under root), who cannot read root's own Python.
+HA_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo $(PYTHON))
+PATRONI_REQ := patroni[psycopg3,etcd3]==4.1.5
+$(VENV)/ha/.installed: $(BIN)/.installed
+	{ $(BIN)/uv venv -q --allow-existing --python $(HA_PYTHON) $(VENV)/ha && \
+	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --python $(VENV)/ha/bin/python '$(PATRONI_REQ)'; } || \
+	{ $(HA_PYTHON) -m venv --clear $(VENV)/ha && $(VENV)/ha/bin/pip install -q '$(PATRONI_REQ)'; }
+	touch $@
+
+etcd:
+	@command -v etcd >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; }
+
+test-ha: export PYTHONDONTWRITEBYTECODE =
+test-ha: $(BIN)/.installed $(VENV)/ha/.installed etcd
+	$(BIN)/pytest -q -rs -p no:randomly -m ha tests/processes/test_patroni_failover.py $(PYTEST_ARGS)
 
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs
 # Azurite from npm into bench/node_modules when missing. BENCH_ARGS="--soak"

@@ -389,6 +389,8 @@ def pytest_configure(config):
                             "fuzz runs); make test-fast leaves it out")
     config.addinivalue_line("markers", "big: minutes of disk and CPU (a 1 GiB upload); make test-big runs "
                             "these, make test leaves them out")
+    config.addinivalue_line("markers", "ha: PostgreSQL failover under Patroni and etcd (tests/patroni_cluster.py); "
+                            "make test-ha runs these, make test leaves them out")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         if getattr(config.option, "numprocesses", None):  # the controller of an xdist run

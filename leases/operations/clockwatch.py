@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, close_old_connections, connection, transaction
@@ -19,7 +20,7 @@ from django.db.models import F, Q
 from engines import postgres
 
 from leases.domain import clock
-from leases.operations import faults
+from leases.operations import faults, metrics
 from leases.models import LeaseClock
 from leases.storage import dbclock
 
@@ -93,6 +94,7 @@ class Watcher(threading.Thread):
         self.stopping = threading.Event()
         self.answer_within = answer_within
         self.down: str | None = None  # why the database is not answering, while it is not
+        self.down_since = 0.0  # monotonic time of the first failed reading, while it is not
 
     def run(self) -> None:
         while not self.stopping.is_set():
@@ -117,6 +119,7 @@ class Watcher(threading.Thread):
             return
         if self.down is None:
             self.down = fault.detail if fault else str(exc)
+            self.down_since = time.monotonic()
             if connection.vendor == "postgresql":
                 postgres.drop_all(f"the database's clock could not be read ({self.down})")
         log.debug("clock: no reading: %s", exc)
@@ -127,8 +130,10 @@ class Watcher(threading.Thread):
         where = ""
         if connection.vendor == "postgresql" and connection.connection is not None:
             where = f" (primary {connection.connection.info.host}:{connection.connection.info.port})"
-        log.warning("database failover or outage over: the database answers again%s, after: %s", where,
-                    self.down)
+        took = time.monotonic() - self.down_since
+        metrics.DB_OUTAGES.observe(took)
+        log.warning("database failover or outage over: the database answers again%s after %.1f s, after: %s",
+                    where, took, self.down)
         self.down = None
 
 

@@ -53,6 +53,11 @@ RENEWAL_REASONS = frozenset({"LeaseIdMismatchWithLeaseOperation", "LeaseIsBroken
                              "LeaseNotPresentWithLeaseOperation", "MissingRequiredHeader", "InvalidHeaderValue",
                              "ConditionNotMet", "BlobNotFound", "ContainerNotFound"})
 PRUNED = Counter("leasehold_history_pruned_events", "Lease events deleted by retention.")
+# Each worker process watches the database (leases/operations/clockwatch.py) and times each outage it saw.
+DB_OUTAGES = Histogram("leasehold_database_outage_seconds", "Outages of the database as each worker process saw "
+                       "them, ended: no primary answered (a failover, or an outage) from the first failed reading "
+                       "of the database's clock to the next good one.",
+                       buckets=(1, 2, 5, 10, 15, 20, 30, 45, 60, 120, 300))
 # Summed over this instance's live workers (a dead worker's waiters went with it).
 WAITING = Gauge("leasehold_waiting_acquires", "Acquires waiting for a held lease (x-leasehold-wait) in this "
                 "instance.", multiprocess_mode="livesum")
@@ -288,7 +293,7 @@ def exposition(readiness_problems=None) -> bytes:
         from prometheus_client import REGISTRY
 
         for collector in (LEASE_REQUESTS, LEASE_LATENCY, WRITER_LOCK_WAIT, FSYNC, UNAVAILABLE, FRONT_REFUSALS, PRUNED,
-                          HOLDER_CHANGES, RAN_OUT, BREAKS, RENEWALS_REFUSED):
+                          HOLDER_CHANGES, RAN_OUT, BREAKS, RENEWALS_REFUSED, DB_OUTAGES):
             registry.register(collector)
         del REGISTRY  # the process-wide registry also holds the library's process/GC metrics
     if readiness_problems is not None:

@@ -50,7 +50,8 @@ class Log:
     """Every answer a client got: (monotonic time, instance, action, status,
     client request id)."""
 
-    def __init__(self):
+    def __init__(self, give_up_after: float = 15):
+        self.give_up_after = give_up_after  # seconds of 503s or no answers before an operation fails
         self.lock = threading.Lock()
         self.answers: list[tuple] = []
         self.sent: dict[str, float] = {}  # client request id -> monotonic time it was sent
@@ -63,7 +64,7 @@ class Log:
         """The operation, retried while answered 503 (as an SDK would,
         after Retry-After), for at most 15 s; the last answer, and whether
         it was a retry (a 503 does not say whether the attempt was made)."""
-        give_up = time.monotonic() + 15
+        give_up = time.monotonic() + self.give_up_after
         retry = False
         while True:
             request_id = str(uuid.uuid4())
@@ -86,17 +87,17 @@ class Log:
             if status != 503 and response is not None:
                 return response, retry
             if time.monotonic() > give_up:
-                self.failed.append(f"{action} on {path}: {status} for 15 s")
+                self.failed.append(f"{action} on {path}: {status} for {self.give_up_after} s")
                 return response, retry
             retry = True
             time.sleep(float(response.headers.get("Retry-After", 1)) / 4 if response is not None else 0.25)
 
 
-def _client(log: Log, instance: Instance, path: str, stop: threading.Event) -> None:
+def _client(log: Log, instance: Instance, path: str, stop: threading.Event, duration: int = 15) -> None:
     me = str(uuid.uuid4())
     try:
         while not stop.is_set():
-            acquired, _ = log.call(instance, path, "acquire", duration=15, proposed_lease_id=me)
+            acquired, _ = log.call(instance, path, "acquire", duration=duration, proposed_lease_id=me)
             if acquired.status_code != 201:
                 assert acquired.status_code == 409, (acquired.status_code, acquired.content)
                 time.sleep(0.02)

@@ -201,13 +201,18 @@ class Instance:
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            stop_group(self.proc)
             self.log.close()
 
     def output(self) -> str:
         return self.log_path.read_bytes().decode(errors="replace")
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to a process started with start_new_session and its children; SIGKILL after 20 s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -16,7 +16,6 @@ import http.client
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 from email.utils import formatdate
@@ -26,6 +25,7 @@ import pytest
 from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
+from tests.server_process import stop_group
 from tests import azure_raw
 from tests.conftest import free_port
 
@@ -94,12 +94,7 @@ class Nginx:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)  # the master, and its workers with it
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+            stop_group(self.proc)  # the master, and its workers with it
         self.log.close()
 
 

@@ -146,12 +146,12 @@ def test_floods_and_a_burst_stall_no_other_tenant(server):
         assert azure_raw.signed("PUT", server.url, target + "?restype=container").status_code in (201, 409)
         azure_raw.signed("PUT", server.url, target + "/b", body=b"x", headers={"x-ms-blob-type": "BlockBlob"})
         azure_raw.lease(server.url, target + "/b", "acquire", **{"x-ms-lease-duration": "-1"})
-        before_flood = _flood_target(server), _lease_requests(server), _last_event(server)
+        before_flood = _flood_target(server), *_served_and_recorded(server)
 
         flood: list[int] = []
         retry_after: list[bool] = []
         asyncio.run(_flood(server.port, flood, retry_after))
-        after_flood = _flood_target(server), _lease_requests(server), _last_event(server)
+        after_flood = _flood_target(server), *_served_and_recorded(server)
 
         held = f"/{DEV_ACCOUNT}/burst{uuid.uuid4().hex[:8]}"
         assert azure_raw.signed("PUT", server.url, held + "?restype=container").status_code == 201
@@ -201,6 +201,18 @@ def _flood_target(server) -> list:
 def _last_event(server) -> int:
     with sqlite3.connect(server.database) as db:
         return db.execute("SELECT coalesce(max(id), 0) FROM leases_leaseevent").fetchone()[0]
+
+
+def _served_and_recorded(server) -> tuple[float, int]:
+    """The lease requests served and the last event, read as one: the other tenant
+    renews every second meanwhile, so a pair is taken only when two reads agree."""
+    pair = _lease_requests(server), _last_event(server)
+    while True:
+        time.sleep(0.05)
+        again = _lease_requests(server), _last_event(server)
+        if again == pair:
+            return pair
+        pair = again
 
 
 def _lease_requests(server) -> float:

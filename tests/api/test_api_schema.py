@@ -8,16 +8,10 @@ import re
 
 import hypothesis
 import pytest
-import schemathesis
 from django.core.management import call_command
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from django.urls import URLPattern, URLResolver, get_resolver
-from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error
-from schemathesis.core.result import Err
-from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
-                                               response_schema_conformance, status_code_conformance)
 
 from leases.models import Blob, Container
 from leases.models.tokens import ApiToken
@@ -81,11 +75,10 @@ def test_unknown_api_paths_are_json_404s_not_the_azure_endpoint(api, path):
 # requests, about 15 s on one core (drawing the cases costs more than
 # serving them). Valid data aimed at a real container and blob reaches the
 # lease rules (201, 409, 412...); invalid data tests the refusals.
-PASSES = [(GenerationMode.POSITIVE, True, 10), (GenerationMode.NEGATIVE, True, 6),
-          (GenerationMode.NEGATIVE, False, 5)]
+# schemathesis is imported by the fuzz test alone: its import is about a CPU-second
+# of every test process's collection (and its pytest plugin is off: pyproject.toml).
+PASSES = [("POSITIVE", True, 10), ("NEGATIVE", True, 6), ("NEGATIVE", False, 5)]
 REAL = {"account": DEV_ACCOUNT, "container": "fuzz", "blob": "locks/b"}
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          response_headers_conformance]
 
 
 @pytest.fixture
@@ -115,6 +108,15 @@ def ensure_real_resources():
 
 @pytest.mark.slow
 def test_fuzzing_finds_no_server_error_and_no_undocumented_response(accounts, wsgi_app):
+    import schemathesis
+    from schemathesis import GenerationMode
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.core.result import Err
+    from schemathesis.specs.openapi.checks import (content_type_conformance, response_headers_conformance,
+                                                   response_schema_conformance, status_code_conformance)
+
+    checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+              response_headers_conformance]
     _, token = ApiToken.issue(user=make_user("fuzzer", superuser=True), name="fuzzer")
     schema = schemathesis.openapi.from_wsgi(f"{API}/schema/", wsgi_app)
     schema.config.update(headers={"Authorization": f"Bearer {token}"})
@@ -132,12 +134,12 @@ def test_fuzzing_finds_no_server_error_and_no_undocumented_response(accounts, ws
         for mode, real, examples in PASSES:
             path = {name: value for name, value in REAL.items() if "{%s}" % name in operation.path} if real else None
 
-            @hypothesis.given(case=operation.as_strategy(generation_mode=mode, path_parameters=path))
+            @hypothesis.given(case=operation.as_strategy(generation_mode=GenerationMode[mode], path_parameters=path))
             @hypothesis.settings(max_examples=examples, deadline=None, derandomize=True, database=None,
                                  suppress_health_check=list(hypothesis.HealthCheck),
                                  phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate])
             def call(case):
-                statuses.add(case.call_and_validate(checks=CHECKS).status_code)
+                statuses.add(case.call_and_validate(checks=checks).status_code)
 
             call()
     # The run reached the domain, not only the validation in front of it.

@@ -45,7 +45,7 @@ def two(postgres, tmp_path_factory):
         instance = Instance(database, var, name, workers=1 if name == "a" else 2)
         instance.env.pop("LEASEHOLD_SECRET_KEY", None)
         instance.env.update(LEASEHOLD_API_RATE=f"{RATE}/day", LEASEHOLD_RETENTION_RENEWALS="1d",
-                            LEASEHOLD_RETENTION_EVENTS="1d", LEASEHOLD_RETENTION_IDLE="0.05")
+                            LEASEHOLD_RETENTION_EVENTS="1d", LEASEHOLD_RETENTION_IDLE="0.5")
         instances.append(instance)
     try:
         for instance in instances:

@@ -71,12 +71,13 @@ def test_unknown_api_paths_are_json_404s_not_the_azure_endpoint(api, path):
 
 # ------------------------------------------------------------------ fuzzing
 
+# schemathesis is imported by the fuzz test alone, not by every test process's
+# collection (its pytest plugin is off too: pyproject.toml, docs/decisions/0046).
+
 # (mode, aimed at the real resource, examples) per operation: about 440
 # requests, about 15 s on one core (drawing the cases costs more than
 # serving them). Valid data aimed at a real container and blob reaches the
 # lease rules (201, 409, 412...); invalid data tests the refusals.
-# schemathesis is imported by the fuzz test alone: its import is about a CPU-second
-# of every test process's collection (and its pytest plugin is off: pyproject.toml).
 PASSES = [("POSITIVE", True, 10), ("NEGATIVE", True, 6), ("NEGATIVE", False, 5)]
 REAL = {"account": DEV_ACCOUNT, "container": "fuzz", "blob": "locks/b"}
 

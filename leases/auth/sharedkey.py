@@ -10,6 +10,8 @@ import base64
 import functools
 import hmac
 import re
+import threading
+from contextlib import contextmanager
 from collections import defaultdict
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -241,15 +243,36 @@ def signing_key(environ: dict, decoded_path: str, lookup) -> tuple[str, str] | N
 _known_keys: dict[str, tuple] = {}
 
 
+_batch = threading.local()  # .keys: name -> what account_keys read for the requests checked together
+
+
+@contextmanager
+def read_once():
+    """Lease requests received together (a lean path's batch) checked in the
+    block: each account's keys read once for all of them, after every one
+    was received, so still the keys of now for each."""
+    _batch.keys = {}
+    try:
+        yield
+    finally:
+        _batch.keys = None
+
+
 def account_keys(name: str):
     """``(keys, name)`` of a storage account, or None: read from the
     database now (a compiled statement: statements cost more to build than
     to run)."""
+    memo = getattr(_batch, "keys", None)
+    if memo is not None and name in memo:
+        return memo[name]
     row = values_one("account-keys", _account_keys_query, name)
     if row is None:
         _known_keys.pop(name, None)
-        return None
-    found = _known_keys[name] = (tuple(k for k in row if k), name)
+        found = None
+    else:
+        found = _known_keys[name] = (tuple(k for k in row if k), name)
+    if memo is not None:
+        memo[name] = found
     return found
 
 

@@ -1,5 +1,5 @@
 """The one "the writer was not free in time" error of both engines, how a
-caller recognises it, and each thread's deadline for its writes (counted
+caller recognises it, the "commit outcome unknown" error, and each thread's deadline for its writes (counted
 from the request's arrival). Leasehold's doors answer it 503 ServerBusy
 with Retry-After (leases/storage/busy.py)."""
 
@@ -65,6 +65,14 @@ class WouldWait(WriterBusy):
     """Under ``at_once()``: the writer was not free this moment. Nothing was
     begun, nothing written; the caller is expected to try again where it may
     wait (a 503 ServerBusy if it ever reached a client)."""
+
+
+class CommitOutcomeUnknown(OperationalError):
+    """The commit was sent, but whether it is durable is not known: the
+    database committed locally yet its wait for a synchronous standby was
+    cut short (PostgreSQL only warns), or the connection was lost while the
+    commit was under way. The write may or may not survive a failover; the
+    doors answer 500 OperationTimedOut (docs/decisions/0045)."""
 
 
 def is_writer_busy(exc: BaseException) -> bool:

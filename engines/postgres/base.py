@@ -13,10 +13,11 @@ import types
 import weakref
 
 import psycopg
+from django.db import DatabaseError
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from ..busy import WriterBusy
+from ..busy import CommitOutcomeUnknown, WriterBusy
 from ..django_internals import PostgreSQLCursor as DjangoCursor
 from ..django_internals import PostgreSQLDatabaseWrapper
 from ..django_internals import PostgreSQLServerBindingCursor as DjangoServerCursor
@@ -46,6 +47,7 @@ class BoundedConnection(psycopg.Connection):
     server does later, this one is not used again."""
 
     limit: float | None = None  # None: unbounded (not a server process)
+    commit_notices: CommitNotices | None = None  # Django's connections: the warnings of a COMMIT
 
     def wait(self, gen, interval=0.1, timeout=None):
         if self.limit is None:
@@ -125,11 +127,33 @@ class DatabaseWrapper(PostgreSQLDatabaseWrapper):
     def get_new_connection(self, conn_params):
         conn = super().get_new_connection(conn_params)
         conn.limit = self.write_wait + 1 + ANSWER_GRACE if postgres.SERVING else None
+        conn.commit_notices = CommitNotices()
+        conn.add_notice_handler(conn.commit_notices)
         with _connections_lock:
             _connections.add(conn)
         if getattr(self, "_several_hosts", False):
             _hosts[self.settings_dict["OPTIONS"].get("conninfo", "")] = [(conn.info.host, str(conn.info.port)), None]
         return conn
+
+    def _commit(self):
+        """COMMIT, raising CommitOutcomeUnknown when its outcome is not
+        known: PostgreSQL warned during it (a wait for the synchronous standby
+        cancelled by statement_timeout or a cancel: committed locally, maybe
+        not on the standby), or the connection failed under it."""
+        notices = getattr(self.connection, "commit_notices", None)
+        if notices is None:
+            return super()._commit()
+        notices.active, notices.seen = True, []
+        try:
+            super()._commit()
+        except DatabaseError as exc:
+            if not answer_lost(exc):
+                raise  # refused (a deferred check, a serialization failure): rolled back, nothing made
+            raise CommitOutcomeUnknown(f"the commit's answer was lost: {exc}") from exc
+        finally:
+            notices.active = False
+        if notices.seen:
+            raise CommitOutcomeUnknown(f"PostgreSQL committed locally but warned: {notices.seen[0]}")
 
     def is_usable(self):
         """Without a round trip: the connection is open, its socket has
@@ -140,6 +164,37 @@ class DatabaseWrapper(PostgreSQLDatabaseWrapper):
         super().close_if_unusable_or_obsolete()
         if self.connection is not None and not usable(self.connection):
             self.close()
+
+
+class CommitNotices:
+    """A connection's notice handler: the warnings PostgreSQL sends while a
+    COMMIT is under way (``active``), such as "canceling wait for
+    synchronous replication"."""
+
+    __slots__ = ("active", "seen")
+
+    def __init__(self):
+        self.active, self.seen = False, []
+
+    def __call__(self, diag) -> None:
+        if self.active and diag.severity_nonlocalized == "WARNING":
+            self.seen.append(" ".join(filter(None, (diag.message_primary, diag.message_detail))))
+
+
+# SQLSTATEs of a connection ended under a statement (an administrator's or
+# the server's shutdown); class 08 (a connection exception) too.
+ENDED_STATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def answer_lost(exc: BaseException) -> bool:
+    """Whether a failed COMMIT may have been made all the same: the
+    connection failed (no SQLSTATE, class 08, a terminated backend, or no
+    answer within the bound) rather than the server refusing the commit."""
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    if not isinstance(cause, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    state = getattr(cause, "sqlstate", None)
+    return not state or state.startswith("08") or state in ENDED_STATES
 
 
 def bounds(wait: float) -> dict:

@@ -3,7 +3,8 @@ on the Azure endpoint), or an admin session. Presented credentials that are not 
 ``AuthenticationFailed``, whichever the scheme: in this API 401 means "who are you?" and 403 means
 "not allowed" (the Azure endpoint keeps Azure's 403 for a bad signature). A valid token is remembered with its
 user and permissions for ``REMEMBER_SECONDS``: a change made in this process forgets it at once, one
-made elsewhere counts within that bound, and an expiry is checked at every use."""
+made elsewhere counts within that bound; whether the token is usable (revoked, expired, its user
+active) is read at every use, so a revoked token is refused at once everywhere."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from leases.auth.sharedkey import AccountPrincipal, SharedKeyAuthentication
 from leases.domain.errors import LeaseholdError
 from leases.domain import clock
 from leases.models.tokens import ApiToken, digest
+from leases.storage.compiled_reads import values_one
 
 REMEMBER_SECONDS = 1.0  # bound on how long a change made by another process goes unseen
 REMEMBER_MAX = 10_000  # bound on the tokens remembered (past it, all are forgotten)
@@ -29,13 +31,18 @@ _lock = threading.Lock()
 
 
 def usable_token(raw: str) -> ApiToken | None:
-    """``ApiToken.find_usable``, remembered. The token and its user are
-    shared by the requests that present it within the bound: read only
-    (their permissions are loaded before they are shared)."""
+    """``ApiToken.find_usable``, its user and permissions remembered. Whether
+    the token is usable (revoked, expired, its user active) is read at every
+    use, so a revoked token is refused at once in every process; the token
+    and its user are shared by the requests that present it within the
+    bound: read only (their permissions are loaded before they are shared)."""
     key, now = digest(raw), _monotonic()
+    state = values_one("token-state", _token_state, key)
+    if state is None or not _usable(state):
+        return None
     entry = _remembered.get(key)
-    if entry is not None and now < entry[0]:
-        return entry[1] if entry[1].is_usable(clock.now()) else None
+    if entry is not None and now < entry[0] and entry[1].pk == state[0]:
+        return entry[1]
     found = ApiToken.find_usable(raw)
     with _lock:
         if found is None:
@@ -46,6 +53,15 @@ def usable_token(raw: str) -> ApiToken | None:
             _remembered.clear()
         _remembered[key] = (now + REMEMBER_SECONDS, found)
     return found
+
+
+def _token_state(key: str):
+    return ApiToken.objects.filter(key_hash=key).values_list("pk", "revoked_at", "expires_at", "user__is_active")
+
+
+def _usable(state: tuple) -> bool:
+    _, revoked_at, expires_at, active = state
+    return revoked_at is None and (expires_at is None or clock.now() < expires_at) and bool(active)
 
 
 def forget(**kwargs) -> None:

@@ -17,7 +17,7 @@ from leases.operations import faults
 from leases.operations.logformat import mark_fault_logged
 from leases.domain import guids
 from leases.domain.errors import MESSAGES, LeaseholdError
-from leases.storage.busy import server_busy
+from leases.storage.busy import outcome_unknown, server_busy
 
 log = logging.getLogger("leasehold.api")
 
@@ -48,6 +48,12 @@ def api_exception_handler(exc, context) -> JsonResponse:
         exc = drf.NotFound()
     elif isinstance(exc, RequestDataTooBig):  # DRF >= 3.16 reads JSON bodies through request.body
         exc = LeaseholdError("RequestBodyTooLarge")
+    elif (unknown := outcome_unknown(exc)) is not None:  # committed or not, nobody can say (decision 0045)
+        request = context.get("request")
+        log.error("commit outcome unknown on %s %s: %s", getattr(request, "method", "?"),
+                  getattr(request, "path", "?"), unknown[1])
+        mark_fault_logged(request)
+        exc = unknown[0]
     elif (busy := server_busy(exc)) is not None:  # the writer was busy past the wait: retry
         exc = busy
     fault = None if isinstance(exc, (LeaseholdError, drf.APIException)) else faults.classify(exc)

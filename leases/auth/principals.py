@@ -96,19 +96,48 @@ class Request:
             raise Unreadable
 
 
+def _with_keys(request: Request, check: Callable[[Callable], object]):
+    """``check(keys)`` (``keys``: an account's name -> its keys or None),
+    first with the keys last read in this process, a pre-filter; refused
+    with them (they may have changed since), checked again with the keys
+    read now, so that a new key is accepted at once. Whatever this accepts
+    the door checks again with the keys read now."""
+    remembered: list[str] = []
+
+    def known(name: str):
+        found = sharedkey.known_account_keys(name)
+        if found is None:
+            return read(name)
+        remembered.append(name)
+        return found
+
+    def read(name: str):
+        request.reading(_accounts, name)
+        return sharedkey.account_keys(name)
+
+    def read_again(name: str):  # charged to the address's bucket: a bad signature for a known account too
+        if not request.may_look_up():
+            raise Throttled
+        if not request.may_read:
+            raise Unreadable
+        return sharedkey.account_keys(name)
+
+    try:
+        return check(known)
+    except LeaseholdError as err:
+        if not remembered or err.code not in AUTH_CODES:
+            raise
+    return check(read_again)
+
+
 def check_shared_key(request: Request) -> str | None:
     environ = request.environ
     header = environ.get("HTTP_AUTHORIZATION", "")
     if request.door == "api" and not header.startswith("SharedKey "):
         return None
 
-    def lookup(name: str):
-        if sharedkey.cached_account_keys(name) is None:
-            request.reading(_accounts, name)
-        return sharedkey.account_keys(name)
-
     try:
-        found = sharedkey.verify_shared_key(environ, get_path_info(environ), lookup)
+        found = _with_keys(request, lambda keys: sharedkey.signing_key(environ, get_path_info(environ), keys))
     except LeaseholdError as err:
         if err.code not in AUTH_CODES:  # signed, but refused for something else (the door says what)
             name = sharedkey.AUTH_RE.match(header.strip())
@@ -121,9 +150,10 @@ def check_shared_key(request: Request) -> str | None:
         if request.door == "azure":
             raise Refused(401, "NoAuthenticationInformation", error=LeaseholdError("NoAuthenticationInformation"))
         return None
-    _accounts.put(found, f"account:{found}", request.now)
-    environ[VERIFIED] = found
-    return f"account:{found}"
+    name = found[0]
+    _accounts.put(name, f"account:{name}", request.now)
+    environ[VERIFIED] = found  # the door reads the keys again and checks this one is still among them
+    return f"account:{name}"
 
 
 def check_sas(request: Request) -> str | None:
@@ -138,11 +168,6 @@ def check_sas(request: Request) -> str | None:
         return None
     _, account, container, blob = (get_path_info(environ).split("/", 3) + [None, None, None])[:4]
 
-    def keys(name: str):
-        if sharedkey.cached_account_keys(name) is None:
-            request.reading(_accounts, name)
-        return sharedkey.account_keys(name)
-
     def policy(name: str, in_container: str, identifier: str):
         if not request.may_read:
             raise Unreadable
@@ -152,7 +177,8 @@ def check_sas(request: Request) -> str | None:
         return None if found is None else sas.Policy(found.start, found.expiry, found.permission)
 
     try:
-        grant = sas.verify(environ, account or "", container or None, blob, keys=keys, policy=policy)
+        grant = _with_keys(request, lambda keys: sas.verify(environ, account or "", container or None, blob,
+                                                             keys=keys, policy=policy))
     except LeaseholdError as err:
         raise Refused(err.status, err.code, error=err) from None
     _accounts.put(grant.account, f"account:{grant.account}", request.now)

@@ -10,19 +10,20 @@ import base64
 import functools
 import hmac
 import re
-import time
+import threading
+from contextlib import contextmanager
 from collections import defaultdict
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from django.conf import settings
-from django.db.models.signals import post_delete, post_save
 from rest_framework.authentication import BaseAuthentication
 
 from leases.domain import clock, client_headers
 from leases.domain.errors import LeaseholdError
 from leases.models import Account
+from leases.storage.compiled_reads import values_one
 
 AUTH_RE = re.compile(r"^SharedKey ([a-z0-9]{1,64}):([A-Za-z0-9+/=]{20,128})$")
 STANDARD_HEADERS = ("CONTENT_ENCODING", "CONTENT_LANGUAGE", "CONTENT_LENGTH", "CONTENT_MD5", "CONTENT_TYPE",
@@ -32,8 +33,8 @@ _STANDARD_KEYS = tuple(name if name in ("CONTENT_LENGTH", "CONTENT_TYPE") else "
                        for name in STANDARD_HEADERS)
 _LENGTH_SLOT = STANDARD_HEADERS.index("CONTENT_LENGTH")
 # The environ key of a SharedKey the server verified before the request
-# queued (leases/auth/principals.py): the account's name. Only the server sets
-# it (a client's headers become HTTP_* keys).
+# queued (leases/auth/principals.py): the account's name and the key that
+# signed it. Only the server sets it (a client's headers become HTTP_* keys).
 VERIFIED = "leasehold.verified_account"
 
 
@@ -183,10 +184,21 @@ def verify_shared_key(environ: dict, decoded_path: str, lookup):
     request, None when it is not signed at all, and raises the Azure error
     otherwise. The path as sent is tried first, then the re-quoted ones.
     A request the server verified before it queued (leases/auth/principals.py)
-    carries its account in ``VERIFIED``: not computed twice."""
+    carries its account and the key that signed it in ``VERIFIED``: the
+    signature is not computed twice, but the key must still be one of the
+    account's keys as ``lookup`` reads them now."""
     verified = environ.get(VERIFIED)
     if verified is not None:
-        return verified
+        account = lookup(verified[0])
+        if account is not None and verified[1] in account[0]:
+            return account[1]
+    found = signing_key(environ, decoded_path, lookup)
+    return None if found is None else found[0]
+
+
+def signing_key(environ: dict, decoded_path: str, lookup) -> tuple[str, str] | None:
+    """``verify_shared_key``'s check in full: ``(found, the key that signed)``,
+    None if not signed at all, else the Azure error."""
     header = environ.get("HTTP_AUTHORIZATION")
     if not header:
         return None
@@ -205,12 +217,12 @@ def verify_shared_key(environ: dict, decoded_path: str, lookup):
         keys, found = account
         for key in keys:
             if hmac.compare_digest(sign(key, first), signature):
-                return found
+                return found, key
         for path in raw_paths(environ, decoded_path)[1:]:  # other encodings, if they differ
             text = string_to_sign(environ, path, name)
             for key in keys:
                 if hmac.compare_digest(sign(key, text), signature):
-                    return found
+                    return found, key
         if client_headers.metadata_names_could_hold_dashes(environ):
             # Signed with '-' in a metadata name: a name Azure refuses (400),
             # which only the signature can tell apart from '_' under WSGI.
@@ -224,45 +236,54 @@ def verify_shared_key(environ: dict, decoded_path: str, lookup):
             f"computed signature. Server used following string to sign: '{first}'.")})
 
 
-# Keys found are remembered this long in each process: a changed or removed
-# key stops working here at once (signals below) and in other worker
-# processes within this many seconds. Unknown names are never remembered.
-ACCOUNT_CACHE_SECONDS = 1.0
-_known_keys: dict[str, tuple[float, tuple]] = {}
+# The keys last read of each account: only the admission's pre-filter
+# (leases/auth/principals.py), which reads again before it refuses; the doors
+# read the keys at every request (``account_keys``), so a changed or removed
+# key counts at once in every process. Unknown names are never remembered.
+_known_keys: dict[str, tuple] = {}
 
 
-def _forget_account_keys(sender=None, instance=None, **kwargs) -> None:
-    _known_keys.clear()
+_batch = threading.local()  # .keys: name -> what account_keys read for the requests checked together
 
 
-post_save.connect(_forget_account_keys, sender=Account, dispatch_uid="leasehold-forget-account-keys")
-post_delete.connect(_forget_account_keys, sender=Account, dispatch_uid="leasehold-forget-account-keys-delete")
+@contextmanager
+def read_once():
+    """Lease requests received together (a lean path's batch) checked in the
+    block: each account's keys read once for all of them, after every one
+    was received, so still the keys of now for each."""
+    _batch.keys = {}
+    try:
+        yield
+    finally:
+        _batch.keys = None
 
 
 def account_keys(name: str):
-    """``(keys, name)`` of a storage account, or None. Every Azure request
-    asks, so the answer is remembered briefly (ACCOUNT_CACHE_SECONDS)."""
-    now = time.monotonic()
-    known = _known_keys.get(name)
-    if known is not None and now - known[0] < ACCOUNT_CACHE_SECONDS:
-        return known[1]
-    found = _query_account_keys(name)
-    if found is not None:
-        _known_keys[name] = (now, found)
+    """``(keys, name)`` of a storage account, or None: read from the
+    database now (a compiled statement: statements cost more to build than
+    to run)."""
+    memo = getattr(_batch, "keys", None)
+    if memo is not None and name in memo:
+        return memo[name]
+    row = values_one("account-keys", _account_keys_query, name)
+    if row is None:
+        _known_keys.pop(name, None)
+        found = None
+    else:
+        found = _known_keys[name] = (tuple(k for k in row if k), name)
+    if memo is not None:
+        memo[name] = found
     return found
 
 
-def cached_account_keys(name: str):
-    """``account_keys(name)`` if it needs no database read now, else None."""
-    known = _known_keys.get(name)
-    if known is not None and time.monotonic() - known[0] < ACCOUNT_CACHE_SECONDS:
-        return known[1]
-    return None
+def known_account_keys(name: str):
+    """The keys of an account as last read in this process, or None: a
+    pre-filter only (they may have changed since)."""
+    return _known_keys.get(name)
 
 
-def _query_account_keys(name: str):
-    row = Account.objects.filter(name=name).values_list("key1", "key2").first()
-    return None if row is None else (tuple(k for k in row if k), name)
+def _account_keys_query(name: str):
+    return Account.objects.filter(name=name).values_list("key1", "key2")
 
 
 class SharedKeyAuthentication(BaseAuthentication):

@@ -11,7 +11,7 @@ from leases.domain import clock, guids
 from leases.operations import faults
 from leases.operations.logformat import mark_fault_logged
 from leases.domain.errors import LeaseholdError
-from leases.storage.busy import server_busy
+from leases.storage.busy import outcome_unknown, server_busy
 from leases.azure import wire
 
 log = logging.getLogger("leasehold.azure")
@@ -27,6 +27,15 @@ DRF_CODES = {
 def azure_exception_handler(exc, context):
     view = context.get("view")
     request = context.get("request")
+    unknown = outcome_unknown(exc)
+    if unknown is not None:
+        # Committed or not, nobody can say (docs/decisions/0045): not success, not "nothing was written".
+        log.error("commit outcome unknown on %s %s: %s", getattr(request, "method", "?"),
+                  getattr(request, "path", "?"), unknown[1])
+        mark_fault_logged(request)
+        return wire.error_response(
+            unknown[0], request_id=getattr(view, "request_id", None) or guids.request_id(), now=clock.now(),
+            head=getattr(request, "method", "") == "HEAD")
     busy = server_busy(exc)
     if busy is not None:
         response = wire.error_response(

@@ -24,6 +24,7 @@ from leases import services
 from leases.domain import guids, paths, waiting
 from leases.services import ResourceRef
 from leases.storage.write_queue import RetryAlone
+from leases.auth import sharedkey
 from leases.auth.sas import SAS_PARAMETERS
 from leases.azure import inputs, lease_request, wire
 from leases.azure.auth import actor_name, credentials, lease_operation, permit
@@ -204,7 +205,8 @@ def checked(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list[Le
     which may read the database (an account's keys), so that a connection a
     database outage broke is replaced, not used by every request after it."""
     signals.request_started.send(sender=LeanRequest, environ=requests[0][0])
-    return [LeaseCall(environ, names) for environ, names in requests]
+    with sharedkey.read_once():  # an account's keys read once for the batch
+        return [LeaseCall(environ, names) for environ, names in requests]
 
 
 class LeanCall(Protocol):

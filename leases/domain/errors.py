@@ -61,6 +61,9 @@ MESSAGES = {
     "InvalidUri": "The requested URI does not represent any resource on the server.",
     "CorsPreflightFailure": "CORS not enabled or no matching rule found for this request.",
     "InternalError": "The server encountered an internal error. Please retry the request.",
+    "OperationTimedOut": ("The operation could not be completed within the permitted time: it may or may not "
+                          "have been made. Read the resource, or send the same request again, before relying "
+                          "on either."),
     "InvalidBlobOrBlock": "The specified blob or block content is invalid.",
     "InvalidBlockList": "The specified block list is invalid.",
     "BlockCountExceedsLimit": "The uncommitted block count cannot exceed the maximum limit of 100,000 blocks.",
@@ -116,6 +119,7 @@ STATUS = {
     "InvalidXmlDocument": 400,
     "RequestBodyTooLarge": 413,
     "InternalError": 500,
+    "OperationTimedOut": 500,
     "InvalidBlobOrBlock": 400,
     "InvalidBlockList": 400,
     "BlockListTooLong": 400,

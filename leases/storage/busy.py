@@ -1,13 +1,15 @@
 """The writer busy past the wait, as the doors answer it: 503 ServerBusy
-with Retry-After (nothing was written; the SDKs retry it)."""
+with Retry-After (nothing was written; the SDKs retry it); and a commit
+whose outcome is not known: 500 OperationTimedOut (it may or may not have
+been made; docs/decisions/0045)."""
 
 from __future__ import annotations
 
-from engines.busy import RETRY_AFTER_SECONDS, is_writer_busy
+from engines.busy import RETRY_AFTER_SECONDS, CommitOutcomeUnknown, is_writer_busy
 
 from leases.domain.errors import LeaseholdError
 
-__all__ = ["RETRY_AFTER_SECONDS", "is_writer_busy", "server_busy"]
+__all__ = ["RETRY_AFTER_SECONDS", "is_writer_busy", "outcome_unknown", "server_busy"]
 
 
 def server_busy(exc: BaseException):
@@ -20,3 +22,17 @@ def server_busy(exc: BaseException):
                          detail={"retry_after": RETRY_AFTER_SECONDS})
     err.status = 503
     return err
+
+
+def outcome_unknown(exc: BaseException) -> tuple[LeaseholdError, str] | None:
+    """The LeaseholdError a door answers for ``exc`` if its commit's outcome
+    is not known (500 OperationTimedOut, no Retry-After: the write may or may
+    not have been made), with the cause to log; else None."""
+    link: BaseException | None = exc
+    for _ in range(8):  # the exception, or what it was raised from
+        if link is None:
+            return None
+        if isinstance(link, CommitOutcomeUnknown):
+            return LeaseholdError("OperationTimedOut"), str(link)
+        link = link.__cause__ or link.__context__
+    return None

@@ -98,3 +98,36 @@ def first_row(key, build, *times: datetime, conn=None):
         cursor.execute(sql, args)
         row = cursor.fetchone()
     return None if row is None else tuple(converted(row, converters, conn))
+
+
+# ------------------------------------------------------------------ a few columns of one row, by its keys
+
+def _compile_values(build, count: int, conn):
+    """The SQL of ``build(*keys)`` (a ``values_list`` QuerySet) as
+    ``.first()`` sends it, with each parameter's lookup position and the
+    ORM's converters of the values read."""
+    keys = LOOKUP_KEYS[:count]
+    qs = build(*keys)
+    compiler = (qs if qs.ordered else qs.order_by("pk"))[:1].query.get_compiler(connection=conn)
+    sql, params = compiler.as_sql()
+    if not all(key in params for key in keys):
+        raise AssertionError(f"each lookup value must be a parameter of the query: {sql}")
+    slots = [(keys.index(p), None) if p in keys else (None, p) for p in params]
+    columns = [col for col, _, _ in compiler.select]
+    converters = [(pos, convs, expr) for pos, (convs, expr) in compiler.get_converters(columns).items()]
+    return sql, slots, converters
+
+
+def values_one(key, build, *values: str, conn=None):
+    """``build(*values).first()`` as a tuple (``build``: string lookup values
+    -> a QuerySet of ``values_list``), None if no row: compiled by the ORM
+    once per connection and ``key``, then only run with ``values`` in their
+    places. For credentials read fresh on every request (an account's keys,
+    a token's state), which must not be remembered."""
+    conn = conn or transaction.get_connection()
+    sql, slots, converters = compiled(conn, ("values_one", key),
+                                      lambda c: _compile_values(build, len(values), c))
+    with conn.cursor() as cursor:
+        cursor.execute(sql, [constant if i is None else values[i] for i, constant in slots])
+        row = cursor.fetchone()
+    return None if row is None else tuple(converted(row, converters, conn))

@@ -84,9 +84,10 @@ def test_a_permission_taken_away_here_counts_at_once(accounts):
 def test_changes_made_by_another_process_count_within_the_bound(accounts, monkeypatch):
     """A valid token is remembered with its user's permissions for
     REMEMBER_SECONDS; what this process changes is seen at once (the tests
-    above), what another process changes (here an UPDATE and a DELETE that
-    tell this process nothing, as another worker's would not) once the
-    bound has passed."""
+    above). What another process changes (here an UPDATE and a DELETE that
+    tell this process nothing, as another worker's would not): a revoked
+    token is refused at once (its state is read at every use), a permission
+    taken away counts once the bound has passed."""
     from django.contrib.auth.models import User
 
     from leases.domain import clock
@@ -99,10 +100,10 @@ def test_changes_made_by_another_process_count_within_the_bound(accounts, monkey
     assert alices.get(f"{API}/containers/").status_code == bobs.get(f"{API}/containers/").status_code == 200
     ApiToken.objects.filter(name="ci").update(revoked_at=clock.now())
     User.user_permissions.through.objects.filter(user=bob).delete()
-    moment[0] += authentication.REMEMBER_SECONDS * 0.9
-    assert alices.get(f"{API}/containers/").status_code == bobs.get(f"{API}/containers/").status_code == 200
-    moment[0] += authentication.REMEMBER_SECONDS * 0.1
     assert code(alices.get(f"{API}/containers/")) == (401, "AuthenticationFailed")
+    moment[0] += authentication.REMEMBER_SECONDS * 0.9
+    assert bobs.get(f"{API}/containers/").status_code == 200
+    moment[0] += authentication.REMEMBER_SECONDS * 0.1
     assert code(bobs.get(f"{API}/containers/")) == (403, "AuthorizationPermissionMismatch")
 
 

@@ -1,15 +1,19 @@
 """An account's key changed on a running server takes effect at once, on
 both doors: the Azure door's SharedKey and SAS, and the JSON API's
-SharedKey. The key is changed the way an operator changes it
-(``LEASEHOLD_ACCOUNTS=name:key manage.py leasehold_setup``) while clients
-keep signing with the old and the new key; every request sent after the new
-key is in the database (the test reads it there) must find the old key
-refused and the new one accepted. On SQLite with one server process of two
-workers; on PostgreSQL with two instances (marked postgres)."""
+SharedKey, for plain requests and for lease requests (whose credentials
+the server checks before they queue, serving/admission.py, from the keys
+the process read last: only a pre-filter). The key is changed the way an
+operator changes it (``LEASEHOLD_ACCOUNTS=name:key manage.py
+leasehold_setup``) while clients keep signing with the old and the new key;
+every request sent after the new key is in the database (the test reads it
+there) must find the old key refused and the new one accepted. On SQLite
+with one server process of two workers; on PostgreSQL with two instances
+(marked postgres)."""
 
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 import subprocess
 import sys
@@ -25,11 +29,10 @@ from tests import azure_raw
 from tests.api.helpers import shared_key_headers
 from tests.server_process import ROOT, Instance, prepare
 
-pytestmark = [pytest.mark.processes, pytest.mark.xfail(strict=False, reason=(
-    "leases/auth/sharedkey.py remembers an account's keys for ACCOUNT_CACHE_SECONDS (1 s) in each process; "
-    "a key changed by another process works on there until then (reported to the lead: the fix is in leases/auth/)"))]
+pytestmark = pytest.mark.processes
 
-ACCOUNT, CONTAINER = "keyed", "keys"
+ACCOUNT, CONTAINER, BLOB = "keyed", "keys", "leased"
+LEASE = "7f8c2a1e-0b5d-4c3a-9e6f-1a2b3c4d5e6f"  # the one lease every lease request acquires (again)
 OLD, NEW = (base64.b64encode(bytes([n]) * 32).decode() for n in (1, 2))
 BOUND = 60  # every wait's bound
 
@@ -57,11 +60,41 @@ def _api(base: str, key: str) -> int:
                         timeout=30).status_code
 
 
+# Lease requests are checked before they queue (serving/admission.py), from the keys the process read
+# last: an acquire of the lease already held, with its own id (201 the first time, 200 after).
+LEASE_HEADERS = {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "-1", "x-ms-proposed-lease-id": LEASE}
+
+
+def _ok(status: int) -> int:
+    return 200 if status == 201 else status
+
+
+def _azure_lease(base: str, key: str) -> int:
+    path = f"/{ACCOUNT}/{CONTAINER}?comp=lease&restype=container"
+    return _ok(azure_raw.signed("PUT", base, path, account=ACCOUNT, key=key, headers=LEASE_HEADERS).status_code)
+
+
+def _sas_lease(base: str, key: str) -> int:  # on a blob: a container's lease is not a service SAS's to take
+    token = generate_container_sas(ACCOUNT, CONTAINER, account_key=key, permission="w",
+                                   expiry=datetime.now(timezone.utc) + timedelta(hours=1))
+    return _ok(requests.put(f"{base}/{ACCOUNT}/{CONTAINER}/{BLOB}?comp=lease&{token}",
+                            headers={**LEASE_HEADERS, "x-ms-version": "2025-11-05"}, timeout=30).status_code)
+
+
+def _api_lease(base: str, key: str) -> int:
+    url = f"{base}/api/v1/leases/acquire/{ACCOUNT}/{CONTAINER}"
+    body = json.dumps({"duration": -1, "proposed_lease_id": LEASE}).encode()
+    sent = {"Content-Type": "application/json", "Content-Length": str(len(body))}
+    headers = shared_key_headers("POST", url, account=ACCOUNT, key=key, headers=sent)
+    return _ok(requests.post(url, data=body, headers={**sent, **headers}, timeout=30).status_code)
+
+
 def _refused(status: int) -> bool:
     return status in (401, 403)  # the JSON API's 401, the Azure door's 403 AuthenticationFailed
 
 
-DOORS = {"azure sharedkey": _azure, "azure sas": _sas, "api sharedkey": _api}
+DOORS = {"azure sharedkey": _azure, "azure sas": _sas, "api sharedkey": _api,
+         "azure lease sharedkey": _azure_lease, "azure lease sas": _sas_lease, "api lease sharedkey": _api_lease}
 
 
 def _key_in(database: str) -> str:
@@ -118,6 +151,13 @@ def _change_under_load(database: str, env: dict, servers: list[Instance]) -> lis
     return after
 
 
+def _create(base: str) -> None:
+    assert azure_raw.signed("PUT", base, f"/{ACCOUNT}/{CONTAINER}?restype=container",
+                            account=ACCOUNT, key=OLD).status_code == 201
+    assert azure_raw.signed("PUT", base, f"/{ACCOUNT}/{CONTAINER}/{BLOB}", account=ACCOUNT, key=OLD,
+                            headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+
+
 def _expect_at_once(after: list[tuple]) -> None:
     wrong = [(url, door, name, status) for url, door, name, status in after
              if not (_refused(status) if name == "old" else status == 200)]
@@ -130,8 +170,7 @@ def test_a_changed_key_takes_effect_at_once_on_both_doors(tmp_path):
     _set_key(env, OLD)
     server = Instance(database, tmp_path, "server", workers=2).start()
     try:
-        assert azure_raw.signed("PUT", server.url, f"/{ACCOUNT}/{CONTAINER}?restype=container",
-                                account=ACCOUNT, key=OLD).status_code == 201
+        _create(server.url)
         _expect_at_once(_change_under_load(database, env, [server]))
     finally:
         server.stop()
@@ -149,9 +188,64 @@ def test_a_changed_key_takes_effect_at_once_on_two_instances(postgres, tmp_path)
     try:
         for server in servers:
             server.start()
-        assert azure_raw.signed("PUT", servers[0].url, f"/{ACCOUNT}/{CONTAINER}?restype=container",
-                                account=ACCOUNT, key=OLD).status_code == 201
+        _create(servers[0].url)
         _expect_at_once(_change_under_load(database, env, servers))
     finally:
         for server in servers:
             server.stop()
+
+
+# ------------------------------------------------------------------ lease requests, one request at a time
+
+THIRD = base64.b64encode(bytes([3]) * 32).decode()
+LEASE_DOORS = {"azure lease sharedkey": _azure_lease, "azure lease sas": _sas_lease, "api lease sharedkey": _api_lease}
+TOKEN_SETUP = """
+import django
+django.setup()
+from django.contrib.auth import get_user_model
+from leases.models.tokens import ApiToken
+print(ApiToken.issue(user=get_user_model().objects.get(username="admin"), name="keys")[1])
+"""
+
+
+def _token_lease(base: str, token: str) -> int:
+    return _ok(requests.post(f"{base}/api/v1/leases/acquire/{ACCOUNT}/{CONTAINER}",
+                             json={"duration": -1, "proposed_lease_id": LEASE},
+                             headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code)
+
+
+def test_a_lease_request_checked_before_it_queues_sees_the_key_of_now(tmp_path):
+    """A lease request's credentials are checked before it queues from the
+    keys the worker read last (one worker: the same memory every time),
+    then by its door. Right after a change, with nothing read since: the
+    new key is accepted (the check reads again before it refuses), and the
+    old key, which that memory still holds, is refused (the door reads the
+    keys again); a token revoked in the database is refused by the next
+    request, though the worker used it a moment before."""
+    database = str(tmp_path / "leasehold.sqlite3")
+    env = prepare(database, tmp_path)
+    _set_key(env, OLD)
+    made = subprocess.run([sys.executable, "-c", TOKEN_SETUP], cwd=ROOT, env=env, check=True,
+                          capture_output=True, text=True, timeout=BOUND)
+    token = max(made.stdout.split(), key=len)
+    server = Instance(database, tmp_path, "server", workers=1).start()
+    try:
+        _create(server.url)
+        for door, call in LEASE_DOORS.items():
+            assert call(server.url, OLD) == 200, door
+        _set_key(env, NEW)  # the worker still remembers OLD: nothing of this account was read since
+        assert [(door, call(server.url, NEW)) for door, call in LEASE_DOORS.items()] == \
+            [(door, 200) for door in LEASE_DOORS]  # accepted, though the memory says otherwise
+        _set_key(env, THIRD)  # the worker now remembers NEW
+        assert [(door, _refused(call(server.url, NEW))) for door, call in LEASE_DOORS.items()] == \
+            [(door, True) for door in LEASE_DOORS]  # refused, though the memory says otherwise
+        assert [(door, call(server.url, THIRD)) for door, call in LEASE_DOORS.items()] == \
+            [(door, 200) for door in LEASE_DOORS]
+
+        assert _token_lease(server.url, token) == 200  # the worker remembers the token as usable
+        with sqlite3.connect(database) as conn:
+            conn.execute("UPDATE leases_apitoken SET revoked_at = ? WHERE name = ?",
+                         (datetime.now(timezone.utc).isoformat(" "), "keys"))
+        assert _token_lease(server.url, token) == 401
+    finally:
+        server.stop()

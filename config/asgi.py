@@ -6,7 +6,7 @@ import functools
 
 from config.wsgi import application as django_application
 from engines import busy, postgres
-from leases.api import fastpath as api
+from leases.api import lean as api
 from leases.azure import fastpath as azure
 from leases.operations import timing
 from leases.storage import write_queue

@@ -82,7 +82,7 @@ class LeaseholdASGI:
         batches = ThreadPoolExecutor(1, thread_name_prefix="lease-batch") if self.row_locks \
             else self.lanes["lease"].executors[0]
         self.batcher = LeaseBatcher(batches, lean_calls,
-                                    operator.methodcaller("answer"), answers.batched, writer=writer,
+                                    operator.methodcaller("answer"), _finished, writer=writer,
                                     inline=own.lease_inline and not self.row_locks,
                                     in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
@@ -250,13 +250,17 @@ class LeaseholdASGI:
         return await self.in_lane(environ, lane)
 
     async def batched(self, environ, taken, lane) -> tuple[int, list, bytes]:
-        """A lean lease request's answer, written in a batch; if the batch
-        could not write it (PostgreSQL: retry_alone), alone in its row's turn."""
+        """A lean lease request's answer, written in a batch; if its lean
+        path declined it, or the batch could not write it (PostgreSQL:
+        retry_alone), by the door's general path, alone in its row's turn."""
         try:
-            return await self.batcher.submit(environ, taken)
+            answer = await self.batcher.submit(environ, taken)
         except self.writer.retry_alone:
-            async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
-                return await self.in_lane(environ, lane)
+            answer = None
+        if answer is not None:
+            return answer
+        async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
+            return await self.in_lane(environ, lane)
 
     async def in_lane(self, environ, lane) -> tuple[int, list, bytes]:
         async with self.turn(lane, environ):
@@ -332,6 +336,11 @@ class LeaseholdASGI:
             headers = [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
             return status, headers, None, result
         return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
+
+
+def _finished(environ, response) -> tuple[int, list, bytes] | None:
+    """A lean call's answer as the front sends it; None if its lean path declined it."""
+    return None if response is None else answers.batched(environ, response)
 
 
 def lean_calls(requests: list[tuple[dict, tuple[LeanPath, Any]]]) -> list:

@@ -32,7 +32,8 @@ class LeanPath:
     door: str  # which requests it looks at (``door_of``)
     # (environ, body) -> the request's names, or None: the door's general path answers it
     takes: Callable[[dict, Any], Any]
-    # [(environ, names), ...] received together -> their calls (checked, to be written and answered)
+    # [(environ, names), ...] received together -> their calls (checked, to be written and answered);
+    # a call's answer() is the door's response, or None: declined (nothing written), the general path's
     checked: Callable[[list[tuple[dict, Any]]], list]
     # False: a request it takes asks no wait (its takes read the body), so serving looks for none
     takes_waits: bool = True

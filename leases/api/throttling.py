@@ -254,7 +254,7 @@ def counter() -> SlidingWindowCounter | DatabaseCounter:
         return _counters[path]
 
 
-# environ: this request was counted already, by the lean path (leases/api/fastpath.py), which then
+# environ: this request was counted already, by the lean path (leases/api/lean.py), which then
 # handed it to the view (on PostgreSQL, a batch that could not write it).
 COUNTED = "leasehold.api_counted"
 

@@ -209,7 +209,7 @@ def checked(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list[Le
 
 class LeanCall(Protocol):
     """What ``write_together`` needs of a lean call, whichever its door's
-    (LeaseCall here, leases/api/fastpath.py's ApiLeaseCall): the service's
+    (LeaseCall here, leases/api/lean.py's ApiLeaseCall): the service's
     keyword arguments (None: not to be written), and where its answer goes."""
 
     arguments: dict | None

@@ -59,4 +59,7 @@ class Writer:
     received_at: Callable[[float], AbstractContextManager]  # this thread's writes wait from then
     writes_by: Callable[[float], AbstractContextManager]  # ... and must begin by then (PostgreSQL)
     commits_together: Callable[[], bool]  # whether batches commit together here (asked once)
+    # whether the database locks rows, not itself (PostgreSQL): more lease threads, one turn per row,
+    # batches that wait for no row (asked once)
+    row_locks: Callable[[], bool]
     server_process: Callable[[], None]  # this process serves: every statement and lock wait bounded

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import io
 from http import HTTPStatus
-from typing import Any, cast
+from typing import cast
 
 from django.conf import settings
-from django.core import signals
 from django.core.signals import setting_changed
 from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.utils.log import log_response
 from rest_framework.renderers import JSONRenderer
 
 from leases import services
@@ -38,6 +36,8 @@ from leases.api.serializers import REASON_MAX, json_shape
 from leases.api.throttling import COUNTED, PrincipalRateThrottle
 from leases.domain import guids, paths, waiting
 from leases.domain.errors import LeaseholdError
+from leases.operations import handling
+from leases.operations.handling import LeanRequest
 from leases.storage.write_queue import RetryAlone
 
 API_LEASES = paths.API_LEASES
@@ -125,20 +125,6 @@ def _plain(data: dict, shape: dict, known: frozenset) -> bool:
     return True
 
 
-class LeanRequest:
-    """What the exception handler and Django's request logger read of a
-    request (method, path; the fault-logged mark is set on it)."""
-
-    __slots__ = ("method", "path", "META", "leasehold_fault_logged", "request_id", "auth", "user")
-    auth: Any  # the ApiToken, as DRF's request.auth (the rate limit's key)
-    user: Any
-
-    def __init__(self, path: str, meta: dict):
-        self.method, self.path, self.META = "POST", path, meta
-        self.request_id = guids.request_id()
-        self.auth = self.user = None
-
-
 class _Secure:
     """The one thing SecurityMiddleware reads of a request."""
 
@@ -162,7 +148,7 @@ class ApiLeaseCall:
 
     def __init__(self, environ: dict, lease: Lease):
         self.environ, self.lease = environ, lease
-        self.request = LeanRequest(get_path_info(environ), environ)
+        self.request = LeanRequest("POST", get_path_info(environ), environ, guids.request_id())
         self.arguments: dict | None = None
         self.result: services.LeaseResult | None = None
         self.error: Exception | None = None
@@ -228,7 +214,7 @@ class ApiLeaseCall:
             response[name] = value
         for name, value in _middleware_headers(secure, response.content):
             response[name] = value
-        log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        handling.logged(response, request)
         return response
 
 
@@ -304,7 +290,7 @@ def checked(requests: list[tuple[dict, Lease]]) -> list[ApiLeaseCall]:
     """The calls of JSON lease requests received together; first, as
     Django's handler does at a request's start (request_started), a broken
     or old database connection closed (as leases/azure/fastpath.checked)."""
-    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])
+    handling.started(requests[0][0])
     return [ApiLeaseCall(environ, lease) for environ, lease in requests]
 
 

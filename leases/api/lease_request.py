@@ -19,7 +19,6 @@ from leases.domain.lease_params import LeaseParams
 from leases.services import Actor, ResourceRef
 
 ALLOW = "POST, OPTIONS"  # DRF's Allow of a view with post() only: a lease action's
-USER_AGENT_MAX = 512  # characters of the client's User-Agent kept in the history
 CAPABILITY_ACTIONS = ("acquire", "renew", "change")  # the answers that carry the lease id
 
 
@@ -38,7 +37,7 @@ def client_request_id(meta: dict) -> str:
 def actor(meta: dict, name: str, request_id: str) -> Actor:
     """Who asks, as the lease history records it: ``name`` is the principal's."""
     return Actor(name=name, via="api", request_id=request_id, client_request_id=client_request_id(meta),
-                 remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=meta.get("HTTP_USER_AGENT", "")[:USER_AGENT_MAX])
+                 remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=client_headers.user_agent(meta))
 
 
 def conditions(meta: dict) -> Conditions:

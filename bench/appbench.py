@@ -257,8 +257,8 @@ def run_batches(args, call, signer, host) -> int:
     one batch of N requests written together (one transaction, one fsync),
     as a worker's lease batch answers them: the door's lean path's checks,
     fastpath.write_together, the answers (``--door api``: the JSON API's
-    lean path, leases/api/fastpath.py). --batch 1 is a lone request."""
-    from leases.api import fastpath as api_fastpath
+    lean path, leases/api/lean.py). --batch 1 is a lone request."""
+    from leases.api import lean as api_lean
     from leases.azure import fastpath
 
     blobs = [f"/{ACCOUNT}/bench/batch{i}" for i in range(args.batch)]
@@ -275,12 +275,12 @@ def run_batches(args, call, signer, host) -> int:
             environ = environ_from(build(maker))
             environ["leasehold.received_at"] = time.monotonic()
             if args.door == "api":
-                target: Any = api_fastpath.takes(environ, environ["wsgi.input"].getvalue())
+                target: Any = api_lean.takes(environ, environ["wsgi.input"].getvalue())
             else:
                 target = fastpath.takes(environ)
             assert target is not None, environ  # a plain lease request: the lean path's
             requests.append((environ, target))
-        calls: list[Any] = api_fastpath.checked(requests) if args.door == "api" else fastpath.checked(requests)
+        calls: list[Any] = api_lean.checked(requests) if args.door == "api" else fastpath.checked(requests)
         fastpath.write_together(calls)
         for call_ in calls:
             response = call_.answer()

@@ -6,7 +6,7 @@ import functools
 
 from config.wsgi import application as django_application
 from engines import busy, postgres
-from leases.api import fastpath as api
+from leases.api import lean as api
 from leases.azure import fastpath as azure
 from leases.operations import timing
 from leases.storage import write_queue
@@ -20,7 +20,7 @@ LEAN_PATHS = (LeanPath(door="azure", takes=azure.takes, checked=azure.checked, r
 WRITER = Writer(write_together=functools.partial(azure.write_together, wait_for_rows=False),  # either door's calls
                 retry_alone=write_queue.RetryAlone, would_wait=busy.WouldWait, at_once=busy.at_once,
                 received_at=busy.received_at, writes_by=postgres.writes_by, server_process=postgres.serving,
-                commits_together=write_queue.commits_together)
+                commits_together=write_queue.commits_together, row_locks=postgres.in_use)
 
 
 def build(app, **options) -> LeaseholdASGI:

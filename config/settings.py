@@ -97,7 +97,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "leases.admin.zone.OperatorTimezoneMiddleware",  # the admin in the operator's browser's time zone
-    "leases.admin.busy.WriterBusyMiddleware",  # the writer busy past the wait: a page saying so, not a 500
+    "leases.admin.writer_busy.WriterBusyMiddleware",  # the writer busy past the wait: a page saying so, not a 500
 ]
 # Azure paths never carry a trailing slash of their own; redirecting would break signed requests.
 APPEND_SLASH = False

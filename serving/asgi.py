@@ -54,7 +54,7 @@ class LeaseholdASGI:
         writer.server_process()  # a server process: on PostgreSQL every statement and lock wait is bounded
         # On PostgreSQL a write waits for its row's lock, not the database's:
         # more threads, one per row at a time (serving/lanes.py).
-        self.row_locks = settings.DATABASES["default"]["ENGINE"] == "engines.postgres"
+        self.row_locks = writer.row_locks()
         own = conf.or_exit()
         more = 4 if self.row_locks else 1
         self.write_wait = own.write_wait
@@ -82,7 +82,7 @@ class LeaseholdASGI:
         batches = ThreadPoolExecutor(1, thread_name_prefix="lease-batch") if self.row_locks \
             else self.lanes["lease"].executors[0]
         self.batcher = LeaseBatcher(batches, lean_calls,
-                                    operator.methodcaller("answer"), answers.batched, writer=writer,
+                                    operator.methodcaller("answer"), _finished, writer=writer,
                                     inline=own.lease_inline and not self.row_locks,
                                     in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
@@ -147,8 +147,9 @@ class LeaseholdASGI:
         return "other"
 
     async def http(self, scope, receive, send):
+        lane = self.lanes[self.lane_name(scope)]
         try:
-            body, length = await self.read_body(scope, receive)
+            body, length = await self.read_body(scope, receive, lane.name)
         except bodies.BodyRefused as refused:
             front.refused_at_front(refused.status, refused.reason.decode())
             if refused.status == 413:  # in its door's shape: SDKs read the code
@@ -164,7 +165,6 @@ class LeaseholdASGI:
         if self.long_reads is not None and isinstance(body, bytes) and long_reads.is_long_read(scope):
             await self.long_reads.serve(environ, body, receive, send)  # not in this process (its docstring)
             return
-        lane = self.lanes[self.lane_name(scope)]
         environ["leasehold.lane"] = lane.name
         if lane is self.lanes["lease"]:
             admitted = await self.admission.admit(scope, environ)  # before any queue
@@ -250,13 +250,17 @@ class LeaseholdASGI:
         return await self.in_lane(environ, lane)
 
     async def batched(self, environ, taken, lane) -> tuple[int, list, bytes]:
-        """A lean lease request's answer, written in a batch; if the batch
-        could not write it (PostgreSQL: retry_alone), alone in its row's turn."""
+        """A lean lease request's answer, written in a batch; if its lean
+        path declined it, or the batch could not write it (PostgreSQL:
+        retry_alone), by the door's general path, alone in its row's turn."""
         try:
-            return await self.batcher.submit(environ, taken)
+            answer = await self.batcher.submit(environ, taken)
         except self.writer.retry_alone:
-            async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
-                return await self.in_lane(environ, lane)
+            answer = None
+        if answer is not None:
+            return answer
+        async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
+            return await self.in_lane(environ, lane)
 
     async def in_lane(self, environ, lane) -> tuple[int, list, bytes]:
         async with self.turn(lane, environ):
@@ -291,9 +295,9 @@ class LeaseholdASGI:
             self._commits_together = bool(self.batcher.context.run(self.writer.commits_together))
         return self._commits_together
 
-    def body_cap(self, scope) -> int:
+    def body_cap(self, scope, lane: str | None = None) -> int:
         path = scope["path"]
-        if self.lane_name(scope) == "lease" or (path.startswith("/api/") and not path.startswith(API_BLOBS)):
+        if (lane or self.lane_name(scope)) == "lease" or (path.startswith("/api/") and not path.startswith(API_BLOBS)):
             return self.small_body
         if scope["method"] == "PUT" and paths.AZURE_PATH.match(path):
             # An XML body is parsed whole before anything is done with it:
@@ -305,10 +309,11 @@ class LeaseholdASGI:
                 return self.small_body  # five signed identifiers
         return self.max_body
 
-    async def read_body(self, scope, receive):
+    async def read_body(self, scope, receive, lane: str | None = None):
         """The whole body (bytes or a file at 0) and its length, within the
-        time limits and this request's cap (serving/bodies.py)."""
-        return await bodies.receive_whole(scope, receive, cap=self.body_cap(scope), idle_timeout=self.idle_timeout,
+        time limits and this request's cap (serving/bodies.py); ``lane``: the
+        request's lane's name, if known."""
+        return await bodies.receive_whole(scope, receive, cap=self.body_cap(scope, lane), idle_timeout=self.idle_timeout,
                                           min_rate=self.min_rate)
 
     def call(self, environ):
@@ -332,6 +337,11 @@ class LeaseholdASGI:
             headers = [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
             return status, headers, None, result
         return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
+
+
+def _finished(environ, response) -> tuple[int, list, bytes] | None:
+    """A lean call's answer as the front sends it; None if its lean path declined it."""
+    return None if response is None else answers.batched(environ, response)
 
 
 def lean_calls(requests: list[tuple[dict, tuple[LeanPath, Any]]]) -> list:

@@ -32,7 +32,8 @@ class LeanPath:
     door: str  # which requests it looks at (``door_of``)
     # (environ, body) -> the request's names, or None: the door's general path answers it
     takes: Callable[[dict, Any], Any]
-    # [(environ, names), ...] received together -> their calls (checked, to be written and answered)
+    # [(environ, names), ...] received together -> their calls (checked, to be written and answered);
+    # a call's answer() is the door's response, or None: declined (nothing written), the general path's
     checked: Callable[[list[tuple[dict, Any]]], list]
     # False: a request it takes asks no wait (its takes read the body), so serving looks for none
     takes_waits: bool = True
@@ -58,4 +59,7 @@ class Writer:
     received_at: Callable[[float], AbstractContextManager]  # this thread's writes wait from then
     writes_by: Callable[[float], AbstractContextManager]  # ... and must begin by then (PostgreSQL)
     commits_together: Callable[[], bool]  # whether batches commit together here (asked once)
+    # whether the database locks rows, not itself (PostgreSQL): more lease threads, one turn per row,
+    # batches that wait for no row (asked once)
+    row_locks: Callable[[], bool]
     server_process: Callable[[], None]  # this process serves: every statement and lock wait bounded

@@ -18,11 +18,11 @@ from datetime import datetime, timezone
 from email.utils import formatdate
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from leases import conf
 from leases.operations.logformat import LeaseIdsOut
 from leases.operations.metrics import count_front_refusal
+from serving.uvicorn_internals import HttpToolsProtocol
 
 RAW_HEADERS = "leasehold.raw_headers"
 # Every process that serves imports this module (uvicorn's config names the

@@ -8,16 +8,23 @@ and SIGTERM stops the workers gracefully."""
 
 from __future__ import annotations
 
+import copy
 import logging
+import multiprocessing
 import os
 import signal
 import socket
 import sys
 import time
+from multiprocessing import Pipe
+from multiprocessing.connection import wait
 from typing import Any
 
 from leases import conf
+from serving import uvicorn_internals
 
+# Each worker is forked (ForkedWorker), whatever multiprocessing's default start method.
+_FORK = multiprocessing.get_context("fork")
 
 
 def main() -> None:
@@ -49,8 +56,6 @@ def main() -> None:
 
 
 def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
-    import uvicorn
-
     from serving.front import KEEP_ALIVE_SECONDS, LeaseholdHttpProtocol
 
     settings = conf.current()
@@ -90,21 +95,15 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
     )
-    config = uvicorn.Config("config.asgi:application", **options)  # sets up uvicorn's logging
+    config = uvicorn_internals.Config("config.asgi:application", **options)  # sets up uvicorn's logging
     if workers == 1 or not hasattr(socket, "SO_REUSEPORT"):
-        class Server(_server_class()):  # type: ignore[misc]
-            async def startup(self, sockets=None) -> None:
-                await super().startup(sockets)
-                if self.started:
-                    _ready_line(host, port, level)()
-
-        Server(config).run()
+        Server(config, ready=_ready_line(host, port, level)).run()
         return
     listener = OwnListener.reserve(host, port)
     ready = _ready_line(host, listener.getsockname()[1], level)
     _preload()
     try:
-        _supervisor()(config, sockets=[listener], ready=ready).run()
+        Supervisor(config, sockets=[listener], ready=ready).run()
     except KeyboardInterrupt:
         pass
 
@@ -112,11 +111,7 @@ def _serve_uvicorn(host: str, port: int, workers: int, level: str) -> None:
 def _log_config(log_format: str) -> dict:
     """uvicorn's logging, its own records (uvicorn.error) in Leasehold's one
     line (leases/operations/logformat.py): a traceback only with LEASEHOLD_LOG_TRACEBACKS."""
-    import copy
-
-    from uvicorn.config import LOGGING_CONFIG
-
-    config = copy.deepcopy(LOGGING_CONFIG)
+    config = copy.deepcopy(uvicorn_internals.LOGGING_CONFIG)
     formatter = "JsonFormatter" if log_format == "json" else "OneLineFormatter"
     config["formatters"]["default"] = {"()": f"leases.operations.logformat.{formatter}"}
     return config
@@ -153,154 +148,135 @@ def _preload() -> None:
     get_resolver().url_patterns  # imports the URL configuration and every view
 
 
-def _server_class():
+class Server(uvicorn_internals.Server):
     """uvicorn's Server, with the TLS handshake bounded by the header timeout
-    (serving/uvicorn_internals.py says how, and why it takes a private way)."""
-    import uvicorn
+    (serving/uvicorn_internals.py says how, and why it takes a private way);
+    ``ready`` is called once it serves (a single-process server's ready line)."""
 
-    from serving import uvicorn_internals
+    def __init__(self, config, ready=None) -> None:
+        super().__init__(config=config)
+        self.ready = ready
 
-    class Server(uvicorn.Server):
-        async def startup(self, sockets=None) -> None:
-            with uvicorn_internals.handshake_bounded(self.config, conf.or_exit().header_timeout):
-                await super().startup(sockets)
+    async def startup(self, sockets=None) -> None:
+        with uvicorn_internals.handshake_bounded(self.config, conf.or_exit().header_timeout):
+            await super().startup(sockets)
+        if self.started and self.ready is not None:
+            self.ready()
 
-    return Server
 
+class Supervisor(uvicorn_internals.Multiprocess):
+    """uvicorn's supervisor, with two changes. A worker's exit is seen at
+    once: between health checks the supervisor waits on its workers'
+    process sentinels (uvicorn sleeps half a second), and the health
+    check waits on each worker's sentinel beside its pipe, so a worker
+    that dies while its ping is in flight is replaced at once too, not
+    after LEASEHOLD_WORKER_HEALTHCHECK (uvicorn's wait on the pipe alone
+    sees no end of file: the supervisor holds the pipe's other end). And a
+    replaced worker is a warning saying how it ended (uvicorn says it at
+    info level, without how): died with its signal or exit status, or
+    hung past the health check and killed. Its workers are ForkedWorkers."""
 
-def _supervisor():
-    from multiprocessing.connection import wait
+    def __init__(self, config, sockets, ready) -> None:
+        # uvicorn's supervisor makes every worker (at start, in a dead one's place,
+        # on SIGHUP and SIGTTIN) with its module's Process: ours forks.
+        uvicorn_internals.use_worker(ForkedWorker)
+        super().__init__(config, sockets)
+        self.ready = ready
 
-    from uvicorn.config import STARTUP_FAILURE
-    from uvicorn.supervisors import Multiprocess, multiprocess
-    from uvicorn.supervisors.multiprocess import Process
+    def run(self) -> None:
+        """uvicorn's loop, woken by a worker's end as well as every half
+        second: a dead worker is replaced at once, not on the next turn."""
+        log = logging.getLogger("uvicorn.error")
+        log.info("Started parent process [%s]", os.getpid())
+        self.init_processes()
+        while not self.should_exit.is_set():
+            wait([p.process.sentinel for p in self.processes], timeout=0.5)
+            self.handle_signals()
+            self.keep_subprocess_alive()
+        self.terminate_all()
+        self.join_all()
+        log.info("Stopping parent process [%s]", os.getpid())
 
-    # uvicorn's supervisor makes every worker (at start, in a dead one's place,
-    # on SIGHUP and SIGTTIN) with its module's Process: ours forks.
-    multiprocess.Process = _forked_worker()  # type: ignore[misc]
+    def init_processes(self) -> None:
+        super().init_processes()
+        timeout = self.config.timeout_worker_healthcheck
+        if all(p.wait_until_ready(timeout, self.should_exit) for p in self.processes):
+            self.ready()
 
-    class Supervisor(Multiprocess):
-        """uvicorn's supervisor, with two changes. A worker's exit is seen at
-        once: between health checks the supervisor waits on its workers'
-        process sentinels (uvicorn sleeps half a second), and the health
-        check waits on each worker's sentinel beside its pipe, so a worker
-        that dies while its ping is in flight is replaced at once too, not
-        after LEASEHOLD_WORKER_HEALTHCHECK (uvicorn's wait on the pipe alone
-        sees no end of file: the supervisor holds the pipe's other end). And a
-        replaced worker is a warning saying how it ended (uvicorn says it at
-        info level, without how): died with its signal or exit status, or
-        hung past the health check and killed."""
-
-        def __init__(self, config, sockets, ready) -> None:
-            super().__init__(config, sockets)
-            self.ready = ready
-
-        def run(self) -> None:
-            """uvicorn's loop, woken by a worker's end as well as every half
-            second: a dead worker is replaced at once, not on the next turn."""
-            log = logging.getLogger("uvicorn.error")
-            log.info("Started parent process [%s]", os.getpid())
-            self.init_processes()
-            while not self.should_exit.is_set():
-                wait([p.process.sentinel for p in self.processes], timeout=0.5)
-                self.handle_signals()
-                self.keep_subprocess_alive()
-            self.terminate_all()
-            self.join_all()
-            log.info("Stopping parent process [%s]", os.getpid())
-
-        def init_processes(self) -> None:
-            super().init_processes()
-            timeout = self.config.timeout_worker_healthcheck
-            if all(p.wait_until_ready(timeout, self.should_exit) for p in self.processes):
-                self.ready()
-
-        def keep_subprocess_alive(self) -> None:
-            if self.should_exit.is_set():
-                return
-            timeout = self.config.timeout_worker_healthcheck
-            waiting: dict[Process, float] = {}
-            for process in list(self.processes):
-                if not process.process.is_alive():
+    def keep_subprocess_alive(self) -> None:
+        if self.should_exit.is_set():
+            return
+        timeout = self.config.timeout_worker_healthcheck
+        waiting: dict[uvicorn_internals.Process, float] = {}
+        for process in list(self.processes):
+            if not process.process.is_alive():
+                self._replace(process, hung=False)
+                continue
+            try:
+                process.parent_conn.send(b"ping")
+            except OSError:
+                self._replace(process, hung=False)
+                continue
+            waiting[process] = time.monotonic() + timeout
+        while waiting and not self.should_exit.is_set():
+            handles = [h for p in waiting for h in (p.parent_conn, p.process.sentinel)]
+            ready = wait(handles, timeout=0.5)
+            for process in list(waiting):
+                if process.process.sentinel in ready or not process.process.is_alive():
+                    del waiting[process]
                     self._replace(process, hung=False)
-                    continue
-                try:
-                    process.parent_conn.send(b"ping")
-                except OSError:
-                    self._replace(process, hung=False)
-                    continue
-                waiting[process] = time.monotonic() + timeout
-            while waiting and not self.should_exit.is_set():
-                handles = [h for p in waiting for h in (p.parent_conn, p.process.sentinel)]
-                ready = wait(handles, timeout=0.5)
-                for process in list(waiting):
-                    if process.process.sentinel in ready or not process.process.is_alive():
-                        del waiting[process]
+                elif process.parent_conn in ready:
+                    del waiting[process]
+                    try:
+                        process.parent_conn.recv()
+                    except (OSError, EOFError):
                         self._replace(process, hung=False)
-                    elif process.parent_conn in ready:
-                        del waiting[process]
-                        try:
-                            process.parent_conn.recv()
-                        except (OSError, EOFError):
-                            self._replace(process, hung=False)
-                    elif time.monotonic() >= waiting[process]:
-                        del waiting[process]
-                        self._replace(process, hung=True)
-                self.handle_signals()  # a SIGTERM is not kept waiting behind a hung worker
+                elif time.monotonic() >= waiting[process]:
+                    del waiting[process]
+                    self._replace(process, hung=True)
+            self.handle_signals()  # a SIGTERM is not kept waiting behind a hung worker
 
-        def _replace(self, old: Process, *, hung: bool) -> None:
-            old.kill()
-            old.join()
-            log = logging.getLogger("uvicorn.error")
-            if old.exitcode == STARTUP_FAILURE and not hung:  # would fail the same way again
-                log.error("Worker process %s failed to start; stopping.", old.pid)
-                self.should_exit.set()
-                return
-            if self.should_exit.is_set():
-                return
-            new = multiprocess.Process(self.config, self.sockets)
-            new.start()
-            self.processes[self.processes.index(old)] = new
-            how = (f"did not answer for {self.config.timeout_worker_healthcheck} s and was killed" if hung
-                   else _how_it_ended(old.exitcode))
-            log.warning("Worker process %s %s; worker %s started in its place.", old.pid, how, new.pid)
-
-    return Supervisor
+    def _replace(self, old: uvicorn_internals.Process, *, hung: bool) -> None:
+        old.kill()
+        old.join()
+        log = logging.getLogger("uvicorn.error")
+        if old.exitcode == uvicorn_internals.STARTUP_FAILURE and not hung:  # would fail the same way again
+            log.error("Worker process %s failed to start; stopping.", old.pid)
+            self.should_exit.set()
+            return
+        if self.should_exit.is_set():
+            return
+        new = ForkedWorker(self.config, self.sockets)
+        new.start()
+        self.processes[self.processes.index(old)] = new
+        how = (f"did not answer for {self.config.timeout_worker_healthcheck} s and was killed" if hung
+               else _how_it_ended(old.exitcode))
+        log.warning("Worker process %s %s; worker %s started in its place.", old.pid, how, new.pid)
 
 
-def _forked_worker():
-    import multiprocessing
-    from multiprocessing import Pipe
+class ForkedWorker(uvicorn_internals.Process):
+    """A worker forked from the supervisor, instead of uvicorn's spawned
+    interpreter that imports everything again (docs/decisions/0035). No
+    database connection crosses the fork (the
+    supervisor's are closed first), the supervisor's signal handlers are
+    undone in the child, and the child listens on a socket of its own
+    (OwnListener)."""
 
-    from uvicorn.supervisors.multiprocess import SIGNALS, Process
+    def __init__(self, config, sockets) -> None:
+        self.config = config
+        # Made here, before the fork, not lazily by uvicorn's property: the child's health-check
+        # thread and its main thread each read that property, and two servers made at once left
+        # the checked one never started (a SIGHUP's new worker never ready, the old one kept).
+        self._server = Server(config)
+        self.parent_conn, self.child_conn = Pipe()
+        self.process = _FORK.Process(  # type: ignore[assignment]  # uvicorn's type says spawn
+            target=_worker_main, args=(self.target, sockets, tuple(uvicorn_internals.SIGNALS)))
 
-    fork = multiprocessing.get_context("fork")
+    def start(self) -> None:
+        from django.db import connections
 
-    class ForkedWorker(Process):
-        """A worker forked from the supervisor, instead of uvicorn's spawned
-        interpreter that imports everything again (docs/decisions/0035). No
-        database connection crosses the fork (the
-        supervisor's are closed first), the supervisor's signal handlers are
-        undone in the child, and the child listens on a socket of its own
-        (OwnListener)."""
-
-        def __init__(self, config, sockets) -> None:
-            self.config = config
-            # Made here, before the fork, not lazily by uvicorn's property: the child's health-check
-            # thread and its main thread each read that property, and two servers made at once left
-            # the checked one never started (a SIGHUP's new worker never ready, the old one kept).
-            self._server = _server_class()(config=config)
-            self.parent_conn, self.child_conn = Pipe()
-            self.process = fork.Process(  # type: ignore[assignment]  # uvicorn's type says spawn
-                target=_worker_main, args=(self.target, sockets, tuple(SIGNALS)))
-
-        def start(self) -> None:
-            from django.db import connections
-
-            connections.close_all()
-            super().start()
-
-    return ForkedWorker
+        connections.close_all()
+        super().start()
 
 
 def _worker_main(target, sockets, signals) -> None:

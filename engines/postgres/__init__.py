@@ -13,6 +13,16 @@ from contextlib import contextmanager
 SERVING = False  # a server process: the session timeouts apply (not to manage.py's commands)
 
 
+def in_use(connection=None) -> bool:
+    """Whether ``connection`` (by default: the default database's) is PostgreSQL's: Leasehold's one
+    test of it (its PostgreSQL is this engine), which opens no connection."""
+    if connection is None:
+        from django.db import connection as default
+
+        connection = default
+    return connection.vendor == "postgresql"
+
+
 def serving() -> None:
     """This process serves requests: bound every statement and lock wait (lock_timeout, statement_timeout)."""
     global SERVING

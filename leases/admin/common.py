@@ -10,7 +10,7 @@ from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from leases.domain import clock, fingerprints, machine
+from leases.domain import client_headers, clock, fingerprints, machine
 from leases.models import Blob, Container
 from leases.services import Actor, ResourceRef
 
@@ -35,7 +35,7 @@ def admin_actor(request) -> Actor:
         request._lease_actor = Actor(
             name=f"user:{request.user.get_username()}", via="admin",
             remote_addr=request.META.get("REMOTE_ADDR", ""),
-            user_agent=request.META.get("HTTP_USER_AGENT", ""))
+            user_agent=client_headers.user_agent(request.META))
     return request._lease_actor
 
 

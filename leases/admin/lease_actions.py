@@ -18,7 +18,7 @@ from leases.services import lease_action, lease_break, lease_release
 from engines.busy import is_writer_busy
 
 from leases.admin import display
-from leases.admin.busy import MESSAGE as BUSY_MESSAGE
+from leases.admin.writer_busy import MESSAGE as BUSY_MESSAGE
 from leases.admin.common import BREAKABLE, admin_actor, lease_now, resource_ref
 from leases.admin.forms import BreakForm, ReleaseForm
 
@@ -109,7 +109,7 @@ class LeaseActionsMixin(_ModelAdmin):
                     refused.append(f"{obj} ({err.code})")
                 except Exception as exc:
                     if not is_writer_busy(exc) or not (broken or refused):
-                        raise  # nothing done yet: the busy page says so (leases/admin/busy.py)
+                        raise  # nothing done yet: the busy page says so (leases/admin/writer_busy.py)
                     busy.append(str(obj))
                 else:
                     broken += 1

@@ -26,7 +26,7 @@ from django.db.utils import OperationalError
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from leases.admin.busy import write_wait
+from leases.admin.writer_busy import write_wait
 
 SEARCH_WORDS = 20  # more words is a 400: a list of rows matching only some of them would mislead
 SEARCH_CHARS = 1200  # the longest account/container/blob path (24 + 63 + 1,024 characters) fits

@@ -12,10 +12,11 @@ from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import JSONRenderer
 from rest_framework.views import APIView
 
-from leases.domain import client_headers, guids
+from leases.domain import guids
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.services import Actor
+from leases.api import lease_request
 from leases.api.authentication import ApiSharedKeyAuthentication, BearerTokenAuthentication, principal_name
 from leases.api.exceptions import api_exception_handler
 from leases.api.parsers import BoundedJSONParser
@@ -61,10 +62,8 @@ class ApiMixin(_View):
 
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
-        response["X-Request-Id"] = getattr(self, "request_id", "")
-        client_id = self.client_request_id()
-        if client_id:
-            response["X-Client-Request-Id"] = client_id
+        for name, value in lease_request.response_ids(self.request.META, getattr(self, "request_id", "")):
+            response[name] = value
         return response
 
     def permissions_for(self, request) -> tuple[str, ...]:
@@ -75,18 +74,11 @@ class ApiMixin(_View):
         """The account this request acts on, if it names one."""
         return self.kwargs.get("account")
 
-    def client_request_id(self) -> str:
-        return client_headers.client_request_id(
-            self.request.META, (client_headers.API_CLIENT_REQUEST_ID, client_headers.AZURE_CLIENT_REQUEST_ID))
-
     def actor(self) -> Actor:
-        meta = self.request.META
-        return Actor(name=principal_name(self.request), via="api", request_id=self.request_id,
-                     client_request_id=self.client_request_id(), remote_addr=meta.get("REMOTE_ADDR", ""),
-                     user_agent=meta.get("HTTP_USER_AGENT", "")[:512])
+        return lease_request.actor(self.request.META, principal_name(self.request), self.request_id)
 
     def conditions(self) -> Conditions:
-        return Conditions.parse(lambda name: self.request.META.get("HTTP_" + name.upper().replace("-", "_")) or None)
+        return lease_request.conditions(self.request.META)
 
 
 class ApiView(ApiMixin, APIView):

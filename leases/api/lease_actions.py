@@ -6,34 +6,17 @@ release, 202 break), as are the refusals."""
 
 from __future__ import annotations
 
-import functools
-
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework.response import Response
 
-from leases.domain import clock, lease_params, waiting
 from leases import services
-from leases.domain.errors import LeaseholdError
-from leases.services import ResourceRef
-from leases.api import schema
+from leases.api import lease_request, schema
 from leases.api.base import ApiView, validated
-from leases.api.resources import blob_ref, validator_headers
-from leases.api.serializers import (AcquireInput, BreakInput, ChangeInput, LeaseActionResultSerializer, ReleaseInput,
-                          RenewInput, lease_action_result)
+from leases.api.resources import validator_headers
+from leases.api.serializers import AcquireInput, BreakInput, ChangeInput, LeaseActionResultSerializer, ReleaseInput, RenewInput
 
-# services.lease_action for each action: one entry point for both doors, which
-# also records a refusal for a parameter the view could not parse.
-SERVICES = {name: functools.partial(services.lease_action, name) for name in services.SUCCESS_STATUS}
-
-
-def action_permissions(action: str, *, blob: bool) -> tuple[str, ...]:
-    """The model permissions a lease action on a blob or a container needs
-    (the view's and the lean path's, leases/api/fastpath.py)."""
-    if action == "break":  # per model: a blob breaker may not break containers
-        return ("leases.break_blob_lease",) if blob else ("leases.break_container_lease",)
-    return ("leases.change_blob",) if blob else ("leases.change_container",)
 
 class LeaseActionSchema(AutoSchema):
     def get_operation_id(self):
@@ -48,32 +31,17 @@ class LeaseActionView(ApiView):
     schema = LeaseActionSchema()
 
     def permissions_for(self, request) -> tuple[str, ...]:
-        return action_permissions(self.action_name, blob="blob" in self.kwargs)
+        return lease_request.action_permissions(self.action_name, blob="blob" in self.kwargs)
 
     def post(self, request, account, container, blob=None):
-        conditions = self.conditions()  # header errors first, as on the Azure endpoint
+        meta = request.META
+        checked = lease_request.conditions(meta)  # header errors first, as on the Azure endpoint
         data = validated(self.input_serializer, request.data)
-        ref = blob_ref(account, container, blob) if blob is not None else ResourceRef(account, container)
-        params, unparsed = lease_params.parse_for_action(
-            noun=ref.noun, **{name: data.get(name) for name in lease_params.NAMES})
-        actor, wait = self.actor(), False
-        if data.get("wait"):  # acquire only: leases/domain/waiting.py
-            wait = unparsed is None and waiting.may_wait(request.META, data["wait"], actor.name,
-                                                         waiting.too_many("TooManyRequests"))
-        try:
-            result = SERVICES[self.action_name](ref=ref, actor=actor, conditions=conditions, wait=wait,
-                                                reason=data.get("reason", ""), unparsed=unparsed,
-                                                **params.as_kwargs())
-        except LeaseholdError as err:
-            waiting.note(request.META, err)  # a quiet refusal: the server waits, then asks again
-            raise
-        obj = result.resource
-        body = lease_action_result(
-            action=self.action_name,
-            # The id only to the acquire or change that made it (and a renew, which sent it): a capability.
-            lease_id=result.lease_id if self.action_name in ("acquire", "renew", "change") else None,
-            lease_time=result.lease_time, generation=result.generation, obj=obj, now=clock.now())
-        return Response(body, status=services.SUCCESS_STATUS[self.action_name], headers=validator_headers(obj))
+        asked = lease_request.lease_request(meta, self.action_name, lease_request.resource(account, container, blob),
+                                            self.actor(), checked, data)
+        result = lease_request.answered(meta, asked)
+        return Response(lease_request.result_body(self.action_name, result),
+                        status=services.SUCCESS_STATUS[self.action_name], headers=validator_headers(result.resource))
 
 
 def documented(summary: str, description: str = ""):

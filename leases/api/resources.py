@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from leases.domain import clock, lease_params, machine
 from leases import services
 from leases.services import ResourceRef
-from leases.api import schema
+from leases.api import lease_request, schema
 from leases.api.base import ApiListView, ApiView, query_value, validated
 from leases.api.filters import BlobFilter, ContainerFilter, QueryFilterBackend
 from leases.api.pagination import NameCursor
@@ -30,8 +30,7 @@ DELETED = OpenApiResponse(description="Deleted (202, as on the Azure endpoint)."
 
 
 def blob_ref(account: str, container: str, blob: str) -> ResourceRef:
-    # Azure reads '\' in a blob name as '/'; so does the Azure endpoint.
-    return ResourceRef(account, container, blob.replace("\\", "/"))
+    return lease_request.resource(account, container, blob)
 
 
 def lease_id_query(request, noun: str) -> uuid.UUID | None:

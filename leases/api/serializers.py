@@ -27,7 +27,9 @@ HEADER_SAFE = RegexValidator(r"^[\x20-\x7e]*$", "Only printable ASCII characters
 
 # ------------------------------------------------------------------ lease parameters
 
-class _LeaseParam(serializers.Field):
+class LeaseParam(serializers.Field):
+    """A lease parameter: checked for its JSON types only (``json_types``)."""
+
     json_types: tuple[type, ...] = ()
 
     def validate_empty_values(self, data):
@@ -42,19 +44,19 @@ class _LeaseParam(serializers.Field):
 
 
 @extend_schema_field({"type": "string", "format": "uuid"})
-class LeaseIdParam(_LeaseParam):
+class LeaseIdParam(LeaseParam):
     json_types = (str,)
 
 
 @extend_schema_field({"oneOf": [{"type": "integer", "enum": [machine.INFINITE]},
                                 {"type": "integer", "minimum": machine.MIN_DURATION,
                                  "maximum": machine.MAX_DURATION}]})
-class DurationParam(_LeaseParam):
+class DurationParam(LeaseParam):
     json_types = (int,)
 
 
 @extend_schema_field({"type": "integer", "minimum": machine.MIN_BREAK_PERIOD, "maximum": machine.MAX_BREAK_PERIOD})
-class BreakPeriodParam(_LeaseParam):
+class BreakPeriodParam(LeaseParam):
     json_types = (int,)
 
 
@@ -73,6 +75,20 @@ class WaitParam(serializers.Field):
 
 REASON = {"max_length": 500, "required": False, "allow_blank": True, "default": "",
           "help_text": "Why, for the lease history."}
+REASON_MAX: int = REASON["max_length"]  # type: ignore[assignment]  # characters, once trimmed
+
+
+def json_shape(serializer_class) -> dict[str, tuple[type, ...] | None]:
+    """A lease action input's plain fields: a lease parameter's JSON types, or None for the free text
+    ``reason`` (at most REASON_MAX characters, trimmed); a field of any other kind (the acquire's
+    ``wait``) is left out. What a body may hold for the lean path to take it (leases/api/lean.py)."""
+    shape: dict[str, tuple[type, ...] | None] = {}
+    for name, field in serializer_class().fields.items():
+        if isinstance(field, LeaseParam):
+            shape[name] = field.json_types
+        elif isinstance(field, serializers.CharField) and not isinstance(field, WaitParam):
+            shape[name] = None
+    return shape
 
 
 class AcquireInput(serializers.Serializer):

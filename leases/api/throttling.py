@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
-from engines import busy
+from engines import busy, postgres
 from leases.domain import clock
 from leases.api.authentication import principal_name
 
@@ -245,7 +245,7 @@ _counters_lock = threading.Lock()
 
 
 def counter() -> SlidingWindowCounter | DatabaseCounter:
-    if connection.vendor == "postgresql":  # instances on other hosts count in the same place
+    if postgres.in_use():  # instances on other hosts count in the same place
         return DatabaseCounter()
     path = settings.LEASEHOLD_THROTTLE_DATABASE
     with _counters_lock:
@@ -254,7 +254,7 @@ def counter() -> SlidingWindowCounter | DatabaseCounter:
         return _counters[path]
 
 
-# environ: this request was counted already, by the lean path (leases/api/fastpath.py), which then
+# environ: this request was counted already, by the lean path (leases/api/lean.py), which then
 # handed it to the view (on PostgreSQL, a batch that could not write it).
 COUNTED = "leasehold.api_counted"
 

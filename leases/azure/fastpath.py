@@ -15,10 +15,8 @@ from typing import Protocol
 from urllib.parse import unquote_plus
 
 from django.conf import settings
-from django.core import signals
 from django.core.signals import setting_changed
 from django.core.handlers.wsgi import get_path_info, get_script_name
-from django.utils.log import log_response
 
 from leases import services
 from leases.domain import guids, paths, waiting
@@ -29,6 +27,8 @@ from leases.auth.sas import SAS_PARAMETERS
 from leases.azure import inputs, lease_request, wire
 from leases.azure.auth import actor_name, credentials, lease_operation, permit
 from leases.azure.exceptions import azure_exception_handler
+from leases.operations import handling
+from leases.operations.handling import LeanRequest
 
 PATH = paths.RESOURCE_PATH  # /account/container[/blob]
 # Query values that need no decoding and that check_query would accept as
@@ -39,17 +39,6 @@ QUERY_NAMES = frozenset({"comp", "restype", "timeout"})
 # must be printable ASCII, which check_query accepts as it is.
 SAS_VALUE = re.compile(r"[A-Za-z0-9%:.,+_~/=-]{1,512}\Z")
 DEFAULT_VERSION = wire.DEFAULT_VERSION  # the x-ms-version of an answer the server builds itself (serving/admission.py)
-
-
-class LeanRequest:
-    """What the exception handler and Django's request logger read of a
-    request (method, path; the fault-logged mark is set on it)."""
-
-    __slots__ = ("method", "path", "META", "leasehold_fault_logged", "request_id")
-
-    def __init__(self, method: str, path: str, meta: dict):
-        self.method, self.path, self.META = method, path, meta
-        self.request_id = ""
 
 
 def _query(query_string: str) -> dict | None:
@@ -186,7 +175,7 @@ class LeaseCall:
             response = azure_exception_handler(self.error, {"view": request, "request": request})
         lease_request.finish(response, environ, request_id=request.request_id, method="PUT")
         if response.status_code >= 400:
-            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+            handling.logged(response, request)
         return response
 
 
@@ -204,14 +193,14 @@ def checked(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list[Le
     database connection that is broken or too old -- before the checks,
     which may read the database (an account's keys), so that a connection a
     database outage broke is replaced, not used by every request after it."""
-    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])
+    handling.started(requests[0][0])
     with sharedkey.read_once():  # an account's keys read once for the batch
         return [LeaseCall(environ, names) for environ, names in requests]
 
 
 class LeanCall(Protocol):
     """What ``write_together`` needs of a lean call, whichever its door's
-    (LeaseCall here, leases/api/fastpath.py's ApiLeaseCall): the service's
+    (LeaseCall here, leases/api/lean.py's ApiLeaseCall): the service's
     keyword arguments (None: not to be written), and where its answer goes."""
 
     arguments: dict | None

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 
 from django.conf import settings
-from django.core import signals
 from django.core.handlers.exception import response_for_exception
 from django.core.handlers.wsgi import WSGIHandler, WSGIRequest, get_script_name
 from django.urls import resolve, set_script_prefix, set_urlconf
-from django.utils.log import log_response
 
 from leases.azure import fastpath
 from leases.domain import paths
+from leases.operations import handling
 from leases.azure.fallback import invalid_uri
 
 # The first path segment of an Azure request is an account name; the site's
@@ -54,7 +53,7 @@ class AzureDoorHandler:
         set_script_prefix(get_script_name(environ))
         # request_started / request_finished (the latter sent by the response's
         # close()) close connections that are too old or broken, as for any request.
-        signals.request_started.send(sender=self.__class__, environ=environ)
+        handling.started(environ, sender=self.__class__)
         request = WSGIRequest(environ)
         try:
             response = self.get_response(request)
@@ -76,7 +75,7 @@ class AzureDoorHandler:
         except Exception as exc:
             response = response_for_exception(request, exc)
         if response.status_code >= 400:
-            log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+            handling.logged(response, request)
         return sandboxed(response, request.method)
 
 

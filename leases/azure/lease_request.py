@@ -45,7 +45,7 @@ def actor(meta: dict, account: str, request_id: str, *, name: str | None = None)
     """Who asks: ``name`` ("account:<account>" for SharedKey, "sas:..." for a SAS)."""
     return Actor(name=name or f"account:{account}", via="azure", request_id=request_id,
                  client_request_id=client_headers.client_request_id(meta),
-                 remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=meta.get("HTTP_USER_AGENT", "")[:512])
+                 remote_addr=meta.get("REMOTE_ADDR", ""), user_agent=client_headers.user_agent(meta))
 
 
 def properties(response: HttpResponse, obj) -> HttpResponse:

@@ -1,4 +1,4 @@
-"""What both doors take from a client's headers alike: its request id, and the names of
+"""What both doors take from a client's headers alike: its request id, its user agent (cut), and the names of
 ``x-ms-meta-*`` headers as WSGI hands them over. The rules on metadata names and values themselves
 are leases/domain/metadata.py's. WSGI upper-cases header names and folds ``-`` into ``_``
 (``x-ms-meta-Build_Id`` arrives as ``HTTP_X_MS_META_BUILD_ID``), so under plain WSGI a metadata name
@@ -22,6 +22,8 @@ CLIENT_REQUEST_ID = re.compile(r"[\x20-\x7e]{1,1024}\Z")
 AZURE_CLIENT_REQUEST_ID = "HTTP_X_MS_CLIENT_REQUEST_ID"  # x-ms-client-request-id, on both doors
 API_CLIENT_REQUEST_ID = "HTTP_X_CLIENT_REQUEST_ID"  # X-Client-Request-Id, the JSON API's own (first)
 
+# The history keeps this many characters of a client's User-Agent (LeaseEvent.user_agent's max_length).
+USER_AGENT_MAX = 512
 METADATA_PREFIX = "HTTP_X_MS_META_"
 RAW_HEADERS = "leasehold.raw_headers"  # set by serving/asgi.py from serving/front.py's scope
 
@@ -31,6 +33,11 @@ def client_request_id(meta: Mapping[str, str], keys: tuple[str, ...] = (AZURE_CL
     valid client request id, else ""."""
     value = next((meta[key] for key in keys if meta.get(key)), "")
     return value if CLIENT_REQUEST_ID.match(value) else ""
+
+
+def user_agent(meta: Mapping[str, str]) -> str:
+    """The client's User-Agent, as the lease history keeps it."""
+    return meta.get("HTTP_USER_AGENT", "")[:USER_AGENT_MAX]
 
 
 def metadata_from_environ(environ: Mapping[str, Any]) -> dict:

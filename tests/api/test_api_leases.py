@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from leases.domain import fingerprints
-from leases.api import lease_actions
+from leases import services
 from leases.api.parsers import BoundedJSONParser
 from leases.domain.errors import LeaseholdError
 from leases.models import LeaseEvent
@@ -314,7 +314,7 @@ def test_a_bug_is_a_json_500_and_is_logged(api, resource, monkeypatch, caplog):
     def broken(**kwargs):
         raise RuntimeError("a bug")
 
-    monkeypatch.setitem(lease_actions.SERVICES, "acquire", broken)
+    monkeypatch.setattr(services, "lease_action", broken)
     response = lease(api, "acquire", resource, {"duration": 15})
     body = response.json()
     assert (response.status_code, body["code"], body["request_id"]) == (500, "InternalError", response["X-Request-Id"])

@@ -3,7 +3,7 @@
 clients renewing at once. Fewer WAL fsyncs than lease writes, every answer
 still the client's own, every request in the history; with
 LEASEHOLD_LEASE_BATCH=off, one fsync each (so the count can tell). The
-JSON API's lease actions take the same batches (leases/api/fastpath.py):
+JSON API's lease actions take the same batches (leases/api/lean.py):
 half the clients renewing through it, half through the Azure door."""
 
 from __future__ import annotations

@@ -260,3 +260,50 @@ def test_the_http_front_marks_the_server_stopping_when_told_to_shut_down(leaseho
         assert asyncio.run(run()) is True
     finally:
         front_module.STOPPING.clear()
+
+
+class DecliningCall:
+    """A lean call whose door declines it after its checks (as leases/api/lean.py does a request
+    whose token is not remembered): nothing to write, no answer of its own."""
+
+    arguments = None  # nothing written (the writer's write_together skips it)
+
+    def __init__(self, environ):
+        self.environ = environ
+
+    def settle(self, answer):
+        raise AssertionError("a declined call is not written")
+
+    def answer(self):
+        return None
+
+
+def test_a_lean_call_its_door_declines_is_answered_by_the_general_path(leasehold_env, monkeypatch):
+    from django.http import HttpResponse
+
+    from config.asgi import LEAN_PATHS, WRITER
+    from engines import postgres
+    from serving.doors import LeanPath
+
+    monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)  # building a front marks a server process
+    general = []
+
+    def app(environ, start_response):
+        general.append(environ["PATH_INFO"])
+        response = HttpResponse(b'{"by": "the view"}', status=401, content_type="application/json")
+        start_response("401 Unauthorized", list(response.items()))
+        return response
+
+    path = LeanPath(door="api", takes=lambda environ, body: "names",
+                    checked=lambda requests: [DecliningCall(environ) for environ, _ in requests])
+    azure = next(lean for lean in LEAN_PATHS if lean.door == "azure")
+    front = LeaseholdASGI(app, lean_paths=[azure, path], writer=WRITER)
+    environ = {"PATH_INFO": "/api/v1/leases/renew/devstoreaccount1/c/b", "REQUEST_METHOD": "POST",
+               "leasehold.received_at": 0.0}
+    try:
+        status, headers, content = asyncio.run(front.batched(environ, (path, "names"), front.lanes["lease"]))
+    finally:
+        for lane in front.lanes.values():
+            lane.shutdown()
+        front.admission.close()
+    assert (status, content, general) == (401, b'{"by": "the view"}', [environ["PATH_INFO"]])

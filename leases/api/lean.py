@@ -1,71 +1,54 @@
 """The lean path for the JSON API's lease actions (``POST /api/v1/leases/{action}/...``, leases/api/
 lease_actions.py): the DRF view's steps as plain calls on the WSGI environ, in its order and through
-its functions (the remembered bearer token, the model permission, the rate limit, the input's JSON
-types, the service, ``lease_action_result``, the one exception handler), so that a lease request's
-write joins the server's lease batches (serving/lease_batch.py) instead of taking Django's handler,
-middleware, URL resolver and DRF's dispatch alone. Only requests of the usual shape are taken
-(``takes``: a bearer token, a JSON object of the expected types, no query, no wait); a request that
-fails a check before its write (a token not remembered as usable, a permission missing, the rate
-limit reached, a header or a value the view would refuse) is not answered here but handed to the DRF
-view unchanged (``RetryAlone``), which stays the reference: tests/api/test_api_fastpath.py holds the
-two answers and histories equal. docs/decisions/0034 says why."""
+the rules both share (lease_request.py: the capability rule, the actor, the conditions, the ids, the
+resource and parameters, the body; the remembered bearer token, the rate limit, the one exception
+handler), so that a lease request's write joins the server's lease batches instead of taking
+Django's handler, middleware, URL resolver and DRF's dispatch alone. Only requests of the usual
+shape are taken (``takes``: a bearer token, a JSON object of the expected types, no query, no wait);
+a request that fails a check before its write (a token not remembered as usable, a permission
+missing, the rate limit reached, a header or a value the view would refuse) is declined (its
+``answer()`` is None: nothing counted, nothing written) and the server hands it to the DRF view
+unchanged, which stays the reference: tests/api/test_api_lean.py holds the two answers and
+histories equal. docs/decisions/0034 says why."""
 
 from __future__ import annotations
 
 import io
 from http import HTTPStatus
-from typing import Any, cast
+from typing import cast
 
 from django.conf import settings
-from django.core import signals
 from django.core.signals import setting_changed
 from django.core.handlers.wsgi import get_path_info, get_script_name
 from django.http import HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
-from django.utils.log import log_response
-from rest_framework import fields as drf_fields
 from rest_framework.renderers import JSONRenderer
 
 from leases import services
-from leases.api.authentication import BearerTokenAuthentication, usable_token
+from leases.api import lease_request
 from leases.api.exceptions import api_exception_handler
-from leases.api.lease_actions import ACTION_VIEWS, action_permissions
+from leases.api.lease_actions import ACTION_VIEWS
+from leases.api.authentication import usable_token
 from leases.api.parsers import BoundedJSONParser
-from leases.api.resources import blob_ref, validator_headers
-from leases.api.serializers import REASON, WaitParam, _LeaseParam, lease_action_result
+from leases.api.resources import validator_headers
+from leases.api.serializers import REASON_MAX, json_shape
 from leases.api.throttling import COUNTED, PrincipalRateThrottle
-from leases.domain import client_headers, clock, guids, lease_params, paths, waiting
-from leases.domain.conditions import Conditions
+from leases.domain import guids, paths, waiting
 from leases.domain.errors import LeaseholdError
-from leases.services import Actor, ResourceRef
+from leases.operations import handling
+from leases.operations.handling import LeanRequest
 from leases.storage.write_queue import RetryAlone
 
 API_LEASES = paths.API_LEASES
 JSON_TYPES = ("application/json", "application/json; charset=utf-8")
 ACCEPTED = ("*/*", "application/json")
-ALLOW = "POST, OPTIONS"  # DRF's Allow of a view with post() only
 _renderer = JSONRenderer()
 _parser = BoundedJSONParser()
-_bearer = BearerTokenAuthentication()
 
-
-def _shape(serializer_class) -> dict[str, tuple[type, ...] | None]:
-    """An input serializer's fields: a lease parameter's JSON types, or
-    None for the free text ``reason``; a field of any other kind (the
-    acquire's ``wait``) is left out, so a body naming it goes to DRF."""
-    shape: dict[str, tuple[type, ...] | None] = {}
-    for name, field in serializer_class().fields.items():
-        if isinstance(field, _LeaseParam):
-            shape[name] = field.json_types
-        elif isinstance(field, drf_fields.CharField) and not isinstance(field, WaitParam):
-            shape[name] = None
-    return shape
-
-
-SHAPES = {view.action_name: _shape(view.input_serializer) for view in ACTION_VIEWS}
+# Each action's input: the fields the lean path checks (a body naming another, the acquire's wait, is the view's).
+SHAPES = {view.action_name: json_shape(view.input_serializer) for view in ACTION_VIEWS}
 ALL_FIELDS = {view.action_name: frozenset(view.input_serializer().fields) for view in ACTION_VIEWS}
-REASON_MAX = cast(int, REASON["max_length"])  # the view's input serializer's
 
 
 class Lease:
@@ -121,7 +104,7 @@ def _forget_admin_hosts(setting: str, **kwargs) -> None:
         _admin_hosts = None
 
 
-setting_changed.connect(_forget_admin_hosts, dispatch_uid="api-fastpath-admin-hosts")
+setting_changed.connect(_forget_admin_hosts, dispatch_uid="api-lean-admin-hosts")
 
 
 def _plain(data: dict, shape: dict, known: frozenset) -> bool:
@@ -142,20 +125,6 @@ def _plain(data: dict, shape: dict, known: frozenset) -> bool:
     return True
 
 
-class LeanRequest:
-    """What the exception handler and Django's request logger read of a
-    request (method, path; the fault-logged mark is set on it)."""
-
-    __slots__ = ("method", "path", "META", "leasehold_fault_logged", "request_id", "auth", "user")
-    auth: Any  # the ApiToken, as DRF's request.auth (the rate limit's key)
-    user: Any
-
-    def __init__(self, path: str, meta: dict):
-        self.method, self.path, self.META = "POST", path, meta
-        self.request_id = guids.request_id()
-        self.auth = self.user = None
-
-
 class _Secure:
     """The one thing SecurityMiddleware reads of a request."""
 
@@ -172,50 +141,46 @@ class ApiLeaseCall:
     """One lean JSON lease request in the three steps of the Azure door's
     (leases/azure/fastpath.py LeaseCall): the checks (here), the write in
     a batch (``arguments``, ``settle``), ``answer()``. A check that fails
-    leaves ``error`` RetryAlone: nothing counted, nothing written, the
-    request answered by the DRF view."""
+    declines the request: nothing counted, nothing written, no answer here
+    (the DRF view answers it)."""
 
-    __slots__ = ("environ", "request", "lease", "arguments", "result", "error")
+    __slots__ = ("environ", "request", "lease", "arguments", "result", "error", "declined")
 
     def __init__(self, environ: dict, lease: Lease):
         self.environ, self.lease = environ, lease
-        self.request = LeanRequest(get_path_info(environ), environ)
+        self.request = LeanRequest("POST", get_path_info(environ), environ, guids.request_id())
         self.arguments: dict | None = None
         self.result: services.LeaseResult | None = None
         self.error: Exception | None = None
+        self.declined = False
         try:
-            self.arguments = self._checked()
-        except Exception as exc:  # noqa: BLE001  every failure is answered by the DRF view
-            self.error = exc if isinstance(exc, RetryAlone) else RetryAlone()
+            asked = self._checked()
+        except Exception:  # noqa: BLE001  every failure is answered by the DRF view
+            asked = None
+        if asked is None:
+            self.declined = True
+        else:
+            self.arguments = asked.arguments()
 
-    def _checked(self) -> dict:
+    def _checked(self) -> lease_request.LeaseRequest | None:
         """The view's steps before its service call, in its order (the pure
-        ones before the rate limit, which counts)."""
+        ones before the rate limit, which counts); None: the view's to answer."""
         environ, lease, request = self.environ, self.lease, self.request
         scheme, _, raw = environ["HTTP_AUTHORIZATION"].partition(" ")
         token = usable_token(raw.strip()) if scheme.lower() == "bearer" else None
         if token is None:
-            raise RetryAlone()
+            return None
         request.auth, request.user = token, token.user
-        if not _has_perms(token.user, action_permissions(lease.action, blob=lease.blob is not None)):
-            raise RetryAlone()
-        conditions = Conditions.parse(lambda name: environ.get("HTTP_" + name.upper().replace("-", "_")) or None)
-        data = lease.data
-        ref = blob_ref(lease.account, lease.container, lease.blob) if lease.blob is not None \
-            else ResourceRef(lease.account, lease.container)
-        params, unparsed = lease_params.parse_for_action(
-            noun=ref.noun, **{name: data.get(name) for name in lease_params.NAMES})
-        throttle = PrincipalRateThrottle()
-        if not throttle.allow_request(request, None):
-            raise RetryAlone()
-        environ[COUNTED] = True  # sent to the view after all (PostgreSQL: RetryAlone): not counted again
-        actor = Actor(name=token.actor_name, via="api", request_id=request.request_id,
-                      client_request_id=_client_request_id(environ), remote_addr=environ.get("REMOTE_ADDR", ""),
-                      user_agent=environ.get("HTTP_USER_AGENT", "")[:512])
-        reason = data.get("reason")
-        return {"action": lease.action, "ref": ref, "actor": actor, "conditions": conditions, "wait": False,
-                "reason": reason.strip() if isinstance(reason, str) else "", "unparsed": unparsed,
-                **params.as_kwargs()}
+        if not _has_perms(token.user, lease_request.action_permissions(lease.action, blob=lease.blob is not None)):
+            return None
+        checked = lease_request.conditions(environ)
+        who = lease_request.actor(environ, token.actor_name, request.request_id)
+        asked = lease_request.lease_request(environ, lease.action, lease_request.resource(
+            lease.account, lease.container, lease.blob), who, checked, lease.data)
+        if not PrincipalRateThrottle().allow_request(request, None):
+            return None
+        environ[COUNTED] = True  # sent to the view after all (PostgreSQL: its row held): not counted again
+        return asked
 
     def settle(self, answer) -> None:
         """The service's answer in a batch: a result, or the error it raised."""
@@ -224,20 +189,22 @@ class ApiLeaseCall:
         else:
             self.result = answer
 
-    def answer(self) -> HttpResponse | LeanAnswer:
+    def answer(self) -> HttpResponse | LeanAnswer | None:
         """The answer as the DRF view, Django's middleware and handler would
-        send it; RetryAlone raised for a request the view is to answer."""
+        send it; None if declined (the view answers it). RetryAlone, the
+        write queue's answer on PostgreSQL for a request whose row another
+        transaction held (nothing written), raised for the server to send it
+        again, alone."""
+        if self.declined:
+            return None
         if isinstance(self.error, RetryAlone):
             raise self.error
         request, action, environ = self.request, self.lease.action, self.environ
         secure = environ.get("wsgi.url_scheme") == "https"
         if self.error is None:
             result = cast(services.LeaseResult, self.result)  # settled: no error, so a result
-            obj = result.resource
-            content = _renderer.render(lease_action_result(
-                action=action, lease_id=result.lease_id if action in ("acquire", "renew", "change") else None,
-                lease_time=result.lease_time, generation=result.generation, obj=obj, now=clock.now()))
-            headers = [("Content-Type", "application/json"), *validator_headers(obj).items(),
+            content = _renderer.render(lease_request.result_body(action, result))
+            headers = [("Content-Type", "application/json"), *validator_headers(result.resource).items(),
                        *_view_headers(request, environ), *_middleware_headers(secure, content)]
             return LeanAnswer(services.SUCCESS_STATUS[action], headers, content)
         if isinstance(self.error, LeaseholdError):
@@ -247,7 +214,7 @@ class ApiLeaseCall:
             response[name] = value
         for name, value in _middleware_headers(secure, response.content):
             response[name] = value
-        log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+        handling.logged(response, request)
         return response
 
 
@@ -278,11 +245,7 @@ class LeanAnswer:
 
 def _view_headers(request: LeanRequest, environ: dict) -> list[tuple[str, str]]:
     """The headers DRF's view adds (finalize_response, ApiMixin's)."""
-    headers = [("Allow", ALLOW), ("X-Request-Id", request.request_id)]
-    client_id = _client_request_id(environ)
-    if client_id:
-        headers.append(("X-Client-Request-Id", client_id))
-    return headers
+    return [("Allow", lease_request.ALLOW), *lease_request.response_ids(environ, request.request_id)]
 
 
 def _has_perms(user, perms: tuple[str, ...]) -> bool:
@@ -295,11 +258,6 @@ def _has_perms(user, perms: tuple[str, ...]) -> bool:
     if allowed is None:
         allowed = answers[perms] = user.has_perms(perms)
     return allowed
-
-
-def _client_request_id(environ: dict) -> str:
-    return client_headers.client_request_id(
-        environ, (client_headers.API_CLIENT_REQUEST_ID, client_headers.AZURE_CLIENT_REQUEST_ID))
 
 
 _added: dict[bool, list[tuple[str, str]]] = {}  # https? -> the headers the middleware adds to a JSON answer
@@ -325,14 +283,14 @@ def _forget_middleware_headers(**kwargs) -> None:
     _added.clear()
 
 
-setting_changed.connect(_forget_middleware_headers, dispatch_uid="api-fastpath-middleware-headers")
+setting_changed.connect(_forget_middleware_headers, dispatch_uid="api-lean-middleware-headers")
 
 
 def checked(requests: list[tuple[dict, Lease]]) -> list[ApiLeaseCall]:
     """The calls of JSON lease requests received together; first, as
     Django's handler does at a request's start (request_started), a broken
     or old database connection closed (as leases/azure/fastpath.checked)."""
-    signals.request_started.send(sender=LeanRequest, environ=requests[0][0])
+    handling.started(requests[0][0])
     return [ApiLeaseCall(environ, lease) for environ, lease in requests]
 
 

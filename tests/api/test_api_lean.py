@@ -1,4 +1,4 @@
-"""The JSON API's lean lease path (leases/api/fastpath.py) answers exactly as the DRF view (through
+"""The JSON API's lean lease path (leases/api/lean.py) answers exactly as the DRF view (through
 Django's handler and middleware) and records exactly the same history.
 
 Each request of a script -- every action on blobs and containers, good and bad lease ids, durations,
@@ -8,7 +8,7 @@ the view refuses) -- is sent to both from the same database state (a savepoint, 
 the view), with the clock frozen and uuid4 drawn from the same seed, and both answers (status, every
 header, body) and the history rows each appended must be identical. The lean side is served as
 serving/asgi.py serves it: ``takes``, then the batch's steps (the checks, the write with the queue,
-the answer), the view when the lean path hands the request over (RetryAlone). The script goes on
+the answer), the view when the lean path declines it (its answer None). The script goes on
 from the lean side's state, so later steps meet leases in every state."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from django.core import signals
 from django.db import close_old_connections, transaction
 
-from leases.api import fastpath as api_fastpath
+from leases.api import lean as api_lean
 from leases.azure import fastpath
 from leases.azure.handler import LeaseholdWSGI
 from leases.domain import clock as lease_clock
@@ -64,14 +64,13 @@ class Served:
         self.taken = self.handed_over = False
 
     def __call__(self, env: dict, start_response):
-        lease = api_fastpath.takes(env, env["wsgi.input"].getvalue())
+        lease = api_lean.takes(env, env["wsgi.input"].getvalue())
         self.taken = lease is not None
         if lease is not None:
-            call, = api_fastpath.checked([(env, lease)])
+            call, = api_lean.checked([(env, lease)])
             fastpath.write_together([call])  # as a server's batch writes it
-            try:
-                response = call.answer()
-            except fastpath.RetryAlone:
+            response = call.answer()
+            if response is None:  # declined
                 self.handed_over = True
             else:
                 start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
@@ -255,8 +254,8 @@ def test_a_request_that_fails_in_a_batch_fails_alone(lean_state, monkeypatch):
     requests = [environ("acquire", BLOB, {"duration": 15, "proposed_lease_id": A}, token=lean_state["all"]),
                 environ("acquire", CONTAINER, {"duration": 15, "proposed_lease_id": B}, token=lean_state["all"]),
                 environ("acquire", f"{DEV_ACCOUNT}/box/nothing", {"duration": 15}, token=lean_state["all"])]
-    leases = [api_fastpath.takes(env, env["wsgi.input"].getvalue()) for env in requests]
-    calls = api_fastpath.checked([(env, lease) for env, lease in zip(requests, leases) if lease is not None])
+    leases = [api_lean.takes(env, env["wsgi.input"].getvalue()) for env in requests]
+    calls = api_lean.checked([(env, lease) for env, lease in zip(requests, leases) if lease is not None])
     real = lease_actions._lease_write
 
     def failing(**arguments):
@@ -268,8 +267,9 @@ def test_a_request_that_fails_in_a_batch_fails_alone(lean_state, monkeypatch):
     fastpath.write_together(calls)
     monkeypatch.undo()
     answers = [call.answer() for call in calls]
-    assert [answer.status_code for answer in answers] == [201, 500, 404]
-    assert json.loads(answers[1].content)["code"] == "InternalError"
+    assert None not in answers  # none declined
+    assert [answer.status_code for answer in answers if answer is not None] == [201, 500, 404]
+    assert json.loads(getattr(answers[1], "content"))["code"] == "InternalError"
     written = LeaseEvent.objects.filter(action="acquire").values_list("resource_type", "blob", "outcome")
     assert sorted(written) == [("blob", "dir/a b.txt", "success"), ("blob", "nothing", "refused")]
 
@@ -283,10 +283,10 @@ def test_a_request_that_fails_in_a_batch_fails_alone(lean_state, monkeypatch):
 def test_unusual_shapes_go_to_the_view(change):
     env = environ("acquire", BLOB, {"duration": 15}, token="lh_x")
     body = env["wsgi.input"].getvalue()
-    assert api_fastpath.takes(dict(env), body) is not None
-    assert api_fastpath.takes({**env, **change}, body) is None
-    assert api_fastpath.takes(env, b"") is None
-    assert api_fastpath.takes(dict(env), b'{"duration": 15, "wait": 5}') is None  # a waiting acquire
+    assert api_lean.takes(dict(env), body) is not None
+    assert api_lean.takes({**env, **change}, body) is None
+    assert api_lean.takes(env, b"") is None
+    assert api_lean.takes(dict(env), b'{"duration": 15, "wait": 5}') is None  # a waiting acquire
 
 
 def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypatch, settings):
@@ -301,9 +301,9 @@ def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypat
         statuses = []
         for number in range(3):
             env = environ("acquire", BLOB, {"duration": 15, "proposed_lease_id": A}, token=lean_state["all"])
-            lease = api_fastpath.takes(env, env["wsgi.input"].getvalue())
+            lease = api_lean.takes(env, env["wsgi.input"].getvalue())
             assert lease is not None
-            call, = api_fastpath.checked([(env, lease)])
+            call, = api_lean.checked([(env, lease)])
             if number == 0:  # counted, then not written by its batch: the view's
                 assert call.arguments is not None
                 call.settle(fastpath.RetryAlone())
@@ -313,11 +313,12 @@ def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypat
                 statuses.append(int(_answer(LeaseholdWSGI(), env)[0][:3]))
                 continue
             fastpath.write_together([call])
-            try:
-                statuses.append(call.answer().status_code)
-            except fastpath.RetryAlone:  # past the limit: the view's
+            response = call.answer()
+            if response is None:  # past the limit: declined, the view's
                 env["wsgi.input"].seek(0)
                 statuses.append(int(_answer(LeaseholdWSGI(), env)[0][:3]))
+            else:
+                statuses.append(response.status_code)
         assert statuses == [201, 201, 429]
     finally:
         api_settings.reload()
@@ -347,7 +348,7 @@ def test_a_batch_of_both_doors_is_checked_by_each_requests_own_lean_path(lean_st
     taken = [app.lean({"path": env["PATH_INFO"]}, env, env["wsgi.input"].getvalue()) for env in requests]
     assert [pair and pair[0].door for pair in taken] == ["azure", "api", "azure"]
     calls = lean_calls([(env, pair) for env, pair in zip(requests, taken) if pair is not None])
-    assert [type(call) for call in calls] == [fastpath.LeaseCall, api_fastpath.ApiLeaseCall, fastpath.LeaseCall]
+    assert [type(call) for call in calls] == [fastpath.LeaseCall, api_lean.ApiLeaseCall, fastpath.LeaseCall]
     assert [call.environ for call in calls] == requests
     WRITER.write_together(calls)
     answers = [call.answer() for call in calls]

@@ -28,7 +28,8 @@ from rest_framework import fields as drf_fields
 from rest_framework.renderers import JSONRenderer
 
 from leases import services
-from leases.api.authentication import BearerTokenAuthentication, usable_token
+from leases.api.authentication import BearerTokenAuthentication, BearerUser, usable_token
+from leases.auth import bearer
 from leases.api.exceptions import api_exception_handler
 from leases.api.lease_actions import ACTION_VIEWS, action_permissions
 from leases.api.parsers import BoundedJSONParser
@@ -193,12 +194,23 @@ class ApiLeaseCall:
         ones before the rate limit, which counts)."""
         environ, lease, request = self.environ, self.lease, self.request
         scheme, _, raw = environ["HTTP_AUTHORIZATION"].partition(" ")
-        token = usable_token(raw.strip()) if scheme.lower() == "bearer" else None
-        if token is None:
-            raise RetryAlone()
-        request.auth, request.user = token, token.user
-        if not _has_perms(token.user, action_permissions(lease.action, blob=lease.blob is not None)):
-            raise RetryAlone()
+        raw = raw.strip()
+        perms = action_permissions(lease.action, blob=lease.blob is not None)
+        if scheme.lower() == "bearer" and bearer.looks_like_jwt(raw):  # an OpenID Connect token: its role
+            try:
+                user = BearerUser(bearer.verify(raw))
+            except bearer.Refused:
+                raise RetryAlone() from None  # the view refuses it, and counts the refusal
+            if not user.may(perms, lease.account, lease.container, count=False):
+                raise RetryAlone()
+            request.auth, request.user, actor_name = user.principal, user, user.username
+        else:
+            token = usable_token(raw) if scheme.lower() == "bearer" else None
+            if token is None:
+                raise RetryAlone()
+            request.auth, request.user, actor_name = token, token.user, token.actor_name
+            if not _has_perms(token.user, perms):
+                raise RetryAlone()
         conditions = Conditions.parse(lambda name: environ.get("HTTP_" + name.upper().replace("-", "_")) or None)
         data = lease.data
         ref = blob_ref(lease.account, lease.container, lease.blob) if lease.blob is not None \
@@ -209,7 +221,7 @@ class ApiLeaseCall:
         if not throttle.allow_request(request, None):
             raise RetryAlone()
         environ[COUNTED] = True  # sent to the view after all (PostgreSQL: RetryAlone): not counted again
-        actor = Actor(name=token.actor_name, via="api", request_id=request.request_id,
+        actor = Actor(name=actor_name, via="api", request_id=request.request_id,
                       client_request_id=_client_request_id(environ), remote_addr=environ.get("REMOTE_ADDR", ""),
                       user_agent=environ.get("HTTP_USER_AGENT", "")[:512])
         reason = data.get("reason")

@@ -167,16 +167,22 @@ def check_oidc(request: Request) -> str | None:
     address's allowance) where the check may read. What its role permits is
     the door's to check."""
     environ = request.environ
-    try:
+
+    def principal_of(may_fetch: bool):
         if request.door == "azure":
-            principal = bearer.azure_principal(environ, may_fetch=request.may_read)
-        else:
-            token = bearer.token_of(environ)
-            principal = None if token is None else bearer.verify(token, may_fetch=request.may_read)
-    except bearer.NeedsFetch:
-        if not request.may_look_up():
-            raise Throttled from None
-        raise Unreadable from None
+            return bearer.azure_principal(environ, may_fetch=may_fetch)
+        token = bearer.token_of(environ)
+        return None if token is None else bearer.verify(token, may_fetch=may_fetch)
+
+    try:
+        try:
+            principal = principal_of(False)
+        except bearer.NeedsFetch:  # the issuer's keys to fetch: allowed, and may this check read?
+            if not request.may_look_up():
+                raise Throttled from None
+            if not request.may_read:
+                raise Unreadable from None
+            principal = principal_of(True)
     except LeaseholdError as err:
         raise Refused(err.status, err.code, error=err, bearer=err.detail.get("reason", "other")) from None
     except bearer.Refused as refused:

@@ -201,3 +201,27 @@ def test_a_flood_of_unknown_key_ids_fetches_the_keys_a_bounded_number_of_times(o
         refused(acquire(blob, token), "Signature validation failed. The signing key was not found.")
     # The bucket holds 3 fetches (refetch=1/minute, burst 3), one of them taken by the first token.
     assert oidc.control("stats")["jwks_fetches"] - fetched <= 2
+
+
+def test_the_admission_check_never_fetches_keys_on_the_event_loop(oidc, blob):
+    from leases.auth import principals
+
+    token = oidc.token("writer", SCOPE)
+    environ = {"HTTP_AUTHORIZATION": f"Bearer {token}", "HTTP_X_MS_VERSION": "2021-08-06",
+               "PATH_INFO": BLOB, "QUERY_STRING": "comp=lease", "REQUEST_METHOD": "PUT"}
+    fetched = oidc.control("stats")["jwks_fetches"]
+    with pytest.raises(principals.Unreadable):  # keys to fetch: the admission thread's to do
+        principals.identify(dict(environ), door="azure", may_look_up=lambda: True, may_read=False)
+    with pytest.raises(principals.Refused) as throttled:  # the address's allowance used up: no fetch at all
+        principals.identify(dict(environ), door="azure", may_look_up=lambda: False, may_read=True)
+    assert throttled.value.throttled
+    assert oidc.control("stats")["jwks_fetches"] == fetched
+    key = f"bearer:{bearer.fingerprint(oidc.issuer)}:writer"
+    assert principals.identify(dict(environ), door="azure", may_look_up=lambda: True) == key  # fetched here
+    assert principals.identify(dict(environ), door="azure", may_look_up=lambda: False, may_read=False) == key
+    expired = oidc.mint(AUDIENCE, {"sub": "writer"}, override={"exp": int(time.time()) - 120})
+    with pytest.raises(principals.Refused) as refusal:
+        principals.identify({**environ, "HTTP_AUTHORIZATION": f"Bearer {expired}"}, door="azure",
+                            may_look_up=lambda: True, may_read=False)
+    assert (refusal.value.status, refusal.value.code, refusal.value.bearer) == (401, "InvalidAuthenticationInfo",
+                                                                                "expired")

@@ -291,4 +291,5 @@ LEASEHOLD_DEV_ACCOUNT = LEASEHOLD.dev_account
 LEASEHOLD_CLOCK_SKEW_SECONDS = LEASEHOLD.clock_skew_seconds
 LEASEHOLD_WATCHED_LEASES = list(LEASEHOLD.watched_leases)
 LEASEHOLD_ADMIN_HOSTS = frozenset(LEASEHOLD.admin_hosts)  # leases/admin/hosts.py
+LEASEHOLD_OIDC = LEASEHOLD.oidc  # bearer tokens on both doors (leases/auth/bearer.py)
 LEASEHOLD_THROTTLE_DATABASE = LEASEHOLD.throttle_database

@@ -30,6 +30,7 @@ from django import db
 from serving import answers
 from serving.doors import LeanPath, door_of
 from leases.auth import principals
+from leases.operations import metrics
 from leases.domain.errors import MESSAGES, LeaseholdError
 
 log = logging.getLogger("leasehold.admission")
@@ -181,6 +182,8 @@ class Admission:
             return await asyncio.wait_for(read, self.read_wait)
         except principals.Refused as refused:
             self.failed.note(address, refused.code, scope["path"])
+            if refused.bearer:
+                metrics.count_bearer_refusal(door, refused.bearer)
             if refused.throttled or not self.failed.take(address):
                 return self._busy(environ, door)
             return self._refusal(environ, door, refused)

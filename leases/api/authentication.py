@@ -1,5 +1,6 @@
-"""Who is calling the JSON API: a bearer API token (acting as its user), an account's SharedKey (as
-on the Azure endpoint), or an admin session. Presented credentials that are not valid are a 401
+"""Who is calling the JSON API: a bearer API token (acting as its user), an OpenID Connect bearer
+token (a JWT from LEASEHOLD_OIDC_ISSUER, leases/auth/bearer.py: acting with its role, as on the Azure
+endpoint), an account's SharedKey (as on the Azure endpoint), or an admin session. Presented credentials that are not valid are a 401
 ``AuthenticationFailed``, whichever the scheme: in this API 401 means "who are you?" and 403 means
 "not allowed" (the Azure endpoint keeps Azure's 403 for a bad signature). A valid token is remembered with its
 user and permissions for ``REMEMBER_SECONDS``: a change made in this process forgets it at once, one
@@ -11,17 +12,20 @@ from __future__ import annotations
 import threading
 import time
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 
+from leases.auth import bearer, roles
 from leases.auth.sharedkey import AccountPrincipal, SharedKeyAuthentication
 from leases.domain.errors import LeaseholdError
 from leases.domain import clock
 from leases.models.tokens import ApiToken, digest
 from leases.storage.compiled_reads import values_one
+from leases.operations import metrics
 
 REMEMBER_SECONDS = 1.0  # bound on how long a change made by another process goes unseen
 REMEMBER_MAX = 10_000  # bound on the tokens remembered (past it, all are forgotten)
@@ -83,13 +87,76 @@ def _forget_on_changes() -> None:
 _forget_on_changes()
 
 
+# The model permissions of the JSON API's resource and lease views, as the data roles' operations
+# (leases/auth/roles.py): reading a container or a blob, or changing one (its lease included).
+READ_PERMISSIONS = frozenset({"leases.view_container", "leases.view_blob"})
+WRITE_PERMISSIONS = frozenset({"leases.add_container", "leases.change_container", "leases.delete_container",
+                               "leases.add_blob", "leases.change_blob", "leases.delete_blob",
+                               "leases.break_blob_lease", "leases.break_container_lease"})
+
+
+class BearerUser:
+    """request.user for an OpenID Connect bearer token: its principal, whose role on the request's
+    account and container decides (``may``). Only named resources: the collections and the history
+    are not a data role's (no Django permission is granted)."""
+
+    is_authenticated = True
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, principal: bearer.Principal):
+        self.principal = principal
+        self.username = principal.actor
+
+    def __str__(self) -> str:
+        return self.username
+
+    def get_username(self) -> str:
+        return self.username
+
+    def has_perm(self, perm, obj=None) -> bool:
+        return False
+
+    def has_perms(self, perms, obj=None) -> bool:
+        return False
+
+    def may(self, perms, account: str | None, container: str | None, *, count: bool = True) -> bool:
+        """May the principal do what ``perms`` allow on ``account`` / ``container``? A refusal is
+        counted in /metrics (``count``: the lean path leaves that to the view it hands it to)."""
+        config = settings.LEASEHOLD_OIDC
+        role = None if account is None or config is None else roles.role_for(
+            self.principal.claims, config.rules, account, container)
+        for perm in perms:
+            operation = "get_blob" if perm in READ_PERMISSIONS else "lease_blob" if perm in WRITE_PERMISSIONS else None
+            if operation is None or not roles.allows(role, operation):
+                if count:
+                    metrics.count_bearer_refusal("api", "role")
+                return False
+        return bool(perms)
+
+
+def bearer_user(raw: str) -> BearerUser:
+    """The user of a JWT bearer token, or 401 AuthenticationFailed (counted by reason)."""
+    try:
+        return BearerUser(bearer.verify(raw))
+    except bearer.Refused as refused:
+        metrics.count_bearer_refusal("api", refused.reason)
+        raise exceptions.AuthenticationFailed(refused.detail) from None
+
+
 class BearerTokenAuthentication(BaseAuthentication):
-    """``Authorization: Bearer lh_...``; request.auth is the ApiToken."""
+    """``Authorization: Bearer lh_...``; request.auth is the ApiToken. A JWT
+    (``Bearer eyJ...``) is an OpenID Connect token instead: request.user a
+    BearerUser, request.auth its principal."""
 
     def authenticate(self, request):
         scheme, _, raw = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
         if scheme.lower() != "bearer":
             return None
+        if bearer.looks_like_jwt(raw.strip()):
+            user = bearer_user(raw.strip())
+            return user, user.principal
         token = usable_token(raw.strip())
         if token is None:
             raise exceptions.AuthenticationFailed("The token is unknown, expired or revoked.")
@@ -119,6 +186,6 @@ def principal_name(request) -> str:
     """The actor recorded in the lease history, and the throttling key."""
     if isinstance(request.auth, ApiToken):
         return request.auth.actor_name
-    if isinstance(request.user, AccountPrincipal):
-        return request.user.username  # "account:<name>"
+    if isinstance(request.user, (AccountPrincipal, BearerUser)):
+        return request.user.username  # "account:<name>", "bearer:<issuer>:<subject> (<name>)"
     return f"user:{request.user.get_username()}"

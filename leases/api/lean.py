@@ -27,9 +27,10 @@ from rest_framework.renderers import JSONRenderer
 
 from leases import services
 from leases.api import lease_request
+from leases.api.authentication import BearerUser, usable_token
 from leases.api.exceptions import api_exception_handler
 from leases.api.lease_actions import ACTION_VIEWS
-from leases.api.authentication import usable_token
+from leases.auth import bearer
 from leases.api.parsers import BoundedJSONParser
 from leases.api.resources import validator_headers
 from leases.api.serializers import REASON_MAX, json_shape
@@ -167,14 +168,25 @@ class ApiLeaseCall:
         ones before the rate limit, which counts); None: the view's to answer."""
         environ, lease, request = self.environ, self.lease, self.request
         scheme, _, raw = environ["HTTP_AUTHORIZATION"].partition(" ")
-        token = usable_token(raw.strip()) if scheme.lower() == "bearer" else None
-        if token is None:
-            return None
-        request.auth, request.user = token, token.user
-        if not _has_perms(token.user, lease_request.action_permissions(lease.action, blob=lease.blob is not None)):
-            return None
+        raw = raw.strip()
+        perms = lease_request.action_permissions(lease.action, blob=lease.blob is not None)
+        if scheme.lower() == "bearer" and bearer.looks_like_jwt(raw):  # an OpenID Connect token: its role
+            try:
+                user = BearerUser(bearer.verify(raw))
+            except bearer.Refused:
+                return None  # the view refuses it, and counts the refusal
+            if not user.may(perms, lease.account, lease.container, count=False):
+                return None
+            request.auth, request.user, actor_name = user.principal, user, user.username
+        else:
+            token = usable_token(raw) if scheme.lower() == "bearer" else None
+            if token is None:
+                return None
+            request.auth, request.user, actor_name = token, token.user, token.actor_name
+            if not _has_perms(token.user, perms):
+                return None
         checked = lease_request.conditions(environ)
-        who = lease_request.actor(environ, token.actor_name, request.request_id)
+        who = lease_request.actor(environ, actor_name, request.request_id)
         asked = lease_request.lease_request(environ, lease.action, lease_request.resource(
             lease.account, lease.container, lease.blob), who, checked, lease.data)
         if not PrincipalRateThrottle().allow_request(request, None):

@@ -16,7 +16,7 @@ from http.cookies import CookieError, SimpleCookie
 from django.conf import settings
 from django.core.handlers.wsgi import get_path_info
 
-from leases.auth import sas, sharedkey
+from leases.auth import bearer, sas, sharedkey
 from leases.domain.errors import LeaseholdError
 from leases.models.tokens import ApiToken, digest
 
@@ -32,9 +32,10 @@ class Refused(Exception):
     ``throttled``: not checked at all (the address's allowance is used up)."""
 
     def __init__(self, status: int, code: str, reason: str = "", *, throttled: bool = False,
-                 error: LeaseholdError | None = None):
+                 error: LeaseholdError | None = None, bearer: str = ""):
         super().__init__(code)
         self.status, self.code, self.reason, self.throttled, self.error = status, code, reason, throttled, error
+        self.bearer = bearer  # a refused bearer token's reason (the metrics' label)
 
 
 class Throttled(Exception):
@@ -185,6 +186,36 @@ def check_sas(request: Request) -> str | None:
     return f"account:{grant.account}"
 
 
+def check_oidc(request: Request) -> str | None:
+    """An OpenID Connect bearer token (a JWT; the JSON API's own tokens are
+    none): its principal ``bearer:<issuer fingerprint>:<subject>``. The
+    issuer's keys are in memory, or fetched (within their own bound, and the
+    address's allowance) where the check may read. What its role permits is
+    the door's to check."""
+    environ = request.environ
+
+    def principal_of(may_fetch: bool):
+        if request.door == "azure":
+            return bearer.azure_principal(environ, may_fetch=may_fetch)
+        token = bearer.token_of(environ)
+        return None if token is None else bearer.verify(token, may_fetch=may_fetch)
+
+    try:
+        try:
+            principal = principal_of(False)
+        except bearer.NeedsFetch:  # the issuer's keys to fetch: allowed, and may this check read?
+            if not request.may_look_up():
+                raise Throttled from None
+            if not request.may_read:
+                raise Unreadable from None
+            principal = principal_of(True)
+    except LeaseholdError as err:
+        raise Refused(err.status, err.code, error=err, bearer=err.detail.get("reason", "other")) from None
+    except bearer.Refused as refused:
+        raise Refused(401, "AuthenticationFailed", refused.detail, bearer=refused.reason) from None
+    return None if principal is None else principal.key
+
+
 def check_bearer(request: Request) -> str | None:
     if request.door != "api":
         return None
@@ -239,7 +270,7 @@ def _session_user(key: str) -> str | None:
 
 # The checks in the JSON API's order (leases/api/base.py): the first that
 # recognises the request's kind of credential decides.
-CHECKS: list[Callable[[Request], str | None]] = [check_bearer, check_sas, check_shared_key, check_session]
+CHECKS: list[Callable[[Request], str | None]] = [check_oidc, check_bearer, check_sas, check_shared_key, check_session]
 
 
 def register(check: Callable[[Request], str | None], *, first: bool = True) -> None:

@@ -1,15 +1,21 @@
 """The Azure endpoint's credentials: SharedKey (leases/auth/sharedkey.py), signed
-for the account in the URL, or a shared access signature (leases/auth/sas.py),
-checked against the operation it is used for. Both the general view and the
-lean lease path (fastpath.py) call ``credentials`` and ``permit``."""
+for the account in the URL, a shared access signature (leases/auth/sas.py), or
+an OAuth bearer token (leases/auth/bearer.py) whose role (leases/auth/roles.py)
+is checked against the operation it is used for, as a SAS's permissions are.
+Both the general view and the lean lease path (fastpath.py) call ``credentials``
+and ``permit``."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from django.conf import settings
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
-from leases.auth import sas
+from leases.auth import bearer, roles, sas
 from leases.domain.errors import LeaseholdError
+from leases.operations import metrics
 from leases.services import blob_read, stored_policy
 from leases.auth.sharedkey import account_keys, verify_shared_key
 
@@ -31,7 +37,7 @@ class SasPrincipal:
     is_staff = False
     is_superuser = False
 
-    def __init__(self, grant: sas.Grant):
+    def __init__(self, grant: Grant):
         self.grant = grant
         self.name = grant.account
         self.username = grant.actor
@@ -54,16 +60,50 @@ def verify_sas(environ: dict, decoded_path: str, url_account: str) -> sas.Grant 
     return sas.verify(environ, url_account, container or None, blob, keys=account_keys, policy=_policy)
 
 
-def credentials(environ: dict, decoded_path: str, url_account: str) -> sas.Grant | None:
+@dataclass(frozen=True)
+class BearerGrant:
+    """A verified bearer token's principal and its role on the request's account and container."""
+
+    principal: bearer.Principal
+    role: str | None
+    account: str
+    headers: tuple = ()
+
+    @property
+    def actor(self) -> str:
+        return self.principal.actor
+
+
+Grant = sas.Grant | BearerGrant
+
+
+def verify_bearer(environ: dict, decoded_path: str, url_account: str, *, may_fetch: bool = True) -> BearerGrant | None:
+    """The grant of the request's bearer token, None if it carries none, or Azure's refusal
+    (bearer.NeedsFetch if the issuer's keys must be fetched and ``may_fetch`` is false)."""
+    try:
+        principal = bearer.azure_principal(environ, may_fetch=may_fetch)
+    except LeaseholdError as err:
+        metrics.count_bearer_refusal("azure", err.detail.get("reason", "other"))
+        raise
+    if principal is None:
+        return None
+    container = (decoded_path.split("/", 3) + [""])[2] or None
+    return BearerGrant(principal, roles.role_for(principal.claims, settings.LEASEHOLD_OIDC.rules, url_account,
+                                                 container), url_account)
+
+
+def credentials(environ: dict, decoded_path: str, url_account: str) -> Grant | None:
     """Check the request's credentials: None for SharedKey (signed for
-    ``url_account``), the grant for a SAS; else Azure's refusal."""
-    grant = verify_sas(environ, decoded_path, url_account)
+    ``url_account``), the grant for a SAS or a bearer token; else Azure's refusal."""
+    grant: Grant | None = verify_bearer(environ, decoded_path, url_account)
+    if grant is None:
+        grant = verify_sas(environ, decoded_path, url_account)
     if grant is None:
         require_account(verify_shared_key(environ, decoded_path, account_keys), url_account)
     return grant
 
 
-def actor_name(grant: sas.Grant | None, url_account: str) -> str:
+def actor_name(grant: Grant | None, url_account: str) -> str:
     return grant.actor if grant is not None else f"account:{url_account}"
 
 
@@ -73,9 +113,15 @@ def lease_operation(noun: str, lease_action: str | None) -> str:
     return f"{kind}_{noun}"
 
 
-def permit(grant: sas.Grant | None, operation: str) -> frozenset | None:
-    """None for SharedKey (the account may do anything); for a SAS, the
-    letters that allow ``operation``, or 403."""
+def permit(grant: Grant | None, operation: str) -> frozenset | None:
+    """None for SharedKey (the account may do anything) and for a bearer
+    token whose role allows ``operation``; for a SAS, the letters that allow
+    it; else 403 AuthorizationPermissionMismatch."""
+    if isinstance(grant, BearerGrant):
+        if not roles.allows(grant.role, operation):
+            metrics.count_bearer_refusal("azure", "role")
+            raise LeaseholdError("AuthorizationPermissionMismatch")
+        return None
     return None if grant is None else sas.authorize(grant, operation)
 
 
@@ -90,10 +136,21 @@ def create_only(ref, actor) -> None:
     raise LeaseholdError("AuthorizationPermissionMismatch")
 
 
-def response_headers(response, grant: sas.Grant | None) -> None:
+def response_headers(response, grant: Grant | None) -> None:
     """A service SAS's rscc/rscd/rsce/rscl/rsct on a blob read's answer."""
     for header, value in grant.headers if grant is not None else ():
         response[header] = value
+
+
+class BearerAuthentication(BaseAuthentication):
+    """The Azure view's bearer tokens (before SharedKey, which refuses any other scheme)."""
+
+    def authenticate(self, request):
+        account = request.parser_context["kwargs"].get("account")
+        grant = verify_bearer(request.META, request._request.path, account)
+        if grant is None:
+            return None
+        return SasPrincipal(grant), grant.account
 
 
 class SasAuthentication(BaseAuthentication):

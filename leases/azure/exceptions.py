@@ -60,6 +60,8 @@ def azure_exception_handler(exc, context):
     response = wire.error_response(
         exc, request_id=getattr(view, "request_id", None) or guids.request_id(), now=clock.now(),
         head=getattr(request, "method", "") == "HEAD")
+    if exc.detail.get("www_authenticate"):  # a bearer token refused: the challenge, as Azure sends it
+        response["WWW-Authenticate"] = exc.detail["www_authenticate"]
     if exc.status == 503 and exc.detail.get("retry_after") is not None:  # e.g. too many waiting acquires
         response["Retry-After"] = str(exc.detail["retry_after"])
         # A throttle (the JSON API's 429), not a failure: no ERROR line per refused request.

@@ -20,7 +20,7 @@ from leases.domain.errors import LeaseholdError
 from leases.services import Actor, ResourceRef
 from leases.auth.sharedkey import SharedKeyAuthentication
 from leases.azure import acl, inputs, lease_request, wire
-from leases.azure.auth import AccountKeyRequired, SasAuthentication, create_only, lease_operation, permit, response_headers
+from leases.azure.auth import AccountKeyRequired, BearerAuthentication, SasAuthentication, create_only, lease_operation, permit, response_headers
 from leases.azure.blocks import BlockRoutes, blob_type_headers, copy_headers
 from leases.azure.exceptions import azure_exception_handler
 from leases.azure.routes import ACCOUNT_ROUTES, BLOB_ROUTES, CONTAINER_ROUTES, SAS_OPERATIONS
@@ -63,7 +63,7 @@ _int_query = inputs.int_query
 
 
 class AzureBlobView(BlockRoutes, APIView):
-    authentication_classes = [SharedKeyAuthentication, SasAuthentication]
+    authentication_classes = [BearerAuthentication, SharedKeyAuthentication, SasAuthentication]
     permission_classes = [AccountKeyRequired]
     renderer_classes = [PassthroughRenderer]
     content_negotiation_class = AzureContentNegotiation

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from leases.conf import oidc as _oidc
 from leases.conf.env import SettingError, env_bool, env_choice, env_duration, env_float, env_int, env_log_level, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -93,6 +94,7 @@ class Settings:
     watched_leases: tuple[str, ...]
     allowed_hosts: tuple[str, ...]
     admin_hosts: tuple[str, ...]  # "host" or "host:port", lower case; empty: the admin on every host
+    oidc: _oidc.Oidc | None  # the issuer of the bearer tokens both doors accept, and its role rules
     time_zone: str
     debug: bool
     # logs
@@ -181,6 +183,25 @@ def _optional_int(name: str, environ: Mapping[str, str]) -> int | None:
     return env_int(name, 0, at_least=1, environ=environ) or None
 
 
+def _oidc_settings(environ: Mapping[str, str]) -> _oidc.Oidc | None:
+    """The issuer and its rules; None if LEASEHOLD_OIDC_ISSUER is unset (every variable is read, and
+    checked, either way)."""
+    issuer = env_str("LEASEHOLD_OIDC_ISSUER", "", allow_empty=True, environ=environ)
+    audiences = tuple(part.strip() for part in env_str(
+        "LEASEHOLD_OIDC_AUDIENCE", _oidc.DEFAULT_AUDIENCE, environ=environ).split(",") if part.strip())
+    found = _oidc.rules(env_str("LEASEHOLD_OIDC_ROLES", "", allow_empty=True, environ=environ))
+    leeway = env_int("LEASEHOLD_OIDC_LEEWAY", 30, at_least=0, environ=environ)
+    text = env_str("LEASEHOLD_OIDC_JWKS_REFETCH", "3/minute", pattern=r"[0-9]+/(s|m|h|d)[a-z]*",
+                   expected="fetches/period, e.g. 3/minute", environ=environ)
+    count, _, period = text.partition("/")
+    if int(count) < 1:
+        raise SettingError("LEASEHOLD_OIDC_JWKS_REFETCH must allow at least one fetch, e.g. 3/minute")
+    if not issuer:
+        return None
+    return _oidc.Oidc(issuer=_oidc.issuer_url(issuer), audiences=audiences or tuple(_oidc.DEFAULT_AUDIENCE.split(",")), rules=found,
+                leeway=leeway, refetch=(int(count) / PERIODS[period[0]], float(int(count))))
+
+
 def load(environ: Mapping[str, str] | None = None) -> Settings:
     """Every variable from ``environ`` (default: the process's), checked."""
     env: Mapping[str, str] = os.environ if environ is None else environ
@@ -249,6 +270,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         allowed_hosts=tuple(h.strip() for h in env_str(
             "LEASEHOLD_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]", environ=env).split(",") if h.strip()),
         admin_hosts=_admin_hosts(env),
+        oidc=_oidc_settings(env),
         time_zone=env_str("LEASEHOLD_TIME_ZONE", "UTC", environ=env),
         debug=env_bool("LEASEHOLD_DEBUG", environ=env),
         log_level=env_log_level(env),

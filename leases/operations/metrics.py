@@ -38,6 +38,10 @@ FRONT_REFUSALS = Counter("leasehold_http_front_refusals", "Requests the HTTP fro
                          "too slow; for headers the connection is closed without an answer), 400 (not HTTP, or "
                          "a bad Content-Length).", ["status"])
 FRONT_STATUSES = frozenset({400, 408, 413, 414, 431})
+BEARER_REFUSALS = Counter("leasehold_bearer_refusals", "Bearer tokens (OpenID Connect) refused, by door and reason "
+                          "(expired, audience, issuer, signature, unknown_key, ...).", ["door", "reason"])
+BEARER_REASONS = frozenset({"expired", "not_yet_valid", "audience", "issuer", "signature", "unknown_key",
+                            "keys_unavailable", "malformed", "not_configured", "old_version", "role"})
 # What happened to leases, counted once the lease transaction committed (services.lease_actions),
 # whichever door asked. No label per lease: LEASEHOLD_WATCHED_LEASES names the ones to watch.
 HOLDER_CHANGES = Counter("leasehold_lease_holder_changes", "Leases acquired by a holder (lease id) other than "
@@ -136,6 +140,10 @@ def count_unavailable(path: str) -> None:
     """One 503 answered on ``path``, by door."""
     UNAVAILABLE.labels("api" if path.startswith("/api/") else "admin" if path.startswith("/admin/")
                        else "azure").inc()
+
+
+def count_bearer_refusal(door: str, reason: str) -> None:
+    BEARER_REFUSALS.labels(door, reason if reason in BEARER_REASONS else "other").inc()
 
 
 def count_front_refusal(status: int) -> None:
@@ -293,7 +301,7 @@ def exposition(readiness_problems=None) -> bytes:
         from prometheus_client import REGISTRY
 
         for collector in (LEASE_REQUESTS, LEASE_LATENCY, WRITER_LOCK_WAIT, FSYNC, UNAVAILABLE, FRONT_REFUSALS, PRUNED,
-                          HOLDER_CHANGES, RAN_OUT, BREAKS, RENEWALS_REFUSED, DB_OUTAGES):
+                          HOLDER_CHANGES, RAN_OUT, BREAKS, RENEWALS_REFUSED, DB_OUTAGES, BEARER_REFUSALS):
             registry.register(collector)
         del REGISTRY  # the process-wide registry also holds the library's process/GC metrics
     if readiness_problems is not None:

@@ -1,6 +1,6 @@
 """The JSON API takes the same OpenID Connect bearer tokens as the Azure door, with the same roles,
 beside its own ``lh_`` tokens: tokens from the real provider process (tests/oidc_provider.py). The
-lean lease path (leases/api/fastpath.py) takes a contributor's lease request and answers and records
+lean lease path (leases/api/lean.py) takes a contributor's lease request and answers and records
 it exactly as the DRF view; a reader's is handed to the view, which refuses it (403); a token that
 does not hold is 401 AuthenticationFailed with the reason, counted in /metrics by door and reason;
 the collections and the history are no data role's."""
@@ -18,7 +18,7 @@ from leases.auth import bearer
 from leases.conf.oidc import Oidc, rules
 from leases.domain import clock as lease_clock
 from leases.operations import metrics
-from tests.api.test_api_fastpath import both_ways, environ
+from tests.api.test_api_lean import both_ways, environ
 from tests.oidc_provider import OidcProvider
 
 from .helpers import API, DEV_ACCOUNT, make_blob, make_container

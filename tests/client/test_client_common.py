@@ -50,6 +50,8 @@ def _http_error(status, code=None, headers=None):
 def test_which_errors_are_worth_retrying():
     assert is_transient(ServiceRequestError("connection refused"))
     assert is_transient(_http_error(503)) and is_transient(_http_error(500))
+    # A commit whose outcome is not known (decision 0045): tried again, the lease not counted held.
+    assert is_transient(_http_error(500, "OperationTimedOut")) and not is_conflict(_http_error(500, "OperationTimedOut"))
     assert not is_transient(_http_error(409, "LeaseIsBrokenAndCannotBeRenewed"))
     assert not is_transient(_http_error(412, "LeaseIdMismatchWithLeaseOperation"))
     assert is_conflict(_http_error(409, "LeaseAlreadyPresent"))

@@ -24,7 +24,7 @@ from leases import conf
 from leases.domain import paths
 
 # The long reads, by path (GET only): the JSON API's export and the admin's.
-LONG_READ_PATHS = (paths.API_EVENTS_EXPORT, "/admin/leases/leaseevent/export.csv")
+LONG_READ_PATHS = (paths.API_EVENTS_EXPORT, paths.API_TENURES_EXPORT, "/admin/leases/leaseevent/export.csv")
 START_SECONDS = 60  # a helper not ready by then (Django set-up on a saturated machine) is a 503
 HEADER = struct.Struct(">I")
 log = logging.getLogger("leasehold.long_reads")

@@ -59,7 +59,8 @@ def _flush_as_the_tests_need_it():
 
     * the history's triggers refuse that: the flush first moves the
       retention horizon past every event (forwards, as the triggers allow)
-      and deletes the history row by row; the horizon row is then flushed
+      and deletes the history row by row, and the tenures, once the open
+      ones are settled (as the triggers allow); the horizon row is then flushed
       with the rest, so the next test starts with nothing deletable, as
       production does;
     * a flush then sends post_migrate, which reads and writes back the
@@ -73,10 +74,10 @@ def _flush_as_the_tests_need_it():
     from django.core.management.commands import flush
     from django.db import connections
 
-    from leases.models import HistoryHorizon, LeaseEvent
+    from leases.models import HistoryHorizon, LeaseEvent, Tenure
 
-    events, horizon = LeaseEvent._meta.db_table, HistoryHorizon._meta.db_table
-    kept = {"django_content_type", "auth_permission", events}
+    events, horizon, tenures = LeaseEvent._meta.db_table, HistoryHorizon._meta.db_table, Tenure._meta.db_table
+    kept = {"django_content_type", "auth_permission", events, tenures}
     patched = {}
     for conn in connections.all():
         ops = type(conn.ops)
@@ -96,7 +97,9 @@ def _flush_as_the_tests_need_it():
                 return rest
             return [f"INSERT INTO {horizon} (id, delete_before) VALUES (1, '9999-12-31 00:00:00') "
                     f"ON CONFLICT (id) DO UPDATE SET delete_before = excluded.delete_before",
-                    f"DELETE FROM {events}", *rest]
+                    f"DELETE FROM {events}",
+                    f"UPDATE {tenures} SET ended_at = began_at, {self.quote_name('end')} = 'expired' "
+                    f"WHERE ended_at IS NULL", f"DELETE FROM {tenures}", *rest]
 
         ops.sql_flush = sql_flush
     emit, flush.emit_post_migrate_signal = flush.emit_post_migrate_signal, lambda *args, **kwargs: None

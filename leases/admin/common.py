@@ -81,6 +81,12 @@ def history_url(account: str, container: str, blob: str, *, current_app: str) ->
     return reverse("admin:leases_leaseevent_changelist", current_app=current_app) + "?" + query
 
 
+def tenures_url(account: str, container: str, blob: str, *, current_app: str) -> str:
+    """The tenures list narrowed to one resource (leases/admin/tenures.py)."""
+    query = urlencode({"account": account, "container": container, "blob": blob})
+    return reverse("admin:leases_tenure_changelist", current_app=current_app) + "?" + query
+
+
 # ------------------------------------------------------------------ search
 
 def lease_id_q(term: str) -> Q | None:

@@ -24,7 +24,7 @@ from leases.services.keyset import keyset_rows
 from leases.models import Blob, Container, LeaseEvent
 
 from leases.admin import display
-from leases.admin.common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_fingerprint_q
+from leases.admin.common import ReadOnlyColumnsMixin, admin_actor, history_url, lease_fingerprint_q, tenures_url
 from leases.admin.dashboard import dashboard
 from leases.admin.drilldown import date_drilldown
 from leases.admin.chips import filter_chips
@@ -256,6 +256,7 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
             "resource_url": self.resource_url(fake) if account and container else None,
             "history": events[:20],
             "history_url": history_url(account, container, blob, current_app=self.admin_site.name),
+            "tenures_url": tenures_url(account, container, blob, current_app=self.admin_site.name),
             "holder_form": form,
             "holder_keep": [("account", account), ("container", container), ("blob", blob)],
             "lookup": holder_lookup(account=account, container=container, blob=blob,

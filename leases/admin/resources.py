@@ -16,7 +16,7 @@ from leases.domain import machine
 from leases.models import Blob, Container, LeaseEvent
 
 from leases.admin import display
-from leases.admin.common import BREAKABLE, DeadlineOrder, ReadOnlyColumnsMixin, history_url, lease_id_q, lease_now, resource_ref
+from leases.admin.common import BREAKABLE, DeadlineOrder, ReadOnlyColumnsMixin, history_url, lease_id_q, tenures_url, lease_now, resource_ref
 from leases.admin.chips import filter_chips
 from leases.admin.filters import AccountFilter, BlobAccountFilter, ContainerFilter, DurationTypeFilter, EffectiveStateFilter
 from leases.admin.forms import HolderAtForm
@@ -190,6 +190,7 @@ class LeaseResourceAdmin(HolderViewsMixin, LeaseActionsMixin, ReadOnlyColumnsMix
                             and self.has_release_permission(request, obj)),
             "history": events[:HISTORY_ROWS],
             "history_url": history_url(ref.account, ref.container, ref.blob or "", current_app=self.admin_site.name),
+            "tenures_url": tenures_url(ref.account, ref.container, ref.blob or "", current_app=self.admin_site.name),
             "holder_form": holder_form,
             "lookup": holder_lookup(account=ref.account, container=ref.container, blob=ref.blob or "",
                                     when=holder_form.cleaned_data["held_at"]) if holder_form.is_valid() else None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from leases.auth.sharedkey import AccountPrincipal
-from leases.models import Blob, Container, LeaseEvent
+from leases.models import Blob, Container, LeaseEvent, Tenure
 
 
 def _scoped(queryset: QuerySet, principal, account_field: str) -> QuerySet:
@@ -28,3 +28,7 @@ def blobs_for(principal) -> QuerySet[Blob]:
 
 def events_for(principal) -> QuerySet[LeaseEvent]:
     return _scoped(LeaseEvent.objects.all(), principal, "account")
+
+
+def tenures_for(principal) -> QuerySet[Tenure]:
+    return _scoped(Tenure.objects.all(), principal, "account")

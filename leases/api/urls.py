@@ -9,6 +9,7 @@ from rest_framework.permissions import AllowAny
 from leases.api.base import ApiView
 from leases.api.events import EventExportView, EventListView, HolderView
 from leases.api.lease_actions import ACTION_VIEWS
+from leases.api.tenures import TenureExportView, TenureListView
 from leases.api.resources import BlobListView, BlobView, ContainerListView, ContainerView
 
 
@@ -40,6 +41,8 @@ urlpatterns = [
     path("events/", EventListView.as_view(), name="api-events"),
     path("events/export/", EventExportView.as_view(), name="api-events-export"),
     path("events/holder/", HolderView.as_view(), name="api-events-holder"),
+    path("tenures/", TenureListView.as_view(), name="api-tenures"),
+    path("tenures/export/", TenureExportView.as_view(), name="api-tenures-export"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),

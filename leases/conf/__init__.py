@@ -23,6 +23,9 @@ from leases.conf.env import SettingError, env_bool, env_choice, env_duration, en
 BASE_DIR = Path(__file__).resolve().parent.parent
 # Variables that once meant something and no longer do: set, they stop the
 # start (an operator relying on one learns it is gone), unlike unknown ones.
+# Successful renewals are kept a day unless LEASEHOLD_RETENTION_RENEWALS says otherwise ("forever"
+# keeps them): tenures keep who held what when (docs/decisions/0040-tenures.md has the arithmetic).
+RENEWALS_KEPT = "1d"
 REMOVED = {"LEASEHOLD_FRONT": "uvicorn is the only HTTP front (docs/decisions/0002)"}
 
 
@@ -257,7 +260,7 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
         pg_prepare=env_bool("LEASEHOLD_PG_PREPARE", True, environ=env),
         lease_inline=env_bool("LEASEHOLD_LEASE_INLINE", True, environ=env),
         lease_batch=env_bool("LEASEHOLD_LEASE_BATCH", True, environ=env),
-        retention_renewals=env_duration("LEASEHOLD_RETENTION_RENEWALS", environ=env),
+        retention_renewals=env_duration("LEASEHOLD_RETENTION_RENEWALS", environ=env, default=RENEWALS_KEPT),
         retention_events=env_duration("LEASEHOLD_RETENTION_EVENTS", environ=env),
         retention_batch=_optional_int("LEASEHOLD_RETENTION_BATCH", env),
         retention_pause=env_float("LEASEHOLD_RETENTION_PAUSE", 0.01, at_least=0, environ=env),

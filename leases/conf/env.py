@@ -138,6 +138,7 @@ def parse_duration(value: str | None, name: str) -> timedelta | None:
     return timedelta(seconds=float(match[1]) * UNIT_SECONDS[match[2]])
 
 
-def env_duration(name: str, *, environ: Mapping[str, str] | None = None) -> timedelta | None:
-    """A duration (``parse_duration``); unset: None."""
-    return parse_duration(_raw(name, environ), name)
+def env_duration(name: str, *, environ: Mapping[str, str] | None = None,
+                 default: str | None = None) -> timedelta | None:
+    """A duration (``parse_duration``); unset: ``default`` (None: for ever)."""
+    return parse_duration(_raw(name, environ) or default, name)

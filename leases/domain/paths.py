@@ -38,6 +38,7 @@ CONTAINER_PARAMETER = rf"^({CONTAINER})$"
 API_LEASES = f"/{API_PREFIX}leases/"
 API_BLOBS = f"/{API_PREFIX}blobs/"
 API_EVENTS_EXPORT = f"/{API_PREFIX}events/export/"
+API_TENURES_EXPORT = f"/{API_PREFIX}tenures/export/"
 
 
 def query_value(query: str, name: str) -> str | None:

@@ -369,3 +369,4 @@ from leases.models.tokens import ApiToken  # noqa: E402,F401
 
 # Large content's storage (leases/storage/blob_content.py), in a module of its own.
 from leases.models.content import BlobBlock, BlobChunk, BlobContent, BlobPart  # noqa: E402,F401
+from leases.models.tenure import Tenure  # noqa: E402,F401

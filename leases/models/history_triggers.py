@@ -15,6 +15,12 @@ TRIGGERS = {
                    "leases_historyhorizon_forwards"),
 }
 TABLES = ("leases_leaseevent", "leases_historyhorizon")
+# The tenures' guard (migration 0015_tenures), kept the same way once that table exists.
+TENURE_TRIGGERS = {
+    "sqlite": ("leases_tenure_no_update", "leases_tenure_no_delete", "leases_tenure_no_replace"),
+    "postgresql": ("leases_tenure_no_update", "leases_tenure_no_delete", "leases_tenure_no_truncate"),
+}
+TENURE_TABLE = "leases_tenure"
 
 
 def present(conn, cursor) -> set[str]:
@@ -29,7 +35,10 @@ def present(conn, cursor) -> set[str]:
 
 def missing(conn, cursor) -> list[str]:
     have = present(conn, cursor)
-    return [name for name in TRIGGERS.get(conn.vendor, ()) if name not in have]
+    expected = [*TRIGGERS.get(conn.vendor, ())]
+    if TENURE_TABLE in conn.introspection.table_names(cursor):
+        expected += TENURE_TRIGGERS.get(conn.vendor, ())
+    return [name for name in expected if name not in have]
 
 
 def ensure(conn) -> list[str]:
@@ -39,10 +48,11 @@ def ensure(conn) -> list[str]:
         if not set(TABLES) <= set(conn.introspection.table_names(cursor)):
             return []  # not migrated that far: the migration creates them
         gone = missing(conn, cursor)
-    if gone:
-        migration = importlib.import_module("leases.migrations.0005_history_append_only")
-        with conn.schema_editor() as editor:
-            migration.create_triggers(editor)
+    for names, module in ((TRIGGERS, "0005_history_append_only"), (TENURE_TRIGGERS, "0015_tenures")):
+        if set(gone) & set(names.get(conn.vendor, ())):
+            migration = importlib.import_module(f"leases.migrations.{module}")
+            with conn.schema_editor() as editor:
+                migration.create_triggers(editor)
     return gone
 
 

@@ -10,11 +10,12 @@ from django.db import transaction
 
 from leases.domain import machine
 from leases.operations import metrics
-from leases.services import wakeups
+from leases.services import tenures, wakeups
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob
 from leases.services.common import Actor, ResourceRef
 from leases.services.history import _event_start, _record, record_refusal
+from leases.storage import statements
 from leases.storage.transactions import write_transaction
 
 
@@ -93,6 +94,7 @@ def _after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: dateti
         return []
     _record(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=blob.lease_generation)
+    _tenure_after(blob, record, ref=ref, actor=actor, action="ended-by-write", state_before=before, now=now)
     transaction.on_commit(partial(metrics.lease_ended, ref.noun, before))
     return list(blob.set_lease_record(record))
 
@@ -105,5 +107,16 @@ def _ended_by_delete(obj, *, ref: ResourceRef, actor: Actor, now: datetime) -> N
         return
     _record(ref=ref, actor=actor, action="ended-by-delete", now=now, status=202, lease_id=obj.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=obj.lease_generation)
+    _tenure_after(obj, machine.LeaseRecord(generation=obj.lease_generation), ref=ref, actor=actor,
+                  action="ended-by-delete", state_before=before, now=now)
     transaction.on_commit(partial(metrics.lease_ended, ref.noun, before))
     wakeups.at_delete(wakeups.key(ref.account, ref.container, ref.blob))  # its waiters learn it is gone
+
+
+def _tenure_after(obj, record: machine.LeaseRecord, *, ref: ResourceRef, actor: Actor, action: str,
+                  state_before: str, now: datetime) -> None:
+    """The lease's tenure after a write or delete ended it (services.tenures), in this transaction."""
+    conn = transaction.get_connection()
+    with statements.driver_cursor(conn) as cursor:
+        tenures.after_write(ref=ref, actor=actor, action=action, state_before=state_before,
+                            before=obj.lease_record, after=record, now=now, conn=conn, cursor=cursor)

@@ -13,7 +13,7 @@ from django.db import transaction
 
 from leases.domain import machine
 from leases.operations import metrics
-from leases.services import wakeups
+from leases.services import tenures, wakeups
 from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, Container
@@ -176,6 +176,7 @@ def _granted(plan: _Plan, attempt: _Attempt, event: list, *, ref: ResourceRef, a
     action, obj, now, outcome = plan.action, attempt.obj, attempt.now, attempt.outcome
     assert action is not None and obj is not None and now is not None and outcome is not None
     attempt.previous_id = obj.lease_id
+    before = obj.lease_record
     holder: tuple[str, ...] = ()
     if action == "acquire" and outcome.state_before != machine.LEASED:  # a new lease
         obj.lease_acquired_at = now
@@ -189,6 +190,8 @@ def _granted(plan: _Plan, attempt: _Attempt, event: list, *, ref: ResourceRef, a
                       duration=outcome.record.duration if action != "break" else None)
     _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn,
                   saving=_lease_saved(obj, outcome.record, *holder), **plan.facts)
+    tenures.after_write(ref=ref, actor=actor, action=action, state_before=outcome.state_before, before=before,
+                        after=outcome.record, now=now, conn=conn, cursor=cursor)
     if action in wakeups.FREEING:
         wakeups.in_transaction(wakeups.key(ref.account, ref.container, ref.blob), conn, cursor)
 

@@ -73,33 +73,37 @@ def list_blobs(*, container: Container, prefix: str = "", delimiter: str = "", m
 HOLDING_ACTIONS = ("acquire", "renew", "change", "release", "break", "ended-by-write", "ended-by-delete")
 
 
-def holder_at(*, account: str, container: str, blob: str = "", when):
-    """Who held the lease on a resource at time ``when``, from the history:
-    the last successful lease event at or before ``when``, if it left the
-    lease locked and its deadline had not passed. Returns None or a dict with
-    the lease id, the holder (actor of the acquire that started this lease),
-    since, until (None: infinite), state and generation. The lease id is
-    its fingerprint (the history keeps no more)."""
-    from leases.models import LeaseEvent
+def tenure_at(*, account: str, container: str, blob: str = "", when):
+    """The resource's last tenure begun at or before ``when`` (held then or
+    not), or None: one seek of the tenures' resource index."""
+    from leases.models import Tenure
 
-    events = LeaseEvent.objects.filter(account=account, container=container, blob=blob,
-                                       outcome=LeaseEvent.Outcome.SUCCESS, action__in=HOLDING_ACTIONS)
-    last = events.filter(occurred_at__lte=when).order_by("-occurred_at", "-id").first()
-    if last is None or last.state_after not in ("leased", "breaking"):
+    return (Tenure.objects.filter(account=account, container=container, blob=blob, began_at__lte=when)
+            .order_by("-began_at", "-id").first())
+
+
+def holder_at(*, account: str, container: str, blob: str = "", when):
+    """Who held the lease on a resource at time ``when``, from its tenures
+    (leases.models.Tenure), which retention does not prune with the events:
+    the last tenure begun at or before ``when``, if it had not ended by then
+    (its end, or its deadline). Returns None or a dict with the lease id's
+    fingerprint at ``when``, the holder (actor of the request that began the
+    tenure), since, until (its end, or its latest deadline; None: infinite),
+    state and generation, and the tenure itself."""
+    tenure = tenure_at(account=account, container=container, blob=blob, when=when)
+    if tenure is None or not tenure.held_at(when):
         return None
-    if last.expires_at is not None and when >= last.expires_at:
-        return None
-    start = events.filter(action="acquire", generation=last.generation,
-                          occurred_at__lte=last.occurred_at).order_by("-occurred_at", "-id").first() or last
+    breaking = tenure.breaking_since is not None and tenure.breaking_since <= when
     return {
-        "lease_fingerprint": last.proposed_lease_fingerprint if last.action == "change" else last.lease_fingerprint,
-        "holder": start.actor,
-        "client_request_id": start.client_request_id,
-        "remote_addr": start.remote_addr,
-        "since": start.occurred_at,
-        "until": last.expires_at,
-        "state": last.state_after,
-        "generation": last.generation,
+        "lease_fingerprint": tenure.fingerprint_at(when),
+        "holder": tenure.holder,
+        "client_request_id": tenure.client_request_id,
+        "remote_addr": tenure.holder_address,
+        "since": tenure.began_at,
+        "until": tenure.until(),
+        "state": "breaking" if breaking else "leased",
+        "generation": tenure.generation,
+        "tenure": tenure.pk,
     }
 
 

@@ -23,11 +23,11 @@ from leases.storage.django_internals import FORMAT_QMARK_REGEX, InsertQuery, Mod
 
 _statements: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> {key: compiled}
 _PLACEHOLDER_VALUES = {  # any valid value of the type: compiled statements keep only the SQL
-    "CharField": "x", "UUIDField": uuid.UUID(int=1), "IntegerField": 1, "BigIntegerField": 1,
+    "CharField": "x", "TextField": "x", "UUIDField": uuid.UUID(int=1), "IntegerField": 1, "BigIntegerField": 1,
     "PositiveSmallIntegerField": 1, "DateTimeField": datetime(2000, 1, 1, tzinfo=timezone.utc),
 }
 # Python str/int already are what these fields send to the database.
-_PASSTHROUGH_TYPES = ("CharField", "IntegerField", "BigIntegerField", "PositiveSmallIntegerField")
+_PASSTHROUGH_TYPES = ("CharField", "TextField", "IntegerField", "BigIntegerField", "PositiveSmallIntegerField")
 
 
 def compiled(conn, key, compile_):

@@ -28,7 +28,8 @@ from .helpers import VIEW_ALL, _staff
 pytestmark = pytest.mark.also_postgres
 
 BLOBS, CONTAINERS, HISTORY = "/admin/leases/blob/", "/admin/leases/container/", "/admin/leases/leaseevent/"
-LISTS = (BLOBS, CONTAINERS, HISTORY, f"{HISTORY}export.csv")
+TENURES = "/admin/leases/tenure/"
+LISTS = (BLOBS, CONTAINERS, HISTORY, f"{HISTORY}export.csv", TENURES)
 REGEX = "^(.|.){26}!"  # catastrophic backtracking: seconds per row, in SQLite's row loop
 UNDECLARED = [
     ("request_id__regex", REGEX), ("lease_id__lt", str(uuid.UUID(int=2**127))), ("lease_id", "6f1c2a9e-3b7d-4c55-9a1e-0d2b8f7c4e31"),
@@ -62,7 +63,7 @@ def test_an_undeclared_lookup_is_400_and_reads_nothing(anyone, estate, caplog, l
         assert f"Filtering by {lookup} not allowed" in caplog.text, (url, lookup)
         assert value not in caplog.text or len(value) < 3
         opened = [q["sql"] for q in seen if "leases_blob" in q["sql"] or "leases_leaseevent" in q["sql"]
-                  or "leases_container" in q["sql"]]
+                  or "leases_container" in q["sql"] or "leases_tenure" in q["sql"]]
         assert opened == [], (url, lookup, opened)  # refused before any list query
 
 
@@ -127,6 +128,7 @@ def test_every_link_the_admin_renders_is_accepted(client, superuser, estate):
             "occurred_at__year"} <= kinds, sorted(kinds)
     assert any("blob=" in u and u.startswith(HISTORY) for u in seen)
     assert any(u.startswith(f"{BLOBS}?container=") for u in seen)
+    assert any(u.startswith(TENURES) and "blob=" in u for u in seen)  # a resource's tenures
     assert checked > 40
 
 
@@ -194,7 +196,7 @@ def test_bounded_reads_stop_once_no_one_will_read_the_answer(db):
     assert time.monotonic() < bound  # stopped by the client's going, not by the time bound
 
 
-@pytest.mark.parametrize("url", [BLOBS, CONTAINERS, HISTORY])
+@pytest.mark.parametrize("url", [BLOBS, CONTAINERS, HISTORY, TENURES])
 def test_a_list_read_past_its_bound_is_a_503_page(anyone, estate, monkeypatch, url):
     if connection.vendor != "sqlite":
         pytest.skip("PostgreSQL's statement_timeout is the server's (engines/postgres)")

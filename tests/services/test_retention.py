@@ -45,9 +45,11 @@ def test_bad_durations_are_refused_with_the_variable_named(text):
         conf.load({"LEASEHOLD_RETENTION_RENEWALS": text})
 
 
-def test_default_policy_keeps_everything():
+def test_default_policy_keeps_renewals_a_day_and_everything_else_for_ever():
     policy = Policy.from_settings(conf.load({}))
-    assert not policy.prunes and policy.horizon(services.clock.now()) is None
+    assert (policy.renewals, policy.events) == (timedelta(days=1), None)
+    forever = Policy.from_settings(conf.load({"LEASEHOLD_RETENTION_RENEWALS": "forever"}))
+    assert not forever.prunes and forever.horizon(services.clock.now()) is None
 
 
 @pytest.fixture
@@ -115,6 +117,7 @@ def test_holder_at_answers_for_the_kept_period(timeline):
 def test_the_command_prunes_by_the_policy_and_its_options(timeline, leasehold_env, capsys):
     _, now = timeline
     everything = kept()
+    leasehold_env(LEASEHOLD_RETENTION_RENEWALS="forever")
     call_command("leasehold_prune")
     assert "keeps every event" in capsys.readouterr().out and kept() == everything
     leasehold_env(LEASEHOLD_RETENTION_RENEWALS="1m")

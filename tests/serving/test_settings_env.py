@@ -7,6 +7,7 @@ variables read."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 import ast
 import os
 import re
@@ -183,7 +184,7 @@ def test_the_reference_lists_exactly_the_variables_read():
 def test_defaults_and_typed_values():
     defaults = conf.load({"LEASEHOLD_VAR_DIR": "/srv/lh"})
     assert defaults.database == "/srv/lh/leasehold.sqlite3" and defaults.bind == ("127.0.0.1", 10000)
-    assert defaults.lease_threads is None and defaults.retention_renewals is None and not defaults.on_postgres
+    assert defaults.lease_threads is None and defaults.retention_renewals == timedelta(days=1) and not defaults.on_postgres
     given = conf.load({"LEASEHOLD_BIND": "[::1]:8080", "LEASEHOLD_THREADS": "3", "LEASEHOLD_RETENTION_EVENTS": "2h",
                        "LEASEHOLD_WATCHED_LEASES": " a/c , a/c/b/ ", "LEASEHOLD_DATABASE": "postgresql://h/db"})
     assert given.bind == ("::1", 8080) and given.lease_threads == 3 and given.on_postgres

@@ -1,6 +1,7 @@
 """The lease transaction's shape on SQLite, statement by statement, as the
 driver runs it: one read, one write of the lease columns that changed, one
-history insert, between BEGIN IMMEDIATE and COMMIT. Every extra statement or
+history insert, and the tenure's insert or update where the lease's hold begins, moves or ends
+(leases/services/tenures.py), between BEGIN IMMEDIATE and COMMIT. Every extra statement or
 index touched under the writer lock is time every other writer waits."""
 
 import re
@@ -33,13 +34,16 @@ def statements():
 
     def trace(sql: str) -> None:
         # SQLite traces a trigger's run as its statement once more: the
-        # history's BEFORE INSERT trigger (append-only, migration 0004).
+        # history's BEFORE INSERT trigger (append-only, migration 0004), the
+        # tenures' BEFORE INSERT and UPDATE triggers (migration 0015).
         # The busy timeout is narrowed around BEGIN only when the writer lock
         # was waited for (the WAL checkpoint thread may hold it a moment on a
         # loaded machine): contention, not the transaction's statements.
         if sql.startswith("PRAGMA busy_timeout="):
             return
-        if not (seen and sql == seen[-1] and sql.startswith('INSERT INTO "leases_leaseevent"')):
+        if not (seen and sql == seen[-1] and sql.startswith(('INSERT INTO "leases_leaseevent"',
+                                                             'INSERT INTO "leases_tenure"',
+                                                             'UPDATE "leases_tenure"'))):
             seen.append(sql)
 
     connection.ensure_connection()
@@ -54,16 +58,18 @@ def _shape(sql: str) -> str:
         return sql
     if sql.startswith("INSERT INTO \"leases_fencinggeneration\""):
         return "INSERT fencing"
+    if sql.startswith("INSERT INTO \"leases_tenure\""):
+        return "INSERT tenure"
     if sql.startswith("UPDATE"):
         return "UPDATE " + ",".join(sorted(re.findall(r'"(\w+)" = ', sql.split(" WHERE ")[0])))
     return sql.split(" ")[0] + (" IMMEDIATE" if sql.startswith("BEGIN IMMEDIATE") else "")
 
 
-def _transaction(*writes: str) -> list[str]:
+def _transaction(*writes: str, tenure: tuple[str, ...] = ()) -> list[str]:
     """The statements of one lease transaction: the fsync is taken outside
     the writer lock (engines.sqlite), so the transaction itself runs
     at synchronous=NORMAL and the connection returns to FULL after it."""
-    return ["PRAGMA synchronous=NORMAL", "BEGIN IMMEDIATE", "SELECT", *writes, "INSERT", "COMMIT",
+    return ["PRAGMA synchronous=NORMAL", "BEGIN IMMEDIATE", "SELECT", *writes, "INSERT", *tenure, "COMMIT",
             "PRAGMA synchronous=FULL"]
 
 
@@ -82,10 +88,14 @@ def test_acquire_renew_release_are_one_read_one_write_one_event(blob, statements
     new_lease = ("lease_state", "lease_id", "lease_duration", "lease_expires_at", "lease_generation",
                  "lease_acquired_at", "lease_holder", "lease_holder_address", "lease_holder_request_id")
     # a new lease, and only a new lease, also records its fencing token for the name
-    assert acquire == _transaction("INSERT fencing", "UPDATE " + ",".join(sorted(new_lease)))
-    # a renew moves the deadline only: the state, lease id and break indexes are not rewritten
-    assert renew == _transaction("UPDATE lease_expires_at")
-    assert release == _transaction("UPDATE lease_duration,lease_expires_at,lease_id,lease_state")
+    # and begins a tenure
+    assert acquire == _transaction("INSERT fencing", "UPDATE " + ",".join(sorted(new_lease)),
+                                   tenure=("INSERT tenure",))
+    # a renew moves the deadline only: the state, lease id and break indexes are not rewritten;
+    # the tenure's deadline moves with it (no index of the tenures has it)
+    assert renew == _transaction("UPDATE lease_expires_at", tenure=("UPDATE deadline",))
+    assert release == _transaction("UPDATE lease_duration,lease_expires_at,lease_id,lease_state",
+                                   tenure=("UPDATE end,ended_at,ended_by,settled_by",))
     row = Blob.objects.get(name=blob.blob)
     assert (row.lease_state, row.lease_id, row.lease_expires_at, row.lease_generation) == ("available", None, None, 1)
     assert list(LeaseEvent.objects.order_by("id").values_list("action", "outcome")) == [

@@ -1,0 +1,165 @@
+"""Tenures for auditors (leases.models.Tenure): one row per lease lifetime, listed with filters and
+cursor paging as the events are, and exported as CSV or NDJSON. Read-only, with the history's
+permission (``view_leaseevent``): a tenure is what the history says, kept past its pruning."""
+
+from __future__ import annotations
+
+import django_filters
+from django.core.validators import RegexValidator
+from django.db.models import Q
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+
+from leases.domain import clock, fingerprints, machine
+from leases.models import Tenure
+from leases.services.keyset import keyset_rows
+from leases.api import schema
+from leases.api.base import ApiGenericView, ApiListView
+from leases.api.events import READ_EVENTS, RefusesHistoryChanges
+from leases.api.filters import (CharInFilter, QueryFilterBackend, StrictOrderingFilter,
+                                UtcIsoDateTimeFromToRangeFilter, UtcIsoDateTimeField)
+from leases.api.pagination import EventCursor
+from leases.api.renderers import CsvRenderer, NdjsonRenderer
+from leases.api.selectors import tenures_for
+
+TENURE_FIELDS = ["id", "resource_type", "account", "container", "blob", "generation", "lease_fingerprint",
+                 "fingerprints", "holder", "holder_address", "client_request_id", "via", "began_by", "began_at",
+                 "deadline", "breaking_since", "ended_at", "end", "ended_by", "settled_by"]
+ENDS = [*Tenure.End.values, "held"]
+
+
+class TenureSerializer(serializers.ModelSerializer):
+    end = serializers.SerializerMethodField(help_text=(
+        "released, broken, expired, ended-by-delete; \"held\" while it holds. A lease that expired or finished "
+        "breaking is recorded by the next write on its resource; until then this says so from its deadline."))
+    ended_at = serializers.SerializerMethodField(help_text="When it stopped holding; null while it holds.")
+
+    class Meta:
+        model = Tenure
+        fields = TENURE_FIELDS
+        extra_kwargs = {"fingerprints": {"help_text": "Every lease id fingerprint it had, space-separated: the "
+                                                      "first, then each a change gave it as fingerprint@time."}}
+
+    def get_end(self, tenure: Tenure) -> str:
+        return tenure.end_at(self.context["now"])[0] or "held"
+
+    def get_ended_at(self, tenure: Tenure) -> str | None:
+        how, at = tenure.end_at(self.context["now"])
+        return serializers.DateTimeField().to_representation(at) if how and at else None
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
+
+
+class TenureFilter(django_filters.FilterSet):
+    resource = django_filters.CharFilter(
+        method="filter_resource",
+        help_text='One resource\'s tenures: "account/container" (the container itself) or "account/container/blob".')
+    account = django_filters.CharFilter()
+    container = django_filters.CharFilter(help_text="A container and all its blobs.")
+    blob = django_filters.CharFilter()
+    resource_type = django_filters.ChoiceFilter(choices=[(machine.CONTAINER, machine.CONTAINER),
+                                                         (machine.BLOB, machine.BLOB)])
+    lease_id = django_filters.UUIDFilter(method="filter_lease_id",
+                                         help_text="Tenures whose lease had this id, first or after a change.")
+    lease_fingerprint = django_filters.CharFilter(
+        method="filter_lease_fingerprint", validators=[RegexValidator(fingerprints.FINGERPRINT, "Not a fingerprint.")],
+        help_text="Tenures whose lease had this fingerprint (12 hex digits), first or after a change.")
+    holder = django_filters.CharFilter(help_text='The actor that began it, e.g. "account:devstoreaccount1".')
+    via = django_filters.ChoiceFilter(choices=[(v, v) for v in ("azure", "api", "admin", "cli")])
+    client_request_id = django_filters.CharFilter()
+    generation = django_filters.NumberFilter()
+    end = CharInFilter(method="filter_end", help_text="Comma-separated: " + ", ".join(ENDS) + ".")
+    began_at = UtcIsoDateTimeFromToRangeFilter(help_text="began_at_after / began_at_before: ISO 8601, inclusive.")
+    held_at = UtcIsoDateTimeFilter(method="filter_held_at",
+                                   help_text="Tenures holding their resource at this time (ISO 8601).")
+
+    class Meta:
+        model = Tenure
+        fields: list[str] = []
+
+    def filter_resource(self, queryset, name, value):
+        account, _, rest = value.partition("/")
+        container, _, blob = rest.partition("/")
+        return queryset.filter(account=account, container=container, blob=blob)
+
+    def filter_lease_id(self, queryset, name, value):
+        return self.filter_lease_fingerprint(queryset, name, fingerprints.of(value))
+
+    def filter_lease_fingerprint(self, queryset, name, value):
+        return queryset.filter(Q(lease_fingerprint=value) | Q(fingerprints__contains=f" {value}@"))
+
+    def filter_end(self, queryset, name, values):
+        unknown = sorted(set(values) - set(ENDS))
+        if unknown:
+            from leases.domain.errors import LeaseholdError
+            raise LeaseholdError("InvalidQueryParameterValue", field="end", value=",".join(unknown)[:100],
+                                 message="end must be among: " + ", ".join(ENDS) + ".")
+        now = clock.now()
+        passed = Q(end="", deadline__lte=now)
+        each = {"held": Q(end="") & (Q(deadline__isnull=True) | Q(deadline__gt=now)),
+                Tenure.End.EXPIRED: Q(end=Tenure.End.EXPIRED) | (passed & Q(breaking_since__isnull=True)),
+                Tenure.End.BROKEN: Q(end=Tenure.End.BROKEN) | (passed & Q(breaking_since__isnull=False))}
+        wanted = Q(pk__in=[])
+        for value in values:
+            wanted |= each.get(value, Q(end=value))
+        return queryset.filter(wanted)
+
+    def filter_held_at(self, queryset, name, when):
+        until = Q(ended_at__gt=when) | Q(ended_at__isnull=True, deadline__gt=when) | Q(
+            ended_at__isnull=True, deadline__isnull=True)
+        return queryset.filter(Q(began_at__lte=when) & until)
+
+
+class TenureQueryMixin(RefusesHistoryChanges):
+    required_permissions = READ_EVENTS
+    filter_backends = [QueryFilterBackend]
+    filterset_class = TenureFilter
+
+    def get_queryset(self):
+        return tenures_for(self.request.user)
+
+
+@extend_schema(tags=["tenures"])
+class TenureListView(TenureQueryMixin, ApiListView):
+    serializer_class = TenureSerializer
+    filter_backends = [QueryFilterBackend, StrictOrderingFilter]
+    ordering_fields = ["id"]
+    pagination_class = EventCursor
+
+    def get_serializer_context(self):
+        return {**super().get_serializer_context(), "now": clock.now()}
+
+    @extend_schema(summary="List tenures (one per lease lifetime)", description=(
+        "Newest first (`ordering=id` for oldest first). Each tenure is one lease's hold on its resource, from "
+        "the request that began it to its end; kept when retention prunes the events."),
+        responses={200: OpenApiResponse(TenureSerializer(many=True), description="A page of tenures."),
+                   **schema.errors()})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+@extend_schema(tags=["tenures"])
+class TenureExportView(TenureQueryMixin, ApiGenericView):
+    renderer_classes = [CsvRenderer, NdjsonRenderer]
+
+    @extend_schema(
+        summary="Export tenures as CSV or NDJSON",
+        description=("Every matching tenure, oldest first, streamed, as stored: `end` is empty until an end "
+                     "is recorded (see `deadline`). Choose the format with `format` or Accept."),
+        filters=True,
+        parameters=[OpenApiParameter("format", OpenApiTypes.STR, enum=["csv", "ndjson"])],
+        responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="One CSV row or NDJSON line "
+                                                                                    "per tenure."),
+                   (200, "application/x-ndjson"): OpenApiTypes.STR,
+                   **schema.errors(404, 406)})
+    def get(self, request):
+        rows = keyset_rows(self.filter_queryset(self.get_queryset()).order_by("id"), TENURE_FIELDS)
+        renderer = request.accepted_renderer
+        response = StreamingHttpResponse(renderer.stream(TENURE_FIELDS, rows),
+                                         content_type=f"{renderer.media_type}; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="lease-tenures.{renderer.format}"'
+        return response

@@ -1,0 +1,121 @@
+"""Tenures: one row per lease lifetime on a container or blob, from the moment a lease begins to
+hold the resource until it stops (released, broken, expired, ended by a delete). Written by the
+services in the transaction of the lease write (leases/services/tenures.py), so "who held R at T"
+is answered from here, whatever retention prunes of the history. Names are copied, not foreign
+keys, as the history's are: a tenure outlives its resource. The database refuses changes to a
+settled tenure and to a tenure's fixed columns, and deletes but by retention (migration 0015)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+
+
+class TenureQuerySet(models.QuerySet):
+    """``.delete()`` and ``.update()`` refuse, as the database's triggers do: only the
+    services change an open tenure, and only retention deletes settled ones."""
+
+    def delete(self):
+        raise PermissionError("tenures are kept (only retention prunes settled ones)")
+
+    delete.alters_data = True  # type: ignore[attr-defined]
+    delete.queryset_only = True  # type: ignore[attr-defined]
+
+    def update(self, **kwargs):
+        raise PermissionError("tenures are changed by lease writes only")
+
+    update.alters_data = True  # type: ignore[attr-defined]
+
+    def _raw_delete(self, using):
+        raise PermissionError("tenures are kept (only retention prunes settled ones)")
+
+
+class Tenure(models.Model):
+    """One lease lifetime. ``deadline``: the latest deadline its lease had (expiry while leased,
+    the break's moment while breaking; None: infinite). ``fingerprints``: the lease id
+    fingerprints it had, in order: the first, then each a change gave it as ``fp@time``.
+    A lease renewed after it expired resumes (same generation) as a new tenure, begun by that
+    renew: between the two, nobody held the resource."""
+
+    class End(models.TextChoices):
+        RELEASED = "released"
+        BROKEN = "broken"
+        EXPIRED = "expired"
+        ENDED_BY_DELETE = "ended-by-delete"
+
+    resource_type = models.CharField(max_length=9)  # container | blob
+    account = models.CharField(max_length=24)
+    container = models.CharField(max_length=63)
+    blob = models.CharField(max_length=1024, blank=True)
+    generation = models.BigIntegerField()
+    lease_fingerprint = models.CharField(max_length=12)  # the one it began with
+    fingerprints = models.TextField()
+    holder = models.CharField(max_length=200, blank=True)  # the actor of the request that began it
+    holder_address = models.CharField(max_length=64, blank=True)
+    client_request_id = models.CharField(max_length=1024, blank=True)
+    via = models.CharField(max_length=8, blank=True)
+    began_by = models.CharField(max_length=16)  # acquire | renew (an expired lease resumed)
+    began_at = models.DateTimeField()
+    deadline = models.DateTimeField(null=True, blank=True)
+    breaking_since = models.DateTimeField(null=True, blank=True)
+    # Set once, when the end is known: at a release, break or delete, or for one that
+    # expired or finished breaking, by the next write on the resource (state derives from
+    # stored deadlines: nothing runs at the deadline itself).
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end = models.CharField(max_length=16, blank=True, choices=End.choices)
+    ended_by = models.CharField(max_length=200, blank=True)  # who released, broke or deleted
+    settled_by = models.CharField(max_length=16, blank=True)  # the action whose write recorded the end
+
+    objects = TenureQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-began_at", "-id"]
+        indexes = [
+            models.Index(fields=["blob", "container", "account", "began_at"], name="tenure_resource_idx"),
+            models.Index(fields=["account", "began_at"], name="tenure_account_idx"),
+            models.Index(fields=["lease_fingerprint"], name="tenure_lease_fp_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.resource_path} generation {self.generation} from {self.began_at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def resource_path(self) -> str:
+        return "/".join(p for p in (self.account, self.container, self.blob) if p)
+
+    def until(self) -> datetime | None:
+        """When it stopped holding the resource (or will, or did without anyone having
+        written since: its deadline); None while held without a deadline."""
+        return self.ended_at or self.deadline
+
+    def held_at(self, when: datetime) -> bool:
+        end = self.until()
+        return self.began_at <= when and (end is None or when < end)
+
+    def end_at(self, now: datetime) -> tuple[str, datetime | None]:
+        """How it ended and when, as known at ``now``: its recorded end, else "expired" or
+        "broken" at a deadline that has passed, else ("", deadline) while held."""
+        if self.end:
+            return self.end, self.ended_at
+        if self.deadline is not None and self.deadline <= now:
+            return (self.End.BROKEN if self.breaking_since else self.End.EXPIRED), self.deadline
+        return "", self.deadline
+
+    def fingerprint_at(self, when: datetime) -> str:
+        """The fingerprint its lease had at ``when`` (after every change made by then)."""
+        current = self.lease_fingerprint
+        for entry in self.fingerprints.split()[1:]:
+            fp, _, since = entry.partition("@")
+            if datetime.fromisoformat(since) > when:
+                break
+            current = fp
+        return current
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise PermissionError("tenures are changed by lease writes only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("tenures are kept (only retention prunes settled ones)")

@@ -209,3 +209,44 @@ def test_a_digest_that_cannot_be_checked_is_a_clear_error(history, tmp_path, tex
     found = verify(str(bad))
     assert found.startswith("2: ") and said in found
     assert not LedgerCheck.objects.exists()  # nothing was verified
+
+
+def test_an_event_still_in_flight_holds_sealing_back_on_postgresql(transactional_db, monkeypatch):
+    """A sequence hands out ids before commit: while a transaction holds a drawn id, a later event
+    committed with a higher id is not settled, so no block can cover the gap it would fill."""
+    import threading
+
+    from django.db import transaction
+
+    from leases.storage import ledger_rows
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has one writer: nothing commits out of id order")
+    monkeypatch.setattr(ledger_rows, "SETTLE_WAIT", 0.5)
+    drawn, commit = threading.Event(), threading.Event()
+    ids = []
+
+    def in_flight():
+        try:
+            with transaction.atomic():
+                ids.append(LeaseEvent.objects.create(**EVENT).id)
+                drawn.set()
+                commit.wait(30)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=in_flight)
+    thread.start()
+    try:
+        assert drawn.wait(30)
+        later = LeaseEvent.objects.create(**EVENT).id
+        assert later > ids[0]
+        assert ledger_rows.settled_through(connection) is None  # the lower id may still commit
+    finally:
+        commit.set()
+        thread.join()
+    assert ledger_rows.settled_through(connection) >= later
+
+
+EVENT = dict(occurred_at=hashes.EPOCH, action="acquire", outcome="refused", resource_type="container",
+             account=ACCOUNT, container="box", status_code=409, error_code="LeaseAlreadyPresent")

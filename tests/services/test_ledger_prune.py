@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 from leases import services
@@ -73,4 +73,6 @@ def test_a_tampered_block_is_not_pruned(aged, clock):
     with pytest.raises(ledger_prune.LedgerRefusesPrune, match="block 1: its events do not match"):
         retention.prune(Policy(renewals=timedelta(hours=30), batch=1000), now=clock.now(), pace=False)
     assert LeaseEvent.objects.filter(id=victim).exists()  # the evidence is kept
+    with pytest.raises(CommandError, match="block 1: its events do not match"):  # the command says so
+        call_command("leasehold_prune", "--renewals", "30h", "--no-pause")
     assert "1: verify failed: block 1 " in verify(aged)

@@ -28,7 +28,7 @@ from serving.admission import Admission
 from serving.doors import LeanPath, Writer, door_of
 from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
-from leases.operations import clockwatch, retention
+from leases.operations import clockwatch, ledger, retention
 from leases import conf
 from leases.domain import paths, waiting
 from leases.domain.block_limits import MAX_LIST_BYTES
@@ -123,6 +123,7 @@ class LeaseholdASGI:
                 # Lease time read from the database before the first request (leases/operations/clockwatch.py).
                 await asyncio.get_running_loop().run_in_executor(None, clockwatch.start)
                 retention.start_pruner()  # if LEASEHOLD_RETENTION_* asks for pruning (one process prunes at a time)
+                ledger.start_sealer()  # the history's ledger, sealed every few seconds (one process at a time)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.waiters.close()

@@ -16,7 +16,8 @@ from pathlib import Path
 
 OWN = {"serve": "migrate, collect static files, set up the development account, then serve (as `make run`)",
        "migrate": "bring the database's schema up to date",
-       "setup": "create the development account and the admin user (manage.py leasehold_setup)"}
+       "setup": "create the development account and the admin user (manage.py leasehold_setup)",
+       "ledger": "the history's ledger: digest, verify, seal (manage.py leasehold_ledger)"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
         server.main()
         return 0
-    command = "leasehold_setup" if options.command == "setup" else options.command
+    command = {"setup": "leasehold_setup", "ledger": "leasehold_ledger"}.get(options.command, options.command)
     execute_from_command_line(["leasehold", command, *options.args])
     return 0
 

@@ -12,7 +12,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from leases.domain import machine
-from leases.models import Blob, Container, LeaseEvent, effective_state_q
+from leases.models import Blob, Container, LeaseEvent, LedgerBlock, LedgerCheck, effective_state_q
 
 from leases.admin import display
 from leases.admin.common import lease_now
@@ -29,7 +29,7 @@ def dashboard(request, admin_site):
     if not models and not see_history:
         raise PermissionDenied
     now = lease_now(request)
-    context = {
+    context: dict = {
         "title": "Lease dashboard",
         "now": display.timestamp(now),
         "counts": [_state_counts(model, now, admin_site) for model in models],
@@ -40,9 +40,18 @@ def dashboard(request, admin_site):
         context["breaks"] = _with_paths(events.filter(action="break", outcome=LeaseEvent.Outcome.SUCCESS)[:ROWS])
         context["refusals"] = _with_paths(events.filter(outcome=LeaseEvent.Outcome.REFUSED)[:ROWS])
         context["history_url"] = reverse("admin:leases_leaseevent_changelist", current_app=admin_site.name)
+        context["ledger"] = _ledger()
     if request.GET.get("embed"):
         return TemplateResponse(request, "admin/leases/dashboard_panel.html", context)
     return TemplateResponse(request, "admin/leases/dashboard.html", {**admin_site.each_context(request), **context})
+
+
+def _ledger() -> dict:
+    """The newest sealed block and the last verification (leasehold_ledger verify): two indexed reads."""
+    block = LedgerBlock.objects.order_by("-position").first()
+    check = LedgerCheck.objects.order_by("-id").first()
+    return {"block": block, "sealed_at": block and display.timestamp(block.sealed_at),
+            "check": check, "checked_at": check and display.timestamp(check.finished_at)}
 
 
 def _changelist(model, admin_site) -> str:

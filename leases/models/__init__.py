@@ -11,7 +11,7 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
-from leases.domain import machine
+from leases.domain import ledger, machine
 
 
 class Account(models.Model):
@@ -186,6 +186,11 @@ class AppendOnlyQuerySet(models.QuerySet):
     def _raw_delete(self, using):
         raise PermissionError("lease history is append-only (only retention prunes it)")
 
+    def bulk_create(self, objs, *args, **kwargs):
+        for obj in objs:  # each with its hash, as save() gives it
+            obj.row_hash = obj.row_hash or ledger.event_hash(getattr(obj, name) for name in ledger.HASHED)
+        return super().bulk_create(objs, *args, **kwargs)
+
 
 class LeaseEvent(models.Model):
     """One lease action, granted or refused, or a write that ended a lease.
@@ -225,6 +230,9 @@ class LeaseEvent(models.Model):
     client_request_id = models.CharField(max_length=1024, blank=True)
     remote_addr = models.CharField(max_length=64, blank=True)
     user_agent = models.CharField(max_length=512, blank=True)
+    # SHA-256 of the columns above (leases/domain/ledger.py), written with the row; NULL for events
+    # written before the ledger (migration 0016) or by code that predates it.
+    row_hash = models.CharField(max_length=64, null=True, blank=True)
 
     objects = AppendOnlyQuerySet.as_manager()
 
@@ -260,6 +268,8 @@ class LeaseEvent(models.Model):
     def save(self, *args, **kwargs):
         if self.pk is not None:
             raise PermissionError("lease history is append-only")
+        if not self.row_hash:
+            self.row_hash = ledger.event_hash(getattr(self, name) for name in ledger.HASHED)
         super().save(*args, **kwargs)
 
     def delete(self, *args, **kwargs):
@@ -365,6 +375,7 @@ def new_etag() -> str:
 
 from leases.models.access_policy import StoredAccessPolicy  # noqa: E402,F401
 from leases.models.tokens import ApiToken  # noqa: E402,F401
+from leases.models.ledger_blocks import LedgerBlock, LedgerCheck, LedgerPrune  # noqa: E402,F401
 
 
 # Large content's storage (leases/storage/blob_content.py), in a module of its own.

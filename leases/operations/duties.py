@@ -20,9 +20,14 @@ from django.db import DatabaseError, connections
 PG_LOCK_KEY = 6_422_180_987_829_057_514
 
 
-def lock_path(using: str = "default") -> str:
+# The ledger's sealer (leases/operations/ledger.py): a duty of its own, so that a long prune does not
+# hold up sealing; sha256("leasehold ledger sealer"), likewise.
+SEAL_LOCK_KEY = 136_505_316_434_964_553
+
+
+def lock_path(using: str = "default", duty: str = "retention") -> str:
     """The SQLite lock file: beside the database file, keyed by it."""
-    return f"{connections[using].settings_dict['NAME']}.retention.lock"
+    return f"{connections[using].settings_dict['NAME']}.{duty}.lock"
 
 
 class DutyLock:
@@ -30,8 +35,9 @@ class DutyLock:
     ``release`` around each round of duties, in the thread that does them
     (a Django connection belongs to its thread)."""
 
-    def __init__(self, using: str = "default", path: str | None = None):
-        self.using, self.path = using, path
+    def __init__(self, using: str = "default", path: str | None = None, *, key: int = PG_LOCK_KEY,
+                 duty: str = "retention"):
+        self.using, self.path, self.key, self.duty = using, path, key, duty
         self._fd: int | None = None
         self._pg = False
 
@@ -49,12 +55,12 @@ class DutyLock:
         conn = connections[self.using]
         if conn.vendor == "postgresql":
             with conn.cursor() as cursor:
-                cursor.execute("SELECT pg_try_advisory_lock(%s)", [PG_LOCK_KEY])
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
                 self._pg = bool(cursor.fetchone()[0])
             return self._pg
         if self._fd is not None:
             return True
-        fd = os.open(self.path or lock_path(self.using), os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(self.path or lock_path(self.using, self.duty), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -69,7 +75,7 @@ class DutyLock:
             conn = connections[self.using]
             try:
                 with conn.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s)", [PG_LOCK_KEY])
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [self.key])
             except DatabaseError:  # a broken connection: closing it ends its session, and the lock
                 try:
                     conn.close()

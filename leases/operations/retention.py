@@ -20,7 +20,7 @@ from django.db import connection, transaction
 
 from leases.storage import blob_content
 from leases.domain import clock
-from leases.operations import duties, metrics
+from leases.operations import duties, ledger, ledger_prune, metrics
 from leases import conf
 from leases.models import HistoryHorizon, LeaseEvent
 
@@ -65,33 +65,6 @@ def policy() -> Policy:
 
 # ------------------------------------------------------------------ the deletes
 
-_RENEWAL = "action = 'renew' AND outcome = 'success'"
-
-
-def _statements(policy: Policy, now: datetime, floors: dict | None = None) -> list[tuple[int, str, list]]:
-    """(kind, DELETE of up to N rows, its parameters but N) per kind of event
-    that is pruned, oldest first through the (action, occurred_at) or
-    occurred_at index. On PostgreSQL a statement answers (rows deleted,
-    newest deleted), and the next batch of the same run starts from that
-    newest (``floors``): the index entries of rows deleted before stay, dead,
-    until a vacuum, and a scan from the oldest end walks through every one
-    of them (docs/decisions/0021)."""
-    table = LeaseEvent._meta.db_table
-    pg = connection.vendor == "postgresql"
-    out = []
-    for kind, (where, kept) in enumerate(((_RENEWAL, policy.renewals), (f"NOT ({_RENEWAL})", policy.events))):
-        if kept is None:
-            continue
-        floor = (floors or {}).get(kind)
-        select = (f"SELECT id FROM {table} WHERE {where}{' AND occurred_at >= %s' if floor else ''} "
-                  f"AND occurred_at < %s ORDER BY occurred_at LIMIT %s")
-        sql = (f"WITH gone AS (DELETE FROM {table} WHERE id IN ({select}) RETURNING occurred_at) "
-               f"SELECT count(*), max(occurred_at) FROM gone" if pg
-               else f"DELETE FROM {table} WHERE id IN ({select})")
-        out.append((kind, sql, [*([floor] if floor else []), now - kept]))
-    return out
-
-
 def advance_horizon(to: datetime) -> datetime:
     """Move the horizon forwards to ``to`` (never backwards: a retention
     made longer keeps the horizon where it was). In the caller's
@@ -113,28 +86,18 @@ def prune_batch(policy: Policy, now: datetime | None = None, limit: int | None =
 
 
 def _prune_batch(policy: Policy, now: datetime, limit: int, floors: dict | None = None) -> tuple[int, float]:
-    """(events deleted, seconds the deletes took under the write lock);
-    ``floors``: where this run's previous batches stopped, kept up to date."""
+    """(events deleted, seconds the deletes took under the write lock): sealed events only, whole
+    parts of blocks from their start, each batch recorded for the ledger (ledger_prune.py); each part
+    goes on from its last record, so ``floors`` (where PostgreSQL's scans started) is not needed."""
     horizon = policy.horizon(now)
     if horizon is None:
         return 0, 0.0
-    deleted, held = 0, 0.0
+    shares = ledger_prune.plan(policy.renewals, policy.events, now, limit)  # reads: outside the write lock
     with transaction.atomic():
         advance_horizon(horizon)
-        with connection.cursor() as cursor:
-            for kind, sql, params in _statements(policy, now, floors):
-                if deleted >= limit:
-                    break
-                started = time.perf_counter()
-                cursor.execute(sql, [*params, limit - deleted])
-                if connection.vendor == "postgresql":
-                    count, newest = cursor.fetchone()
-                    if newest is not None and floors is not None:
-                        floors[kind] = newest
-                else:
-                    count = max(cursor.rowcount, 0)
-                held += time.perf_counter() - started
-                deleted += count
+        started = time.perf_counter()
+        deleted = ledger_prune.apply(shares)
+        held = time.perf_counter() - started
     metrics.PRUNED.inc(deleted)
     return deleted, held
 
@@ -155,6 +118,8 @@ def prune(policy: Policy, *, now: datetime | None = None, pace: bool = True,
     returns the number of events deleted. Unpaced (a one-off run on a
     server that is not running) every batch is ``policy.most_rows`` rows."""
     total = 0
+    if policy.prunes:
+        ledger.seal()  # what has settled, so that it may be pruned: only sealed events are
     most = policy.most_rows(connection.vendor)
     target = HOLD_TARGET if connection.vendor == "sqlite" else PG_HOLD_TARGET
     size = min(most, 25) if pace else most

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from leases.domain import fingerprints
+from leases.domain import fingerprints, ledger
 from leases.domain.errors import LeaseholdError
 from leases.models import LeaseEvent
 from leases.storage import dbclock
@@ -50,6 +50,8 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
                proposed_lease_fingerprint=fingerprints.of(proposed_id) or None, duration=duration, break_period=break_period,
                lease_time=lease_time, expires_at=expires_at, state_before=state_before, state_after=state_after,
                generation=generation)
+    # The event's hash (leases/domain/ledger.py), from the values as sent, last: nothing changes after.
+    EVENTS.set(values, conn, row_hash=ledger.event_hash([values[i] for i in EVENTS.positions(conn, ledger.HASHED)]))
     EVENTS.insert(values, conn=conn, cursor=cursor, saving=saving)
 
 

@@ -270,6 +270,13 @@ class RowInsert:
             prepare = preparers[i]
             values[i] = value if prepare is None or value is None else prepare(value, conn)
 
+    def positions(self, conn, names: tuple[str, ...]) -> tuple[int, ...]:
+        """Where each of ``names`` is in a row from ``start``."""
+        def find(c):
+            position = compiled(c, ("insert", self.model), lambda c2: _compile_insert(self.model, c2))[2]
+            return tuple(position[name] for name in names)
+        return compiled(conn, ("positions", self.model, names), find)
+
     def insert(self, values: list, *, conn=None, cursor=None, saving: tuple | None = None) -> None:
         """In the caller's transaction, on ``cursor`` of ``conn`` if given.
         ``saving``: (obj, columns), ``save_columns(obj, columns)`` first --

@@ -203,7 +203,9 @@ def test_the_compiled_history_insert_is_the_sql_create_sends_and_round_trips(lea
     for field in LeaseEvent._meta.concrete_fields:
         if field.primary_key:
             continue
-        expected = {"generation": 4, "request_id": "second"}.get(field.attname, getattr(first, field.attname))
+        # The ORM's save hashes the row; a bare RowInsert does not (the history's _event_finish does).
+        expected = {"generation": 4, "request_id": "second", "row_hash": None}.get(field.attname,
+                                                                                   getattr(first, field.attname))
         assert getattr(second, field.attname) == expected, f"{field.attname} did not round-trip"
 
 

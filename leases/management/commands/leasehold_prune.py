@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from leases.domain import clock
-from leases.operations import duties, retention
+from leases.operations import duties, ledger_prune, retention
 from leases.conf.env import parse_duration
 
 
@@ -47,7 +47,10 @@ class Command(BaseCommand):
             return
         with held_duty_lock(self.stdout):
             now = clock.now()
-            deleted = retention.prune(policy, now=now, pace=not no_pause)
+            try:
+                deleted = retention.prune(policy, now=now, pace=not no_pause)
+            except ledger_prune.LedgerRefusesPrune as err:
+                raise CommandError(str(err)) from None
         self.stdout.write(f"Pruned {deleted} lease events; events before "
                           f"{policy.horizon(now):%Y-%m-%d %H:%M:%S} UTC may now be deleted.")
 

@@ -128,6 +128,8 @@ class LeaseholdASGI:
             elif message["type"] == "lifespan.shutdown":
                 self.waiters.close()
                 clockwatch.stop()
+                retention.stop_pruner()
+                ledger.stop_sealer()
                 for lane in self.lanes.values():
                     lane.shutdown()
                 self.batcher.executor.shutdown(wait=False, cancel_futures=True)  # PostgreSQL's own; else a lane's

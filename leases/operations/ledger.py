@@ -120,3 +120,12 @@ def start_sealer() -> Sealer:
             _sealer = Sealer()
             _sealer.start()
     return _sealer
+
+
+def stop_sealer() -> None:
+    """Stop this process's sealer, if it runs (a server's shutdown: its thread must not outlive it)."""
+    global _sealer
+    with _sealer_lock:
+        if _sealer is not None:
+            _sealer.stop()
+            _sealer = None

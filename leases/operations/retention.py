@@ -196,5 +196,14 @@ def start_pruner() -> Pruner | None:
     return _pruner
 
 
+def stop_pruner() -> None:
+    """Stop this process's pruner, if it runs (a server's shutdown: its thread must not outlive it)."""
+    global _pruner
+    with _pruner_lock:
+        if _pruner is not None:
+            _pruner.stop()
+            _pruner = None
+
+
 def oldest_event_at():
     return LeaseEvent.objects.order_by("occurred_at").values_list("occurred_at", flat=True).first()

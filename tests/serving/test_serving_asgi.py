@@ -36,12 +36,13 @@ def test_a_put_staged_in_chunks_has_a_lane_of_its_own(length, lane):
     assert LeaseholdASGI.lane_name(scope("PUT", "/devstoreaccount1/c/b", headers=headers)) == lane
 
 
-def test_the_long_reads_are_the_two_history_exports():
+def test_the_long_reads_are_the_history_and_tenure_exports():
     from django.urls import reverse
 
     from serving.long_reads import LONG_READ_PATHS, is_long_read
 
-    assert set(LONG_READ_PATHS) == {reverse("api-events-export"), reverse("admin:leases_leaseevent_export")}
+    assert set(LONG_READ_PATHS) == {reverse("api-events-export"), reverse("admin:leases_leaseevent_export"),
+                                    reverse("api-tenures-export")}
     assert is_long_read(scope("GET", reverse("api-events-export")))
     assert not is_long_read(scope("POST", reverse("api-events-export")))
     assert not is_long_read(scope("GET", "/api/v1/events/"))
@@ -148,6 +149,26 @@ def test_what_the_worker_loaded_at_startup_is_kept_out_of_the_collectors_scans(f
         assert gc.get_freeze_count() > 10_000  # Django and the app, at least
     finally:
         gc.unfreeze()
+
+
+def test_a_stopped_server_leaves_no_duty_thread_behind(front):
+    """The pruner and the ledger's sealer a server's start begins end with its stop: an
+    in-process server's threads must not go on touching the database after it."""
+    import threading
+
+    messages = [{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}]
+
+    async def receive():
+        return messages.pop(0)
+
+    async def send(message):
+        pass
+
+    asyncio.run(front.lifespan(receive, send))
+    duties = [t for t in threading.enumerate() if t.name in ("leasehold-retention", "leasehold-ledger")]
+    for thread in duties:
+        thread.join(timeout=30)
+    assert not [t.name for t in duties if t.is_alive()]
 
 
 def _served_until_told(front, *, stop_server: bool) -> dict:

@@ -3,13 +3,14 @@ services as the API and the admin (recorded with actor "cli:<os user>")."""
 
 import getpass
 import json
+from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
 from leases.domain import clock, fingerprints, machine
 from leases import services
 from leases.domain.errors import LeaseholdError
-from leases.services import Actor, ResourceRef
+from leases.services import Actor, ResourceRef, selectors
 
 
 def parse_path(path: str) -> ResourceRef:
@@ -29,9 +30,14 @@ class Command(BaseCommand):
         parser.add_argument("--period", type=int, default=None,
                             help="break period in seconds (0-60); default: at the lease's end")
         parser.add_argument("--reason", default="", help="recorded in the lease history")
+        parser.add_argument("--at", default=None, help="show: who held it at this time (ISO 8601), from its "
+                                                       "tenures, whatever retention pruned")
 
-    def handle(self, *args, action, resource, period, reason, **options):
+    def handle(self, *args, action, resource, period, reason, at=None, **options):
         ref = parse_path(resource)
+        if at is not None:
+            self.stdout.write(json.dumps(self._held_at(ref, at), indent=2, default=str))
+            return
         actor = Actor(name=f"cli:{getpass.getuser()}", via="cli")
         try:
             if action == "break":
@@ -45,6 +51,15 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps(self._describe(self._load(ref)), indent=2))
         except LeaseholdError as err:
             raise CommandError(f"{err.status} {err.code}: {err.message}") from None
+
+    @staticmethod
+    def _held_at(ref: ResourceRef, at: str) -> dict | None:
+        try:
+            when = datetime.fromisoformat(at)
+        except ValueError:
+            raise CommandError(f"--at must be an ISO 8601 time, not {at!r}") from None
+        when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+        return selectors.holder_at(account=ref.account, container=ref.container, blob=ref.blob or "", when=when)
 
     @staticmethod
     def _load(ref: ResourceRef):

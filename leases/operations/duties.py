@@ -10,10 +10,14 @@ says why."""
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import threading
 import time
 
 from django.db import DatabaseError, connections
+
+log = logging.getLogger("leasehold.duties")
 
 # The advisory lock's key: any bigint the database's other users do not take;
 # the first 8 bytes of sha256("leasehold cluster duties"), signed.
@@ -90,3 +94,39 @@ class DutyLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class DutyThread(threading.Thread):
+    """A duty's thread: every ``idle`` seconds, a round (``round()``) in whichever process holds its
+    lock for that round; a failed round (a locked or full disk) is logged and tried again, never the
+    end of the duty. ``stop()`` ends it after the round under way."""
+
+    label = "duty"
+    logger = log  # a duty's own module's logger, in its subclass
+
+    def __init__(self, *, name: str, idle: float, lock: DutyLock):
+        super().__init__(name=name, daemon=True)
+        self.idle, self.lock = idle, lock
+        self.stopping = threading.Event()
+
+    def round(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def run(self) -> None:
+        from django.db import close_old_connections
+
+        while not self.stopping.is_set():
+            try:
+                if self.lock.acquire():
+                    try:
+                        self.round()
+                    finally:
+                        self.lock.release()
+            except Exception:  # noqa: BLE001  a locked or full disk must not end the duty for good
+                self.logger.exception("%s failed; retrying in %.0f s", self.label, self.idle)
+            finally:
+                close_old_connections()
+            self.stopping.wait(self.idle)

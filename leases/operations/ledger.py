@@ -79,34 +79,19 @@ def digest() -> dict:
                          last_id=last.last_id, genesis=first)
 
 
-class Sealer(threading.Thread):
+class Sealer(duties.DutyThread):
     """Seals every ``every`` seconds in whichever process holds the sealer's duty lock."""
 
+    label = "ledger: sealing"
+    logger = log
+
     def __init__(self, every: float = SEAL_EVERY):
-        super().__init__(name="leasehold-ledger", daemon=True)
-        self.every = every
-        self.lock = duties.DutyLock(key=duties.SEAL_LOCK_KEY, duty="ledger")
-        self.stopping = threading.Event()
+        super().__init__(name="leasehold-ledger", idle=every,
+                         lock=duties.DutyLock(key=duties.SEAL_LOCK_KEY, duty="ledger"))
 
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def run(self) -> None:
-        from django.db import close_old_connections
-
-        while not self.stopping.is_set():
-            try:
-                if self.lock.acquire():
-                    try:
-                        while seal(most_blocks=10) == 10 and not self.stopping.is_set():
-                            pass
-                    finally:
-                        self.lock.release()
-            except Exception:  # a locked or full disk must not end sealing for good
-                log.exception("ledger: sealing failed; retrying in %.0f s", self.every)
-            finally:
-                close_old_connections()
-            self.stopping.wait(self.every)
+    def round(self) -> None:
+        while seal(most_blocks=10) == 10 and not self.stopping.is_set():
+            pass
 
 
 _sealer: Sealer | None = None

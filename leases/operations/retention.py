@@ -143,40 +143,25 @@ def prune(policy: Policy, *, now: datetime | None = None, pace: bool = True,
 
 # ------------------------------------------------------------------ continuously, in one process
 
-class Pruner(threading.Thread):
+class Pruner(duties.DutyThread):
     """Prunes every ``idle`` seconds, a round at a time, in whichever
     process holds the database's duty lock for that round (leases/operations/duties.py:
     one among every process and instance sharing the database; the others
     find it taken and try next round, so another takes over if one dies)."""
 
+    label = "retention: pruning"
+    logger = log
+
     def __init__(self, policy: Policy, idle: float = 10.0, lock: duties.DutyLock | None = None):
-        super().__init__(name="leasehold-retention", daemon=True)
-        self.policy, self.idle = policy, idle
-        self.lock = lock or duties.DutyLock()
-        self.stopping = threading.Event()
+        super().__init__(name="leasehold-retention", idle=idle, lock=lock or duties.DutyLock())
+        self.policy = policy
 
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def run(self) -> None:
-        from django.db import close_old_connections
-
-        while not self.stopping.is_set():
-            try:
-                if self.lock.acquire():
-                    try:
-                        prune(self.policy, stop=self.stopping)
-                        if not self.stopping.is_set():
-                            # Large blobs' released and abandoned chunks, in the same bounded batches
-                            # (they are also collected after every Put Blob).
-                            blob_content.prune()
-                    finally:
-                        self.lock.release()
-            except Exception:  # a locked or full disk must not end pruning for good
-                log.exception("retention: pruning failed; retrying in %.0f s", self.idle)
-            finally:
-                close_old_connections()
-            self.stopping.wait(self.idle)
+    def round(self) -> None:
+        prune(self.policy, stop=self.stopping)
+        if not self.stopping.is_set():
+            # Large blobs' released and abandoned chunks, in the same bounded batches
+            # (they are also collected after every Put Blob).
+            blob_content.prune()
 
 
 _pruner: Pruner | None = None

@@ -107,7 +107,23 @@ class CharInFilter(django_filters.BaseInFilter, django_filters.CharFilter):
     pass
 
 
-class EventFilter(django_filters.FilterSet):
+class ByResourceAndLease(django_filters.FilterSet):
+    """The history's and the tenures' ``resource`` ("account/container[/blob]") and ``lease_id``
+    (found by its fingerprint: neither keeps ids) filters; each says what its fingerprints are."""
+
+    def filter_resource(self, queryset, name, value):
+        account, _, rest = value.partition("/")
+        container, _, blob = rest.partition("/")
+        return queryset.filter(account=account, container=container, blob=blob)
+
+    def filter_lease_id(self, queryset, name, value):
+        return self.filter_lease_fingerprint(queryset, name, fingerprints.of(value))
+
+    def filter_lease_fingerprint(self, queryset, name, value):
+        raise NotImplementedError
+
+
+class EventFilter(ByResourceAndLease):
     resource = django_filters.CharFilter(
         method="filter_resource",
         help_text='One resource\'s events: "account/container" (the container itself) or "account/container/blob".')
@@ -135,14 +151,6 @@ class EventFilter(django_filters.FilterSet):
     class Meta:
         model = LeaseEvent
         fields: list[str] = []
-
-    def filter_resource(self, queryset, name, value):
-        account, _, rest = value.partition("/")
-        container, _, blob = rest.partition("/")
-        return queryset.filter(account=account, container=container, blob=blob)
-
-    def filter_lease_id(self, queryset, name, value):
-        return self.filter_lease_fingerprint(queryset, name, fingerprints.of(value))
 
     def filter_lease_fingerprint(self, queryset, name, value):
         # The history keeps fingerprints only: a full id is found by its fingerprint.

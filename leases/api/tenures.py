@@ -18,7 +18,7 @@ from leases.services.keyset import keyset_rows
 from leases.api import schema
 from leases.api.base import ApiGenericView, ApiListView
 from leases.api.events import READ_EVENTS, RefusesHistoryChanges
-from leases.api.filters import (CharInFilter, QueryFilterBackend, StrictOrderingFilter,
+from leases.api.filters import (ByResourceAndLease, CharInFilter, QueryFilterBackend, StrictOrderingFilter,
                                 UtcIsoDateTimeFromToRangeFilter, UtcIsoDateTimeField)
 from leases.api.pagination import EventCursor
 from leases.api.renderers import CsvRenderer, NdjsonRenderer
@@ -54,7 +54,7 @@ class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
     field_class = UtcIsoDateTimeField
 
 
-class TenureFilter(django_filters.FilterSet):
+class TenureFilter(ByResourceAndLease):
     resource = django_filters.CharFilter(
         method="filter_resource",
         help_text='One resource\'s tenures: "account/container" (the container itself) or "account/container/blob".')
@@ -80,14 +80,6 @@ class TenureFilter(django_filters.FilterSet):
     class Meta:
         model = Tenure
         fields: list[str] = []
-
-    def filter_resource(self, queryset, name, value):
-        account, _, rest = value.partition("/")
-        container, _, blob = rest.partition("/")
-        return queryset.filter(account=account, container=container, blob=blob)
-
-    def filter_lease_id(self, queryset, name, value):
-        return self.filter_lease_fingerprint(queryset, name, fingerprints.of(value))
 
     def filter_lease_fingerprint(self, queryset, name, value):
         return queryset.filter(Q(lease_fingerprint=value) | Q(fingerprints__contains=f" {value}@"))

@@ -16,7 +16,7 @@ from http.cookies import CookieError, SimpleCookie
 from django.conf import settings
 from django.core.handlers.wsgi import get_path_info
 
-from leases.auth import bearer, sas, sharedkey
+from leases.auth import bearer, delegation, sas, sharedkey
 from leases.domain.errors import LeaseholdError
 from leases.models.tokens import ApiToken, digest
 
@@ -177,9 +177,17 @@ def check_sas(request: Request) -> str | None:
         found = stored_policy(name, in_container, identifier)
         return None if found is None else sas.Policy(found.start, found.expiry, found.permission)
 
+    def delegated_keys(*fields):  # user delegation keys: read each time (a revocation holds at once)
+        if not request.may_read:
+            raise Unreadable
+        return delegation.stored(*fields)
+
+    def delegated(params, *where):
+        return delegation.verify(params, *where, lookup=delegated_keys)
+
     try:
         grant = _with_keys(request, lambda keys: sas.verify(environ, account or "", container or None, blob,
-                                                             keys=keys, policy=policy))
+                                                             keys=keys, policy=policy, delegated=delegated))
     except LeaseholdError as err:
         raise Refused(err.status, err.code, error=err) from None
     _accounts.put(grant.account, f"account:{grant.account}", request.now)

@@ -4,7 +4,8 @@ container's stored access policy (``si``). ``verify`` checks a request's SAS (it
 address and protocol) and answers the grant, or raises Azure's error; ``authorize`` checks a grant
 against one operation (its service, resource type and permissions). No request or response object is
 read here beyond the WSGI environ, so the lean lease path and the general view call the same two
-functions. User-delegation SAS (signed with a key from Entra ID) is not accepted. The string-to-sign
+functions. A user delegation SAS (signed with a key from Get User Delegation Key) is delegation.py's to
+check, called through ``verify``'s ``delegated``. The string-to-sign
 of each signed version is the one the SDKs build (azure-storage-blob's
 ``_shared_access_signature.py``, @azure/storage-blob's ``BlobSASSignatureValues`` and
 ``AccountSASSignatureValues``)."""
@@ -22,6 +23,7 @@ from urllib.parse import parse_qsl
 
 from leases.domain import clock
 from leases.domain.errors import LeaseholdError
+from leases.auth import roles
 from leases.auth.sharedkey import sign
 
 # The query parameters of a SAS (besides the request's own: comp, restype, ...).
@@ -68,12 +70,18 @@ class Grant:
     signature: str = ""
     # A service SAS's response headers for Get Blob (rscc, rscd, rsce, rscl, rsct).
     headers: tuple = ()
+    # A user delegation SAS: the delegating principal's role then (intersected with the permissions), and who.
+    delegated: bool = False
+    role: str | None = None
+    delegator: str = ""
 
     @property
     def actor(self) -> str:
         """The history's actor: the stored access policy's identifier, or a
-        fingerprint of the signature (the signature itself is a credential)."""
-        return f"sas:{self.account}:{self.identifier or fingerprint(self.signature)}"
+        fingerprint of the signature (the signature itself is a credential);
+        a user delegation SAS's names its delegating principal too."""
+        own = f"sas:{self.account}:{self.identifier or fingerprint(self.signature)}"
+        return f"{own} for {self.delegator}"[:200] if self.delegated else own
 
 
 def fingerprint(signature: str) -> str:
@@ -144,28 +152,34 @@ def _http(when: datetime | None) -> str:
 
 # ------------------------------------------------------------------ verify
 
-def verify(environ: dict, account: str, container: str | None, blob: str | None, *, keys, policy) -> Grant:
+def verify(environ: dict, account: str, container: str | None, blob: str | None, *, keys, policy,
+           delegated=None) -> Grant:
     """The grant of the request's SAS for ``account`` (the URL's), whose
     ``container``/``blob`` (decoded, as the SDKs sign them) the request
     names. ``keys(account)`` answers the account's keys (or None);
-    ``policy(account, container, identifier)`` a stored ``Policy`` (or None).
+    ``policy(account, container, identifier)`` a stored ``Policy`` (or None);
+    ``delegated(params, account, container, blob)`` a user delegation SAS's
+    grant, start and expiry (None: refused).
     Raises 403 AuthenticationFailed (with Azure's detail),
     AuthorizationSourceIPMismatch or AuthorizationProtocolMismatch."""
     params = _params(environ.get("QUERY_STRING", ""))
     version, signature = params.get("sv", ""), params.get("sig", "")
-    if any(name in params for name in USER_DELEGATION):
-        raise authentication_failed("User delegation SAS is not supported by this server; sign with an account key.")
     if not VERSION.match(version) or not signature:
         raise authentication_failed(NOT_WELL_FORMED)
-    if "sr" in params:
+    if any(name in params for name in USER_DELEGATION):
+        if delegated is None:
+            raise authentication_failed("User delegation SAS is not accepted here; sign with an account key.")
+        grant, start, expiry = delegated(params, account, container, blob)
+    elif "sr" in params:
         grant, text, start, expiry = _service(params, account, container, blob)
     elif "ss" in params or "srt" in params:
         grant, text, start, expiry = _account(params, account)
     else:
         raise authentication_failed(NOT_WELL_FORMED)
-    found = keys(account)
-    if found is None or not any(hmac.compare_digest(sign(key, text), signature) for key in found[0]):
-        raise authentication_failed(f"Signature did not match. String to sign used was {text}")
+    if not grant.delegated:
+        found = keys(account)
+        if found is None or not any(hmac.compare_digest(sign(key, text), signature) for key in found[0]):
+            raise authentication_failed(f"Signature did not match. String to sign used was {text}")
     if grant.identifier:  # only once signed: no one learns a policy's name without a key
         stored = policy(account, container, grant.identifier) if container else None
         grant, start, expiry = _with_policy(grant, params, start, expiry, stored)
@@ -196,7 +210,7 @@ def _times(params: dict) -> tuple[datetime | None, datetime | None]:
     return start, expiry
 
 
-def _check_fields(params: dict) -> None:
+def check_fields(params: dict) -> None:
     if params.get("spr", "") not in ("", "https", "https,http"):
         raise authentication_failed(NOT_WELL_FORMED)
     if params.get("sip") and _address_range(params["sip"]) is None:
@@ -207,7 +221,7 @@ def _account(params: dict, account: str):
     version = params["sv"]
     if version < ACCOUNT_SAS_SINCE or not params.get("ss") or not params.get("srt") or not params.get("sp"):
         raise authentication_failed(NOT_WELL_FORMED)
-    _check_fields(params)
+    check_fields(params)
     start, expiry = _times(params)
     get = params.get
     fields = [account, get("sp", ""), get("ss", ""), get("srt", ""), get("st", ""), get("se", ""),
@@ -225,7 +239,7 @@ def _service(params: dict, account: str, container: str | None, blob: str | None
     version, resource = params["sv"], params["sr"]
     if version < SERVICE_SAS_SINCE or resource not in ("b", "c"):
         raise authentication_failed(NOT_WELL_FORMED)
-    _check_fields(params)
+    check_fields(params)
     start, expiry = _times(params)
     path = f"/{account}/{container}" + (f"/{blob}" if resource == "b" and blob is not None else "")
     if container is None or (resource == "b" and blob is None):
@@ -243,12 +257,17 @@ def _service(params: dict, account: str, container: str | None, blob: str | None
     if version >= RESPONSE_HEADERS_SINCE:
         fields += [get("rscc", ""), get("rscd", ""), get("rsce", ""), get("rscl", ""), get("rsct", "")]
     text = "\n".join(fields)
-    # Honoured only where signed: an older version's string-to-sign leaves them out, so anyone could add them.
-    headers = tuple((header, get(name)) for name, header in RESPONSE_HEADERS.items()
-                    if get(name) and version >= RESPONSE_HEADERS_SINCE)
     grant = Grant(account=account, kind="service", version=version, permissions=frozenset(get("sp", "")),
-                  resource=resource, identifier=identifier, signature=params["sig"], headers=headers)
+                  resource=resource, identifier=identifier, signature=params["sig"],
+                  headers=signed_headers(params, version))
     return grant, text, start, expiry
+
+
+def signed_headers(params: dict, version: str) -> tuple:
+    """A service SAS's response headers, honoured only where signed: an older version's
+    string-to-sign leaves them out, so anyone could add them."""
+    return tuple((header, params[name]) for name, header in RESPONSE_HEADERS.items()
+                 if params.get(name) and version >= RESPONSE_HEADERS_SINCE)
 
 
 def _with_policy(grant: Grant, params: dict, start, expiry, stored: Policy | None):
@@ -332,6 +351,7 @@ NEEDS = {
     "get_block_list": Need("o", "r", blob="r"),
     "append_block": Need("o", "aw", blob="aw"),
     "abort_copy": Need("o", "w", blob="w"),
+    "user_delegation_key": Need("s", ""),  # a bearer token's alone
 }
 
 
@@ -362,6 +382,6 @@ def authorize(grant: Grant, operation: str) -> frozenset:
     if not letters:  # an operation this kind of SAS can never perform (Azure's "SAS Error Codes")
         raise LeaseholdError("AuthorizationFailure")
     allowed = grant.permissions & frozenset(letters)
-    if not allowed:
-        raise LeaseholdError("AuthorizationPermissionMismatch")
+    if not allowed or (grant.delegated and not roles.allows(grant.role, operation)):
+        raise LeaseholdError("AuthorizationPermissionMismatch")  # a user delegation SAS: its principal's role too
     return allowed

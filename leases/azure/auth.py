@@ -13,7 +13,7 @@ from django.conf import settings
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 
-from leases.auth import bearer, roles, sas
+from leases.auth import bearer, delegation, roles, sas
 from leases.domain.errors import LeaseholdError
 from leases.operations import metrics
 from leases.services import blob_read, stored_policy
@@ -57,7 +57,8 @@ def verify_sas(environ: dict, decoded_path: str, url_account: str) -> sas.Grant 
     if environ.get("HTTP_AUTHORIZATION") or not sas.is_sas(environ):
         return None
     _, container, blob = (decoded_path.split("/", 3) + [None, None])[1:4]
-    return sas.verify(environ, url_account, container or None, blob, keys=account_keys, policy=_policy)
+    return sas.verify(environ, url_account, container or None, blob, keys=account_keys, policy=_policy,
+                      delegated=delegation.verify)
 
 
 @dataclass(frozen=True)

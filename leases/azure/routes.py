@@ -6,7 +6,8 @@ ACCOUNT_ROUTES: dict[tuple[str, str | None, str | None], str] = {
                   ("GET", None, "list"): "list_containers",
                   ("GET", "account", "properties"): "account_info",
                   ("HEAD", "account", "properties"): "account_info",
-                  ("GET", "service", "properties"): "service_properties"}
+                  ("GET", "service", "properties"): "service_properties",
+                  ("POST", "service", "userdelegationkey"): "user_delegation_key"}
 CONTAINER_ROUTES = {
     ("PUT", "container", None): "create_container",
     ("DELETE", "container", None): "delete_container",

@@ -19,7 +19,7 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.services import Actor, ResourceRef
 from leases.auth.sharedkey import SharedKeyAuthentication
-from leases.azure import acl, inputs, lease_request, wire
+from leases.azure import acl, inputs, lease_request, user_delegation, wire
 from leases.azure.auth import AccountKeyRequired, BearerAuthentication, SasAuthentication, create_only, lease_operation, permit, response_headers
 from leases.azure.blocks import BlockRoutes, blob_type_headers, copy_headers
 from leases.azure.exceptions import azure_exception_handler
@@ -119,6 +119,9 @@ class AzureBlobView(BlockRoutes, APIView):
     def delete(self, request, **kw):
         return self.route("DELETE")
 
+    def post(self, request, **kw):  # Get User Delegation Key alone
+        return self.route("POST")
+
     def options(self, request, *args, **kwargs):
         # A CORS preflight, which Azure answers 403 without CORS rules (Leasehold has none),
         # not DRF's metadata page.
@@ -200,6 +203,9 @@ class AzureBlobView(BlockRoutes, APIView):
 
     def service_properties(self):
         return HttpResponse(wire.SERVICE_PROPERTIES_XML, content_type="application/xml")
+
+    def user_delegation_key(self):
+        return user_delegation.get_key(self)
 
     # -- containers
 

@@ -381,3 +381,4 @@ from leases.models.ledger_blocks import LedgerBlock, LedgerCheck, LedgerPrune  #
 # Large content's storage (leases/storage/blob_content.py), in a module of its own.
 from leases.models.content import BlobBlock, BlobChunk, BlobContent, BlobPart  # noqa: E402,F401
 from leases.models.tenure import Tenure  # noqa: E402,F401
+from leases.models.delegation import UserDelegationKey  # noqa: E402,F401

@@ -4,7 +4,7 @@ imports this package; the modules register their ModelAdmins."""
 
 from django.contrib import admin
 
-from leases.admin import history, resources, tenures, users  # noqa: F401
+from leases.admin import delegation_keys, history, resources, tenures, users  # noqa: F401
 
 admin.site.site_header = "Leasehold"
 admin.site.site_title = "Leasehold admin"

@@ -1,5 +1,5 @@
 """A real OpenID provider for the tests, in its own process: discovery, JWKS, a token endpoint
-(client credentials for services, authorization code for people) and an authorization endpoint,
+(client credentials for services, authorization code with PKCE for people) and an authorization endpoint,
 signing with joserfc (Authlib's JOSE) (the server verifies with PyJWT: no library checks its own output).
 Keys rotate when a test asks (``rotate``); the JWKS fetches are counted (``stats``), so a test
 can bound how often the server fetched them.
@@ -9,12 +9,14 @@ it over HTTP only. Run alone: ``python tests/oidc_provider.py [PORT]`` prints it
 
 Control endpoints (tests only, under ``/_control/``, JSON bodies): ``client`` registers a client
 (id, secret, claims added to its tokens), ``user`` a person for the authorization code flow,
-``rotate`` makes a new signing key (``drop``: unpublish the old ones), ``mint`` signs any claims
+``approve`` the user the authorization endpoint signs in next (an automatic approval, as a test
+chooses), ``rotate`` makes a new signing key (``drop``: unpublish the old ones), ``mint`` signs any claims
 (``unpublished``: with a key the JWKS never shows), ``stats`` counts the JWKS fetches."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import os
 import secrets
@@ -78,6 +80,8 @@ class Provider:
         self.codes: dict[str, dict] = {}
         self.jwks_fetches = 0
         self.tokens_issued = 0
+        self.pkce_exchanges = 0
+        self.approve = ""  # the user the authorization endpoint signs in (approves) when no login_hint names one
 
     def discovery(self) -> dict:
         return {"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks",
@@ -112,6 +116,12 @@ class Provider:
             found = self.codes.pop(form.get("code", ""), None)
             if found is None or found["client_id"] != client_id or found["redirect_uri"] != form.get("redirect_uri"):
                 return 400, {"error": "invalid_grant"}
+            if found.get("code_challenge"):  # PKCE (RFC 7636), S256 only
+                verifier = form.get("code_verifier", "").encode()
+                made = base64.urlsafe_b64encode(hashlib.sha256(verifier).digest()).rstrip(b"=").decode()
+                if found.get("code_challenge_method") != "S256" or made != found["code_challenge"]:
+                    return 400, {"error": "invalid_grant", "error_description": "PKCE verification failed"}
+                self.pkce_exchanges += 1
             user = self.users[found["user"]]
             extra = {"sub": found["user"], **user}
             if found.get("nonce"):
@@ -124,12 +134,13 @@ class Provider:
 
     def authorize(self, query: dict) -> str:
         """The redirect after an automatic sign-in as ``login_hint`` (the only user, if one)."""
-        user = query.get("login_hint") or next(iter(self.users), "")
+        user = query.get("login_hint") or self.approve or next(iter(self.users), "")
         if user not in self.users or query.get("client_id") not in self.clients:
             raise KeyError(user)
         code = secrets.token_urlsafe(16)
         self.codes[code] = {"client_id": query["client_id"], "redirect_uri": query.get("redirect_uri"),
-                            "user": user, "nonce": query.get("nonce")}
+                            "user": user, "nonce": query.get("nonce"), "code_challenge": query.get("code_challenge"),
+                            "code_challenge_method": query.get("code_challenge_method")}
         return f"{query.get('redirect_uri')}?{urlencode({'code': code, 'state': query.get('state', '')})}"
 
     def control(self, action: str, body: dict) -> dict:
@@ -146,8 +157,12 @@ class Provider:
             claims.update(body.get("override", {}))
             claims = {k: v for k, v in claims.items() if v is not None}
             return {"token": self.keys.sign(claims, unpublished=bool(body.get("unpublished")), kid=body.get("kid"))}
+        if action == "approve":
+            self.approve = body.get("sub", "")
+            return {}
         if action == "stats":
-            return {"jwks_fetches": self.jwks_fetches, "tokens_issued": self.tokens_issued}
+            return {"jwks_fetches": self.jwks_fetches, "tokens_issued": self.tokens_issued,
+                    "pkce_exchanges": self.pkce_exchanges}
         raise KeyError(action)
 
 

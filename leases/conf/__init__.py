@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from leases.conf import admin_sso as _admin_sso
 from leases.conf import oidc as _oidc
 from leases.conf.env import SettingError, env_bool, env_choice, env_duration, env_float, env_int, env_log_level, env_str
 
@@ -98,6 +99,8 @@ class Settings:
     allowed_hosts: tuple[str, ...]
     admin_hosts: tuple[str, ...]  # "host" or "host:port", lower case; empty: the admin on every host
     oidc: _oidc.Oidc | None  # the issuer of the bearer tokens both doors accept, and its role rules
+    admin_sso: _admin_sso.AdminSso | None  # the admin's single sign-on and its group rules
+    admin_passwords: str  # local passwords in the admin: on, superusers, off
     time_zone: str
     debug: bool
     # logs
@@ -184,6 +187,17 @@ def _rate(name: str, default: str, environ: Mapping[str, str]) -> tuple[float, f
 
 def _optional_int(name: str, environ: Mapping[str, str]) -> int | None:
     return env_int(name, 0, at_least=1, environ=environ) or None
+
+
+def _admin_sso_settings(environ: Mapping[str, str]) -> _admin_sso.AdminSso | None:
+    def text(name: str, default: str = "") -> str:
+        return env_str(name, default, allow_empty=True, environ=environ)
+
+    return _admin_sso.admin_sso(
+        text("LEASEHOLD_ADMIN_SSO_ISSUER"), text("LEASEHOLD_ADMIN_SSO_CLIENT_ID"),
+        text("LEASEHOLD_ADMIN_SSO_CLIENT_SECRET"), text("LEASEHOLD_ADMIN_SSO_NAME", "single sign-on"),
+        text("LEASEHOLD_ADMIN_SSO_GROUPS"), text("LEASEHOLD_ADMIN_SSO_SCOPES", "openid profile email"),
+        env_choice("LEASEHOLD_ADMIN_PASSWORDS", "on", _admin_sso.PASSWORDS, environ=environ))
 
 
 def _oidc_settings(environ: Mapping[str, str]) -> _oidc.Oidc | None:
@@ -274,6 +288,8 @@ def load(environ: Mapping[str, str] | None = None) -> Settings:
             "LEASEHOLD_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]", environ=env).split(",") if h.strip()),
         admin_hosts=_admin_hosts(env),
         oidc=_oidc_settings(env),
+        admin_sso=_admin_sso_settings(env),
+        admin_passwords=env_choice("LEASEHOLD_ADMIN_PASSWORDS", "on", _admin_sso.PASSWORDS, environ=env),
         time_zone=env_str("LEASEHOLD_TIME_ZONE", "UTC", environ=env),
         debug=env_bool("LEASEHOLD_DEBUG", environ=env),
         log_level=env_log_level(env),

@@ -36,3 +36,32 @@ def test_the_issuer_audiences_and_rules():
 def test_a_bad_value_stops_the_start_naming_the_variable(name, value):
     with pytest.raises(SettingError, match=name):
         conf.load({"LEASEHOLD_OIDC_ISSUER": "http://127.0.0.1:9/", name: value})
+
+
+def test_the_admins_single_sign_on_and_its_group_rules():
+    from leases.conf.admin_sso import GroupRule
+
+    assert conf.load({}).admin_sso is None and conf.load({}).admin_passwords == "on"
+    found = conf.load({"LEASEHOLD_ADMIN_SSO_ISSUER": "https://sso.example.com/realms/ops",
+                       "LEASEHOLD_ADMIN_SSO_CLIENT_ID": "leasehold-admin", "LEASEHOLD_ADMIN_SSO_CLIENT_SECRET": "s",
+                       "LEASEHOLD_ADMIN_SSO_GROUPS": "groups:ops=operators, roles:Admin=superuser groups:ro=view+only",
+                       "LEASEHOLD_ADMIN_PASSWORDS": "superusers"})
+    assert found.admin_sso is not None and found.admin_passwords == "superusers"
+    assert found.admin_sso.rules == (GroupRule("groups", "ops", "operators"), GroupRule("roles", "Admin", "superuser"),
+                                     GroupRule("groups", "ro", "view only"))
+    assert found.admin_sso.name == "single sign-on" and found.admin_sso.scopes == "openid profile email"
+
+
+@pytest.mark.parametrize("given, name", [
+    ({"LEASEHOLD_ADMIN_PASSWORDS": "off"}, "LEASEHOLD_ADMIN_PASSWORDS"),  # nobody could sign in
+    ({"LEASEHOLD_ADMIN_SSO_ISSUER": "https://sso.example.com"}, "LEASEHOLD_ADMIN_SSO_CLIENT_ID"),
+    ({"LEASEHOLD_ADMIN_SSO_ISSUER": "https://sso.example.com", "LEASEHOLD_ADMIN_SSO_CLIENT_ID": "c",
+      "LEASEHOLD_ADMIN_SSO_CLIENT_SECRET": "s"}, "LEASEHOLD_ADMIN_SSO_GROUPS"),  # no rule: nobody may do anything
+    ({"LEASEHOLD_ADMIN_SSO_GROUPS": "groups=ops"}, "LEASEHOLD_ADMIN_SSO_GROUPS"),
+    ({"LEASEHOLD_ADMIN_SSO_ISSUER": "http://sso.example.com", "LEASEHOLD_ADMIN_SSO_CLIENT_ID": "c",
+      "LEASEHOLD_ADMIN_SSO_CLIENT_SECRET": "s", "LEASEHOLD_ADMIN_SSO_GROUPS": "g:a=b"}, "LEASEHOLD_ADMIN_SSO_ISSUER"),
+    ({"LEASEHOLD_ADMIN_PASSWORDS": "sometimes"}, "LEASEHOLD_ADMIN_PASSWORDS"),
+])
+def test_a_bad_admin_sso_setting_stops_the_start_naming_it(given, name):
+    with pytest.raises(SettingError, match=name):
+        conf.load(given)

@@ -24,6 +24,7 @@ from tests import azure_raw
 from tests.azure import test_azure_bearer as bearer_tests
 from tests.sdk_errors import sdk_error_code
 
+pytestmark = pytest.mark.also_postgres  # the keys' rows: found again by their exact times
 KEY_PATH = f"/{DEV_ACCOUNT}/?restype=service&comp=userdelegationkey"
 SCOPE = bearer_tests.SCOPE
 # The bearer tests' provider (its clients: writer, reader, nobody), settings and blob /jobs/nightly.

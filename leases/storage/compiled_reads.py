@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from django.db import transaction
 
 from leases.storage.django_internals import get_related_populators
-from leases.storage.statements import LOOKUP_KEYS, compiled, converted
+from leases.storage.statements import LOOKUP_KEYS, compiled, converted, driver_cursor, native_sql
 
 # ------------------------------------------------------------------ one row with its related rows
 
@@ -115,19 +115,21 @@ def _compile_values(build, count: int, conn):
     slots = [(keys.index(p), None) if p in keys else (None, p) for p in params]
     columns = [col for col, _, _ in compiler.select]
     converters = [(pos, convs, expr) for pos, (convs, expr) in compiler.get_converters(columns).items()]
-    return sql, slots, converters
+    return native_sql(sql, conn), slots, converters
 
 
 def values_one(key, build, *values: str, conn=None):
     """``build(*values).first()`` as a tuple (``build``: string lookup values
     -> a QuerySet of ``values_list``), None if no row: compiled by the ORM
     once per connection and ``key``, then only run with ``values`` in their
-    places. For credentials read fresh on every request (an account's keys,
+    places, on the driver's cursor (Django's cursor wrapper cost more than
+    the read). For credentials read fresh on every request (an account's keys,
     a token's state), which must not be remembered."""
     conn = conn or transaction.get_connection()
     sql, slots, converters = compiled(conn, ("values_one", key),
                                       lambda c: _compile_values(build, len(values), c))
-    with conn.cursor() as cursor:
+    conn.ensure_connection()
+    with driver_cursor(conn) as cursor:
         cursor.execute(sql, [constant if i is None else values[i] for i, constant in slots])
         row = cursor.fetchone()
     return None if row is None else tuple(converted(row, converters, conn))

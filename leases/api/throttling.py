@@ -254,8 +254,8 @@ def counter() -> SlidingWindowCounter | DatabaseCounter:
         return _counters[path]
 
 
-# environ: this request was counted already, by the lean path (leases/api/lean.py), which then
-# handed it to the view (on PostgreSQL, a batch that could not write it).
+# environ: this request was counted already, by the lean path (leases/api/lean.py), which checks it
+# again where the event loop could not write it at once.
 COUNTED = "leasehold.api_counted"
 
 

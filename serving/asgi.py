@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 import time
@@ -245,9 +246,9 @@ class LeaseholdASGI:
         its row's turn."""
         door, names = taken
         answer = await door.answer(environ, names, principal=environ.get(PRINCIPAL, ""),
-                                   idle=lambda: self.in_flight == 1)
+                                   idle=lambda: self.in_flight == 1, finish=functools.partial(_finished, environ))
         if answer is not None:
-            return answers.batched(environ, answer)
+            return answer
         async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
             return await self.in_lane(environ, lane)
 
@@ -307,6 +308,11 @@ class LeaseholdASGI:
             headers = [(answers.header_name(k), v.encode("latin-1")) for k, v in started[1]]
             return status, headers, None, result
         return (*answers.rendered(environ, int(started[0][:3]), started[1], result), None)
+
+
+def _finished(environ, response) -> tuple[int, list, bytes] | None:
+    """A door's answer as the front sends it (made in the thread that wrote it); None if it declined."""
+    return None if response is None else answers.batched(environ, response)
 
 
 def _may_wait(scope, environ, body: bytes) -> bool:

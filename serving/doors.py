@@ -36,9 +36,11 @@ class Door(Protocol):
 
     def takes(self, environ: dict, body) -> Any | None: ...  # the request's names; None: the general path's
 
-    # From the event loop: the answer (an HttpResponse) once its write is committed; None: the general
-    # path's (declined, nothing written; or this database makes no writes together).
-    def answer(self, environ: dict, names, *, principal: str, idle: Callable[[], bool]) -> Awaitable[Any]: ...
+    # From the event loop: ``finish`` of the answer (an HttpResponse, or None: declined, nothing written),
+    # both made where it was written, once its write is committed; None: the general path's (declined, or
+    # this database makes no writes together).
+    def answer(self, environ: dict, names, *, principal: str, idle: Callable[[], bool],
+               finish: Callable[[Any], Any]) -> Awaitable[Any]: ...
 
     # The door's answer (an HttpResponse) to a lease request refused before it queued (serving/admission.py:
     # its credentials); None: serving's own plain answer.

@@ -919,7 +919,7 @@ def test_a_batcher_in_serving_is_found(tmp_path):
         "serving/lease_batch.py": "MAX_BATCH = 64\n\n\ndef submit(writer):\n    with writer.at_once():\n        pass\n",
         "leases/api/lean.py": "from leases.storage.write_queue import RetryAlone\n",
         "leases/storage/write_queue.py": "class RetryAlone(Exception):\n    pass\n",
-        "engines/busy.py": "def at_once():\n    pass\n"})
+        "engines/writer_wait.py": "def at_once():\n    pass\n"})
     assert sorted(how for _, _, how in batching_outside_the_queue(root)) == [
         "leases/api/lean.py:1: RetryAlone",
         "serving/asgi.py:1: LeaseBatcher",

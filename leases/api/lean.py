@@ -313,14 +313,14 @@ def checked(requests: list[tuple[dict, Lease]]) -> list[ApiLeaseCall]:
     return [ApiLeaseCall(environ, lease) for environ, lease in requests]
 
 
-async def answer_queued(environ: dict, lease: Lease, *, principal: str, idle):
-    """From the event loop: the answer to a JSON lease request ``takes``
-    accepted, its write made with others' by the write queue
-    (leases/storage/queue_intake.py); None if declined, or where writes are
-    not made together (the DRF view answers it). ``principal``: who sent it
-    (the queue's fair share); ``idle()``: whether it is all the server serves."""
+async def answer_queued(environ: dict, lease: Lease, *, principal: str, idle, finish=lambda response: response):
+    """From the event loop: ``finish`` of the answer to a JSON lease request
+    ``takes`` accepted (None if declined), its write made with others' by the
+    write queue (leases/storage/queue_intake.py); None where writes are not
+    made together (the DRF view answers it). ``principal``: who sent it (the
+    queue's fair share); ``idle()``: whether it is all the server serves."""
     return await queue_intake.written(checked, (environ, lease), principal=principal,
-                                      received_at=environ["leasehold.received_at"], idle=idle)
+                                      received_at=environ["leasehold.received_at"], idle=idle, finish=finish)
 
 
 def usable() -> bool:

@@ -206,14 +206,15 @@ def checked(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list[Le
         return [LeaseCall(environ, names) for environ, names in requests]
 
 
-async def answer_queued(environ: dict, names: tuple[str, str, str | None], *, principal: str, idle):
-    """From the event loop: the answer (an HttpResponse) to a lease request
-    ``takes`` accepted, its write made with others' by the write queue
-    (leases/storage/queue_intake.py); None where writes are not made
-    together (the general path answers it). ``principal``: who sent it (the
-    queue's fair share); ``idle()``: whether it is all the server serves."""
+async def answer_queued(environ: dict, names: tuple[str, str, str | None], *, principal: str, idle,
+                        finish=lambda response: response):
+    """From the event loop: ``finish`` of the answer (an HttpResponse) to a
+    lease request ``takes`` accepted, its write made with others' by the
+    write queue (leases/storage/queue_intake.py); None where writes are not
+    made together (the general path answers it). ``principal``: who sent it
+    (the queue's fair share); ``idle()``: whether it is all the server serves."""
     return await queue_intake.written(checked, (environ, names), principal=principal,
-                                      received_at=environ["leasehold.received_at"], idle=idle)
+                                      received_at=environ["leasehold.received_at"], idle=idle, finish=finish)
 
 
 def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:

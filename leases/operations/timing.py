@@ -14,7 +14,7 @@ import threading
 import time
 from typing import TextIO
 
-from engines import busy
+from engines import writer_wait
 from leases import conf
 from leases.storage import queue_intake
 
@@ -95,7 +95,7 @@ def _timed_batches() -> None:
     served = queue_intake.Intake._served
 
     def timed(self, batch):
-        attach({"thread": time.monotonic(), "lane": "lease-inline" if busy.must_not_wait() else "lease-batch"})
+        attach({"thread": time.monotonic(), "lane": "lease-inline" if writer_wait.must_not_wait() else "lease-batch"})
         try:
             return served(self, batch)
         finally:

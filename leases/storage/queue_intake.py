@@ -1,6 +1,6 @@
 """The write queue's intake from the event loop (write_queue.py's policy for the doors' lease requests):
 a door submits a request (``submit``) and awaits its answer. The loop itself writes a request that is
-all its caller is serving, if the queue is idle and the writer free this moment (``busy.at_once``);
+all its caller is serving, if the queue is idle and the writer free this moment (``writer_wait.at_once``);
 otherwise the queue's one thread per process and database takes what is queued, up to MAX_BATCH by
 principal in turn, and writes it as one batch of the queue (one commit, one fsync). On PostgreSQL
 that batch waits for no row: a request whose row another transaction holds is made alone by the
@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from django.db import connections
 
-from engines.busy import WouldWait, at_once
+from engines.writer_wait import WouldWait, at_once
 from leases import conf
 from leases.storage import transactions
 from leases.storage.write_queue import RetryAlone, WriteQueue, queue_for
@@ -43,10 +43,12 @@ Checked = Callable[[list], Sequence[Call]]  # a door's: requests submitted toget
 
 
 class _Entry:
-    __slots__ = ("door", "item", "principal", "received_at", "future")
+    __slots__ = ("door", "item", "principal", "received_at", "future", "finish")
 
-    def __init__(self, door: Checked, item, principal: str, received_at: float, future: asyncio.Future):
+    def __init__(self, door: Checked, item, principal: str, received_at: float, future: asyncio.Future,
+                 finish: Callable[[Any], Any] = lambda answer: answer):
         self.door, self.item, self.principal, self.received_at, self.future = door, item, principal, received_at, future
+        self.finish = finish
 
 
 class Intake:
@@ -63,12 +65,13 @@ class Intake:
         self.scheduled = False
 
     async def submit(self, door: Checked, item, *, principal: str, received_at: float,
-                     idle: Callable[[], bool] = lambda: False):
-        """``item``'s answer (the ``answer()`` of its call, which ``door``
-        makes of it) once the commit that covers its write is done. ``idle()``: whether this request is all
+                     idle: Callable[[], bool] = lambda: False, finish: Callable[[Any], Any] = lambda answer: answer):
+        """``finish`` of ``item``'s answer (the ``answer()`` of its call, which
+        ``door`` makes of it; both made where it was written) once the commit
+        that covers its write is done. ``idle()``: whether this request is all
         the caller serves (the loop may then write it itself)."""
         loop = asyncio.get_running_loop()
-        entry = _Entry(door, item, principal, received_at, loop.create_future())
+        entry = _Entry(door, item, principal, received_at, loop.create_future(), finish)
         with self.lock:
             self.pending.append(entry)
             start = not self.scheduled
@@ -154,7 +157,7 @@ class Intake:
                 self._alone(entry, call, write)
             else:
                 call.written(result, error)
-        return [(entry.future, _answer(call)) for entry, call in zip(batch, calls) if id(entry) not in later]
+        return [(entry.future, _answer(entry, call)) for entry, call in zip(batch, calls) if id(entry) not in later]
 
     def _alone(self, entry: _Entry, call: Call, write) -> None:
         """PostgreSQL: ``call``'s write made alone, in a thread that may wait for its row."""
@@ -165,7 +168,7 @@ class Intake:
                 try:
                     (result, error), = self.queue.run_all([write], skips_rows=True)
                     call.written(result, error)
-                    answer = _answer(call)
+                    answer = _answer(entry, call)
                 except BaseException as exc:  # noqa: BLE001
                     answer = exc
             loop.call_soon_threadsafe(_settle_all, [(entry.future, answer)])
@@ -208,9 +211,9 @@ def _ended(executor: ThreadPoolExecutor, threads: int, wait: bool) -> None:
     executor.shutdown(wait=wait)
 
 
-def _answer(call: Call) -> object:
+def _answer(entry: _Entry, call: Call) -> object:
     try:
-        return call.answer()
+        return entry.finish(call.answer())
     except BaseException as exc:  # noqa: BLE001  a bug in one answer is that request's only
         return exc
 
@@ -259,7 +262,7 @@ def _settle_all(answers: list[tuple[asyncio.Future, object]]) -> None:
 
 
 async def written(door: Checked, item, *, principal: str, received_at: float,
-                  idle: Callable[[], bool] = lambda: False):
+                  idle: Callable[[], bool] = lambda: False, finish: Callable[[Any], Any] = lambda answer: answer):
     """From the event loop: ``item``'s answer through this process's intake
     for the default database (``Intake.submit``); None where writes are not
     made together there (the door's general path answers it)."""
@@ -269,7 +272,7 @@ async def written(door: Checked, item, *, principal: str, received_at: float,
     intake = lookups.run(intake_for)
     if intake is None:
         return None
-    return await intake.submit(door, item, principal=principal, received_at=received_at, idle=idle)
+    return await intake.submit(door, item, principal=principal, received_at=received_at, idle=idle, finish=finish)
 
 
 _lookups = threading.local()  # a loop's look-ups of its intake: in one context, one database connection object

@@ -10,7 +10,7 @@ import contextlib
 
 from django.db import transaction
 
-from engines import busy, postgres
+from engines import writer_wait, postgres
 from leases import conf
 from leases.storage.write_queue import RetryAlone, commits_together, queue_for
 
@@ -25,7 +25,7 @@ def waits_from(received_at: float, *, reads_only: bool = False):
     on PostgreSQL (unless ``reads_only``) a transaction begun past
     LEASEHOLD_WRITE_WAIT from then refused (503 ServerBusy), as SQLite's
     writer lock refuses it."""
-    with busy.received_at(received_at):
+    with writer_wait.received_at(received_at):
         if reads_only or not postgres.in_use():
             yield
             return

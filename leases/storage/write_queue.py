@@ -16,7 +16,8 @@ import threading
 from django.db import OperationalError, transaction
 from django.db.transaction import TransactionManagementError
 
-from engines.busy import WouldWait, must_not_wait
+from engines.writer_wait import WouldWait, must_not_wait
+from engines import postgres
 from engines.sqlite.base import DatabaseWrapper as SQLiteWrapper
 from leases.storage import statements
 
@@ -69,7 +70,7 @@ class WriteQueue:
                 ) -> list[tuple[object, BaseException | None]]:
         """Each of ``fns`` written, in one batch (with whatever else is
         queued); each one's (result, error), in order, once the commit that
-        covers it is done. Under ``busy.at_once()``: ``WouldWait`` if another
+        covers it is done. Under ``writer_wait.at_once()``: ``WouldWait`` if another
         thread is writing or queued, or if the writer is not free this
         moment; nothing written. ``wait_for_rows=False``: a member that must
         be made alone (see ``RetryAlone``) is answered RetryAlone instead.
@@ -224,7 +225,7 @@ def queue_for(using: str | None = None) -> WriteQueue | None:
     are not made together: an in-memory SQLite database, whose connections
     share no data, and databases of other engines."""
     conn = transaction.get_connection(using)
-    if conn.vendor == "postgresql":
+    if postgres.in_use(conn):
         rows_locked = True
     elif isinstance(conn, SQLiteWrapper) and conn._writer_lock_path() is not None:
         rows_locked = False

@@ -320,9 +320,9 @@ def test_a_lean_call_its_door_declines_is_answered_by_the_general_path(leasehold
     def checked(requests):
         return [DecliningCall(environ) for environ, _ in requests]
 
-    async def answer(environ, names, *, principal, idle):
+    async def answer(environ, names, *, principal, idle, finish):
         return await queue_intake.written(checked, (environ, names), principal=principal,
-                                          received_at=environ["leasehold.received_at"], idle=idle)
+                                          received_at=environ["leasehold.received_at"], idle=idle, finish=finish)
 
     path = LeanDoor(name="api", takes=lambda environ, body: "names", answer=answer)
     azure = next(door for door in DOORS if door.name == "azure")

@@ -256,10 +256,11 @@ def run_batches(args, call, signer, host) -> int:
     """--batch N: N blobs acquired, renewed and released together, each step
     one batch of N requests written together (one transaction, one fsync),
     as a worker's lease batch answers them: the door's lean path's checks,
-    fastpath.write_together, the answers (``--door api``: the JSON API's
+    the write queue's write_now, the answers (``--door api``: the JSON API's
     lean path, leases/api/lean.py). --batch 1 is a lone request."""
     from leases.api import lean as api_lean
     from leases.azure import fastpath
+    from leases.storage import queue_intake
 
     blobs = [f"/{ACCOUNT}/bench/batch{i}" for i in range(args.batch)]
     for path in blobs:
@@ -281,7 +282,7 @@ def run_batches(args, call, signer, host) -> int:
             assert target is not None, environ  # a plain lease request: the lean path's
             requests.append((environ, target))
         calls: list[Any] = api_lean.checked(requests) if args.door == "api" else fastpath.checked(requests)
-        fastpath.write_together(calls)
+        queue_intake.write_now(calls)
         for call_ in calls:
             response = call_.answer()
             assert response.status_code in (200, 201), response.content

@@ -28,7 +28,7 @@ from email.utils import formatdate
 from django import db
 
 from serving import answers
-from serving.doors import LeanPath, door_of
+from serving.doors import Door, door_of
 from leases.auth import principals
 from leases.operations import metrics
 from leases.domain.errors import MESSAGES, LeaseholdError
@@ -150,7 +150,7 @@ class Admission:
     path (serving/doors.py), by name: the Azure door's answer to a refusal
     and its x-ms-version."""
 
-    def __init__(self, *, rate: float, burst: float, read_wait: float, doors: Mapping[str, LeanPath],
+    def __init__(self, *, rate: float, burst: float, read_wait: float, doors: Mapping[str, Door],
                  total_rate: float = 0.0, total_burst: float = 0.0):
         self.azure = doors["azure"]
         self.busy_version = self.azure.version.encode()
@@ -236,8 +236,8 @@ class Admission:
                      (b"Content-Length", str(len(body)).encode())], body
 
     def _refusal(self, environ, door: str, refused: principals.Refused) -> tuple[int, list, bytes]:
-        if door == "azure" and self.azure.refused is not None:
-            response = self.azure.refused(environ, refused.error or LeaseholdError(refused.code))
+        response = self.azure.refused(environ, refused.error or LeaseholdError(refused.code)) if door == "azure" else None
+        if response is not None:
             return answers.rendered(environ, response.status_code, list(response.items()), response, close=False)
         return _json(refused.status, refused.code, {"WWW-Authenticate": 'Bearer realm="leasehold"'},
                      reason=refused.reason)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
-import operator
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
@@ -23,9 +22,8 @@ from django.http.response import HttpResponseBase
 
 from serving import answers, bodies, front, long_reads
 from serving.environ import wsgi_environ as _environ
-from serving.lease_batch import LeaseBatcher
 from serving.admission import Admission
-from serving.doors import LeanPath, Writer, door_of
+from serving.doors import Database, Door, door_of
 from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from leases.operations import clockwatch, ledger, retention
@@ -41,20 +39,21 @@ UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.s
 
 
 class LeaseholdASGI:
-    def __init__(self, app, *, lean_paths: Sequence[LeanPath], writer: Writer, long_read_helper: str | None = None):
-        """``app``: Django's WSGI application; ``lean_paths``: the doors'
-        lean lease paths, which the usual lease request takes (batched)
-        instead of ``app``; ``writer``: what the batches are written through
-        (both handed by config/asgi.py, serving/doors.py);
-        ``long_read_helper``: the helper's module (serving/long_reads.py)."""
+    def __init__(self, app, *, doors: Sequence[Door], database: Database, long_read_helper: str | None = None):
+        """``app``: Django's WSGI application; ``doors``: the doors' lean
+        lease paths, which answer the usual lease request (its write made by
+        the write queue with others') instead of ``app``; ``database``: its
+        bounds on this process's work (both handed by config/asgi.py,
+        serving/doors.py); ``long_read_helper``: the helper's module
+        (serving/long_reads.py)."""
         self.app = app
-        self.writer = writer
-        self.doors = {path.door: path for path in lean_paths}
-        self.lean_paths = {door: path for door, path in self.doors.items() if path.usable()}
-        writer.server_process()  # a server process: on PostgreSQL every statement and lock wait is bounded
-        # On PostgreSQL a write waits for its row's lock, not the database's:
-        # more threads, one per row at a time (serving/lanes.py).
-        self.row_locks = writer.row_locks()
+        self.database = database
+        self.doors = {door.name: door for door in doors}
+        self.lean_paths = {name: door for name, door in self.doors.items() if door.usable()}
+        database.serving()  # a server process: every statement and lock wait is bounded
+        # Where a write waits for its row's lock, not the database's: more
+        # threads, one per row at a time (serving/lanes.py).
+        self.row_locks = database.locks_rows()
         own = conf.or_exit()
         more = 4 if self.row_locks else 1
         self.write_wait = own.write_wait
@@ -73,20 +72,9 @@ class LeaseholdASGI:
         # Lease actions and the JSON API (but its blob uploads) need a few KiB:
         # a bigger body is refused before it is read, whatever its sender may sign.
         self.small_body = own.max_small_body_bytes
-        # Lean lease requests received together, committed together (serving/lease_batch.py).
+        # Lean lease requests answered by their doors, their writes made together by the write queue.
         self.in_flight = 0  # requests being received or answered by this worker
-        # On PostgreSQL a batch waits for no row (RetryAlone: that request goes
-        # alone, in its row's turn) and has a thread of its own, which no
-        # request waiting for a locked row can hold; the loop never writes a
-        # batch there (a round trip to the database is no lock at_once() can refuse).
-        batches = ThreadPoolExecutor(1, thread_name_prefix="lease-batch") if self.row_locks \
-            else self.lanes["lease"].executors[0]
-        self.batcher = LeaseBatcher(batches, lean_calls,
-                                    operator.methodcaller("answer"), _finished, writer=writer,
-                                    inline=own.lease_inline and not self.row_locks,
-                                    in_flight=lambda: self.in_flight, writes_by=self.writes_from)
         self.batching = own.lease_batch
-        self._commits_together: bool | None = None  # per process; asked once, in the batcher's context
         # exports in a low-priority helper process (serving/long_reads.py); without one, in the read lane
         self.long_reads = long_reads.LongReads(long_read_helper) if long_read_helper and long_reads.enabled() else None
         self.waiters = Waiters()  # acquires waiting for a held lease (serving/waiting.py)
@@ -132,7 +120,7 @@ class LeaseholdASGI:
                 ledger.stop_sealer()
                 for lane in self.lanes.values():
                     lane.shutdown()
-                self.batcher.executor.shutdown(wait=False, cancel_futures=True)  # PostgreSQL's own; else a lane's
+                self.database.close()
                 self.admission.close()
                 if self.long_reads is not None:
                     self.long_reads.close()
@@ -185,7 +173,7 @@ class LeaseholdASGI:
                 and _may_wait(scope, environ, body):
             await serve_waiting(self, scope, receive, send, body, length, environ, taken, lane)
             return
-        if taken is not None and self.batching and self.commits_together():
+        if taken is not None and self.batching:
             status, headers, content = await self.batched(environ, taken, lane)  # its body, if any, read: takes() says so
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
@@ -196,7 +184,7 @@ class LeaseholdASGI:
             return
         await self.run_in_lane(lane, environ, receive, send, body)
 
-    def lean(self, scope, environ, body) -> tuple[LeanPath, Any] | None:
+    def lean(self, scope, environ, body) -> tuple[Door, Any] | None:
         """The lean path of the request's door and what it takes of the
         request (its ``takes``), or None."""
         path = self.lean_paths.get(door_of(scope["path"]))
@@ -246,20 +234,19 @@ class LeaseholdASGI:
                 body.close()  # the spooled file, deleted on close
 
     async def lease_answer(self, environ, taken, lane) -> tuple[int, list, bytes]:
-        """One attempt of a lease request: batched (``taken`` by a lean path)
-        or in a thread of the lease lane."""
-        if taken is not None and self.batching and self.commits_together():
+        """One attempt of a lease request: by its door's lean path (``taken``
+        by it) or in a thread of the lease lane."""
+        if taken is not None and self.batching:
             return await self.batched(environ, taken, lane)
         return await self.in_lane(environ, lane)
 
     async def batched(self, environ, taken, lane) -> tuple[int, list, bytes]:
-        """A lean lease request's answer, written in a batch; if its lean
-        path declined it, or the batch could not write it (PostgreSQL:
-        retry_alone), by the door's general path, alone in its row's turn."""
-        try:
-            answer = await self.batcher.submit(environ, taken)
-        except self.writer.retry_alone:
-            answer = None
+        """A lean lease request's answer by its door, its write made by the
+        write queue; if the door declined it, by its general path, alone in
+        its row's turn."""
+        door, names = taken
+        answer = await door.answer(environ, names, principal=environ.get(PRINCIPAL, ""),
+                                   idle=lambda: self.in_flight == 1, finish=functools.partial(_finished, environ))
         if answer is not None:
             return answer
         async with self.rows.turn(row_of(environ["PATH_INFO"].encode("latin-1").decode())):
@@ -278,25 +265,6 @@ class LeaseholdASGI:
             finally:
                 lane.give_back(index)
         return status, headers, content
-
-    def writes_from(self, received_at: float):
-        """A batch's bound (``writes_by``), from its oldest request's arrival."""
-        if not self.row_locks:
-            return contextlib.nullcontext()
-        return self.writer.writes_by(received_at + self.write_wait)
-
-    def writes_by(self, environ):
-        """On PostgreSQL, a write (any lane but reads) that waited its
-        LEASEHOLD_WRITE_WAIT before its thread took it is refused at its
-        first statement (503 ServerBusy), as SQLite's writer lock refuses it."""
-        if not self.row_locks or environ.get("leasehold.lane") == "read":
-            return contextlib.nullcontext()
-        return self.writer.writes_by(environ["leasehold.received_at"] + self.write_wait)
-
-    def commits_together(self) -> bool:
-        if self._commits_together is None:
-            self._commits_together = bool(self.batcher.context.run(self.writer.commits_together))
-        return self._commits_together
 
     def body_cap(self, scope, lane: str | None = None) -> int:
         path = scope["path"]
@@ -332,7 +300,7 @@ class LeaseholdASGI:
             # of an upload's writes waits for the writer on its own
             # (leases/storage/blob_content.py), so its wait counts from its turn.
             environ["leasehold.received_at"] = time.monotonic()
-        with self.writer.received_at(environ["leasehold.received_at"]), self.writes_by(environ):  # a write's wait counts from here
+        with self.database.bounded(environ["leasehold.received_at"], reads_only=environ.get("leasehold.lane") == "read"):
             result = self.app(environ, start_response)
         streamed = not isinstance(result, HttpResponseBase) or result.streaming
         if streamed:
@@ -343,21 +311,8 @@ class LeaseholdASGI:
 
 
 def _finished(environ, response) -> tuple[int, list, bytes] | None:
-    """A lean call's answer as the front sends it; None if its lean path declined it."""
+    """A door's answer as the front sends it (made in the thread that wrote it); None if it declined."""
     return None if response is None else answers.batched(environ, response)
-
-
-def lean_calls(requests: list[tuple[dict, tuple[LeanPath, Any]]]) -> list:
-    """The calls of lean lease requests received together, each made by the
-    lean path that took it (``checked``), in order; a batch writes them
-    together whichever their door (the writer's ``write_together``)."""
-    first = requests[0][1][0]
-    if all(path is first for _, (path, _) in requests):
-        return first.checked([(environ, names) for environ, (_, names) in requests])
-    calls = {}  # each lean path's calls, in the order of its requests
-    for path in dict.fromkeys(path for _, (path, _) in requests):
-        calls[path] = iter(path.checked([(environ, names) for environ, (own, names) in requests if own is path]))
-    return [next(calls[path]) for _, (path, _) in requests]
 
 
 def _may_wait(scope, environ, body: bytes) -> bool:

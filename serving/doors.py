@@ -1,16 +1,15 @@
-"""What serving is handed by the wiring (config/asgi.py), so that it schedules requests without
-importing a door, the storage layer or an engine: each door's lean lease path (``LeanPath``: which
-requests it takes, their calls made together, its answer to a refused request) and the writer its
-batches go through (``Writer``: the write queue's batch write and signals, each thread's write
-deadline, this process's bounds). docs/development/architecture.md ("serving and the doors") tells
-who hands what."""
+"""What the wiring (config/asgi.py) hands serving, so that it receives, admits and sends requests
+without importing a door, the storage layer or an engine: each door's lean lease path (``Door``: which
+requests it takes and its answer to one, written by the write queue with others'; its answer to a
+request refused before it) and the database's bounds on this process's work (``Database``).
+docs/development/architecture.md ("serving and the doors") tells who hands what."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from leases.domain import paths
 
@@ -20,46 +19,61 @@ def door_of(path: str) -> str:
     return "api" if path.startswith(paths.API_LEASES) else "azure"
 
 
+class Door(Protocol):
+    """A door's lean lease path: its usual lease request answered without
+    Django's handler, its write made by the write queue with others'."""
+
+    @property
+    def name(self) -> str: ...  # which requests it looks at (``door_of``)
+
+    @property
+    def takes_waits(self) -> bool: ...  # False: a request it takes asks no wait, serving looks for none
+
+    @property
+    def version(self) -> str: ...  # the x-ms-version of an answer in the door's shape ("": none)
+
+    def usable(self) -> bool: ...  # whether it may answer here (asked once, at start)
+
+    def takes(self, environ: dict, body) -> Any | None: ...  # the request's names; None: the general path's
+
+    # From the event loop: ``finish`` of the answer (an HttpResponse, or None: declined, nothing written),
+    # both made where it was written, once its write is committed; None: the general path's (declined, or
+    # this database makes no writes together).
+    def answer(self, environ: dict, names, *, principal: str, idle: Callable[[], bool],
+               finish: Callable[[Any], Any]) -> Awaitable[Any]: ...
+
+    # The door's answer (an HttpResponse) to a lease request refused before it queued (serving/admission.py:
+    # its credentials); None: serving's own plain answer.
+    def refused(self, environ: dict, error: Exception) -> Any | None: ...
+
+
 def _always() -> bool:
     return True
 
 
 @dataclass(frozen=True, eq=False)  # each one itself: a request remembers the one that took it
-class LeanPath:
-    """A door's lean lease path: its usual lease request answered without
-    Django's handler, its write joining the server's lease batches."""
+class LeanDoor:
+    """A Door made of a door's functions (the wiring's)."""
 
-    door: str  # which requests it looks at (``door_of``)
-    # (environ, body) -> the request's names, or None: the door's general path answers it
+    name: str
     takes: Callable[[dict, Any], Any]
-    # [(environ, names), ...] received together -> their calls (checked, to be written and answered);
-    # a call's answer() is the door's response, or None: declined (nothing written), the general path's
-    checked: Callable[[list[tuple[dict, Any]]], list]
-    # False: a request it takes asks no wait (its takes read the body), so serving looks for none
+    answer: Callable[..., Awaitable[Any]]
     takes_waits: bool = True
-    usable: Callable[[], bool] = _always  # whether it may answer here (asked once, at start)
-    # The door's answer (an HttpResponse) to a lease request refused before it
-    # queued (serving/admission.py: its credentials), and the x-ms-version of an
-    # answer serving builds in the door's shape (None, "": the JSON API's shape, serving's own).
-    refused: Callable[[dict, Exception], Any] | None = None
+    usable: Callable[[], bool] = _always
+    refused: Callable[[dict, Exception], Any] = lambda environ, error: None
     version: str = ""
 
 
-@dataclass(frozen=True)
-class Writer:
-    """The storage layer's one write queue as serving's batches use it, and
-    the engine's bounds on this process's writes."""
+class Database(Protocol):
+    """The database's bounds on this process's work."""
 
-    # a batch's calls written together, each settled; on PostgreSQL a call
-    # whose row is held is settled with ``retry_alone`` (nothing written)
-    write_together: Callable[[Sequence], None]
-    retry_alone: type[Exception]  # raised by a call's answer: not written, to be sent alone
-    would_wait: type[Exception]  # raised under ``at_once()``: the writer not free this moment
-    at_once: Callable[[], AbstractContextManager]  # writes in it wait for nothing
-    received_at: Callable[[float], AbstractContextManager]  # this thread's writes wait from then
-    writes_by: Callable[[float], AbstractContextManager]  # ... and must begin by then (PostgreSQL)
-    commits_together: Callable[[], bool]  # whether batches commit together here (asked once)
-    # whether the database locks rows, not itself (PostgreSQL): more lease threads, one turn per row,
-    # batches that wait for no row (asked once)
-    row_locks: Callable[[], bool]
-    server_process: Callable[[], None]  # this process serves: every statement and lock wait bounded
+    def serving(self) -> None: ...  # this process serves: every statement and lock wait bounded
+
+    # whether the database locks rows, not itself: more threads, one turn per row (asked once)
+    def locks_rows(self) -> bool: ...
+
+    # this thread's waits for the writer counted from ``received_at`` (time.monotonic()); a write
+    # (``reads_only`` False) begun past the write wait from then refused
+    def bounded(self, received_at: float, *, reads_only: bool) -> AbstractContextManager: ...
+
+    def close(self) -> None: ...  # this process stops serving: the write queue's threads end

@@ -128,20 +128,3 @@ class FairGate:
             self.busy += 1
             future.set_result(None)
 
-
-def fair_share(entries: list, room: int, *, key) -> list:
-    """Up to ``room`` of ``entries``, taken one per ``key`` in turn (each
-    key's in their order), the keys in order of their first entry."""
-    queues: dict = {}
-    for entry in entries:
-        queues.setdefault(key(entry), collections.deque()).append(entry)
-    taken: list = []
-    while len(taken) < room and queues:
-        for name in list(queues):
-            queue = queues[name]
-            taken.append(queue.popleft())
-            if not queue:
-                del queues[name]
-            if len(taken) == room:
-                break
-    return taken

@@ -58,11 +58,9 @@ WORKER_MAKERS = ("init_processes", "restart_all", "keep_subprocess_alive", "hand
 
 # asyncio's private functions, and the only modules that call them (below serving's layer, they
 # cannot import this one): asyncio._set_running_loop marks the loop's thread as running none while
-# it lends itself to one synchronous write; asyncio.events._get_running_loop says, without raising,
-# whether the calling thread runs an event loop.
+# it lends itself to one synchronous write (the write queue's intake).
 ASYNCIO_USED_IN = {
-    "_set_running_loop": ("serving/lease_batch.py",),
-    "_get_running_loop": ("leases/operations/timing.py",),
+    "_set_running_loop": ("leases/storage/queue_intake.py",),
 }
 
 

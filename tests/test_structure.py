@@ -10,8 +10,8 @@ newcomer can find their way in:
     serving (serving/: the server, its lanes and front) < the wiring
     (config/, leases/apps.py); the doors never import each other, serving
     imports no door, storage module or engine (the wiring hands it the
-    doors' lean paths and the writer: serving/doors.py), and no modules
-    import each other in a circle;
+    doors' lean paths and the database's bounds: serving/doors.py), and no
+    modules import each other in a circle;
 (c) no private Django name (an underscore name Django defines, or its
     internal SQL compiler and database backend modules) outside the storage
     layer, so that a Django upgrade breaks in one place;
@@ -25,7 +25,11 @@ newcomer can find their way in:
 (f) Django's check against database calls from async code is never
     switched off (DJANGO_ALLOW_ASYNC_UNSAFE) by the server's code: the loop
     reaches the database through threads, but for the one write it lends
-    its thread to (serving/lease_batch.py, docs/decisions/0008).
+    its thread to (leases/storage/queue_intake.py, docs/decisions/0008);
+(g) every write transaction is the write queue's, and the write queue is
+    the only batcher: serving/ names none of its batching or "do not wait"
+    names (BATCHING_NAMES), which outside storage and the engines appear
+    only where QUEUE_NAMES_ALLOWED says why.
 
 Today's exceptions are listed in the allowlists below, each with its reason.
 A new violation fails with the file, the line and what to do; an allowlist
@@ -252,7 +256,7 @@ def layering_violations(root: Path = REPO) -> list[tuple[str, str, str]]:
             elif own == SERVING and theirs == DOOR:
                 why = "serving imports a door (the wiring hands it what it needs: serving/doors.py)"
             elif own == SERVING and theirs in (ENGINE, MODELS) and imp.module.split(".")[:2] != ["leases", "models"]:
-                why = "serving reaches the storage layer or an engine (the wiring hands it the writer: serving/doors.py)"
+                why = "serving reaches the storage layer or an engine (the wiring hands it the database: serving/doors.py)"
             else:
                 continue
             found.append((importer, imp.module, f"{where}:{imp.line}: {importer} -> {imp.module} ({why})"))
@@ -473,7 +477,7 @@ def test_one_front_granian_is_named_nowhere():
 ASYNC_UNSAFE = "DJANGO_ALLOW_ASYNC_UNSAFE"
 SERVER_CODE = ("leases", "serving", "config", "engines")
 LOOP_LENDER = "_set_running_loop"  # marks a thread as running no event loop
-LOOP_LENT_IN = {"serving/lease_batch.py"}  # its one write on the loop (decision 0008)
+LOOP_LENT_IN = {"leases/storage/queue_intake.py"}  # the write queue's one write on the loop (decision 0008)
 LOOP_LENT_IN |= {"serving/uvicorn_internals.py"}  # the fence that lists it (tests/serving/test_uvicorn_contract.py)
 
 
@@ -549,6 +553,60 @@ def test_every_write_transaction_is_the_write_queues():
     assert not stale, f"no longer there; remove from ATOMIC_ALLOWED: {sorted(stale)}"
 
 
+# The write queue is the only batcher (leases/storage/write_queue.py, queue_intake.py; decision 0048):
+# serving names none of these, and the "do not wait" rule (at_once, WouldWait, must_not_wait) and the
+# batch's retry (RetryAlone) live in storage and the engines. (path, name): why elsewhere.
+BATCHING_NAMES = frozenset({"at_once", "WouldWait", "must_not_wait", "RetryAlone", "write_together", "run_all",
+                            "fair_share", "MAX_BATCH", "LeaseBatcher", "Intake", "queue_intake", "write_queue"})
+DO_NOT_WAIT = frozenset({"at_once", "WouldWait", "must_not_wait", "RetryAlone"})
+QUEUE_HOMES = ("leases/storage/", "engines/")
+QUEUE_NAMES_ALLOWED = {
+    ("leases/api/throttling.py", "must_not_wait"): "the rate limit's counter file, locked on the loop's write",
+    ("leases/api/throttling.py", "WouldWait"): "the rate limit's counter file, locked on the loop's write",
+    ("leases/operations/timing.py", "must_not_wait"): "bench only: which thread wrote a batch",
+}
+
+
+def batching_outside_the_queue(root: Path = REPO) -> list[tuple[str, str, str]]:
+    """(path, name, where) for every batching name serving/ uses, and every
+    "do not wait" name used outside storage and the engines."""
+    found = []
+    for path in source_files(root, "leases", "serving", "config", "engines"):
+        where = rel(path, root)
+        if where.startswith(QUEUE_HOMES):
+            continue
+        names = BATCHING_NAMES if where.startswith("serving/") else DO_NOT_WAIT
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for name in _names_of(node):
+                if name in names:
+                    found.append((where, name, f"{where}:{getattr(node, 'lineno', 0)}: {name}"))
+    return found
+
+
+def _names_of(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.alias):
+        return node.name.split(".") + ([node.asname] if node.asname else [])
+    if isinstance(node, ast.ImportFrom) and node.module:
+        return node.module.split(".")
+    return []
+
+
+def test_the_write_queue_is_the_only_batcher():
+    found = batching_outside_the_queue()
+    new = sorted({how for path, name, how in found if (path, name) not in QUEUE_NAMES_ALLOWED})
+    assert not new, ("batching is the write queue's (leases/storage/queue_intake.py): serving hands a door's "
+                     "request to the door, which submits it there; the do-not-wait rule is storage's and the "
+                     "engines':\n" + "\n".join(f"  {h}" for h in new))
+    stale = set(QUEUE_NAMES_ALLOWED) - {(path, name) for path, name, _ in found}
+    assert not stale, f"no longer there; remove from QUEUE_NAMES_ALLOWED: {sorted(stale)}"
+
+
 # ------------------------------------------------------------------ the checks catch what they are for
 
 def source_tree(root: Path, files: dict[str, str]) -> Path:
@@ -605,10 +663,10 @@ def test_an_oversized_module_is_found(tmp_path):
     ({"serving/asgi.py": "from leases.storage.transactions import RetryAlone\n",
       "leases/storage/transactions.py": ""},
      "serving/asgi.py:1: serving.asgi -> leases.storage.transactions "
-     "(serving reaches the storage layer or an engine (the wiring hands it the writer: serving/doors.py))"),
+     "(serving reaches the storage layer or an engine (the wiring hands it the database: serving/doors.py))"),
     ({"serving/asgi.py": "from engines import postgres\n", "engines/postgres/__init__.py": ""},
      "serving/asgi.py:1: serving.asgi -> engines.postgres "
-     "(serving reaches the storage layer or an engine (the wiring hands it the writer: serving/doors.py))"),
+     "(serving reaches the storage layer or an engine (the wiring hands it the database: serving/doors.py))"),
     ({"serving/asgi.py": "from leases.azure import fastpath\n", "leases/azure/fastpath.py": ""},
      "serving/asgi.py:1: serving.asgi -> leases.azure.fastpath "
      "(serving imports a door (the wiring hands it what it needs: serving/doors.py))"),
@@ -855,10 +913,23 @@ def test_a_mention_of_granian_is_found(tmp_path):
     assert mentions(GONE_FRONT, root) == ["bench/run.py:1", "serving/server.py:3", "pyproject.toml:2"]
 
 
+def test_a_batcher_in_serving_is_found(tmp_path):
+    root = source_tree(tmp_path, {
+        "serving/asgi.py": "from serving.lease_batch import LeaseBatcher\n",
+        "serving/lease_batch.py": "MAX_BATCH = 64\n\n\ndef submit(writer):\n    with writer.at_once():\n        pass\n",
+        "leases/api/lean.py": "from leases.storage.write_queue import RetryAlone\n",
+        "leases/storage/write_queue.py": "class RetryAlone(Exception):\n    pass\n",
+        "engines/writer_wait.py": "def at_once():\n    pass\n"})
+    assert sorted(how for _, _, how in batching_outside_the_queue(root)) == [
+        "leases/api/lean.py:1: RetryAlone",
+        "serving/asgi.py:1: LeaseBatcher",
+        "serving/lease_batch.py:1: MAX_BATCH", "serving/lease_batch.py:5: at_once"]
+
+
 def test_switching_the_async_check_off_is_found(tmp_path):
     root = source_tree(tmp_path, {"serving/asgi.py": 'import os\nos.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "1")\n',
                                   "leases/domain/waiting.py": "import asyncio\nasyncio._set_running_loop(None)\n",
-                                  "serving/lease_batch.py": "import asyncio\nasyncio._set_running_loop(None)\n",
+                                  "leases/storage/queue_intake.py": "import asyncio\nasyncio._set_running_loop(None)\n",
                                   "tests/browser.py": 'DJANGO_ALLOW_ASYNC_UNSAFE = "1"\n'})
     assert async_check_off(root) == ["leases/domain/waiting.py: _set_running_loop", f"serving/asgi.py: {ASYNC_UNSAFE}"]
 

@@ -17,7 +17,7 @@ from django.db import DatabaseError
 from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict
 
-from ..busy import CommitOutcomeUnknown, WriterBusy
+from ..writer_wait import CommitOutcomeUnknown, WriterBusy
 from ..django_internals import PostgreSQLCursor as DjangoCursor
 from ..django_internals import PostgreSQLDatabaseWrapper
 from ..django_internals import PostgreSQLServerBindingCursor as DjangoServerCursor

@@ -16,7 +16,7 @@ from django.db.utils import OperationalError
 from .. import hooks  # what the engine reports: the writer lock's wait, the fsync, timing marks
 from ..django_internals import SQLiteDatabaseWrapper
 
-from ..busy import WouldWait, WriterBusy, is_writer_busy, must_not_wait, time_left
+from ..writer_wait import WouldWait, WriterBusy, is_writer_busy, must_not_wait, time_left
 from .checkpoints import Checkpointer, _checkpointers, ensure_checkpointer  # noqa: F401  (imported from here)
 from .writer_lock import FlockWaiter, open_lock_file, writer_lock_path
 

@@ -15,7 +15,7 @@ from django.urls import path, reverse
 from leases.domain import fingerprints
 from leases.domain.errors import LeaseholdError
 from leases.services import lease_action, lease_break, lease_release
-from engines.busy import is_writer_busy
+from engines.writer_wait import is_writer_busy
 
 from leases.admin import display
 from leases.admin.writer_busy import MESSAGE as BUSY_MESSAGE

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.template.response import TemplateResponse
 
-from engines.busy import RETRY_AFTER_SECONDS, is_writer_busy
+from engines.writer_wait import RETRY_AFTER_SECONDS, is_writer_busy
 
 MESSAGE = "The database is busy; try again."
 

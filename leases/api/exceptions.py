@@ -17,7 +17,7 @@ from leases.operations import faults
 from leases.operations.logformat import mark_fault_logged
 from leases.domain import guids
 from leases.domain.errors import MESSAGES, LeaseholdError
-from leases.storage.busy import outcome_unknown, server_busy
+from leases.storage.write_refusals import outcome_unknown, server_busy
 
 log = logging.getLogger("leasehold.api")
 

@@ -39,7 +39,7 @@ from leases.domain import guids, paths, waiting
 from leases.domain.errors import LeaseholdError
 from leases.operations import handling
 from leases.operations.handling import LeanRequest
-from leases.storage.write_queue import RetryAlone
+from leases.storage import queue_intake
 
 API_LEASES = paths.API_LEASES
 JSON_TYPES = ("application/json", "application/json; charset=utf-8")
@@ -141,16 +141,17 @@ class _Secure:
 class ApiLeaseCall:
     """One lean JSON lease request in the three steps of the Azure door's
     (leases/azure/fastpath.py LeaseCall): the checks (here), the write in
-    a batch (``arguments``, ``settle``), ``answer()``. A check that fails
+    a batch of the write queue (``writes``, ``written``), ``answer()``. A check that fails
     declines the request: nothing counted, nothing written, no answer here
     (the DRF view answers it)."""
 
-    __slots__ = ("environ", "request", "lease", "arguments", "result", "error", "declined")
+    __slots__ = ("environ", "request", "lease", "arguments", "pending", "result", "error", "declined")
 
     def __init__(self, environ: dict, lease: Lease):
         self.environ, self.lease = environ, lease
         self.request = LeanRequest("POST", get_path_info(environ), environ, guids.request_id())
         self.arguments: dict | None = None
+        self.pending: services.LeaseWrite | None = None
         self.result: services.LeaseResult | None = None
         self.error: Exception | None = None
         self.declined = False
@@ -191,11 +192,22 @@ class ApiLeaseCall:
             lease.account, lease.container, lease.blob), who, checked, lease.data)
         if not PrincipalRateThrottle().allow_request(request, None):
             return None
-        environ[COUNTED] = True  # sent to the view after all (PostgreSQL: its row held): not counted again
+        environ[COUNTED] = True  # checked again (the loop could not write it at once): not counted again
         return asked
 
+    def writes(self):
+        """Its write, for the write queue (None: declined, nothing to write)."""
+        if self.arguments is None:
+            return None
+        self.pending = services.LeaseWrite(self.arguments)
+        return self.pending.write
+
+    def written(self, result, error: BaseException | None) -> None:
+        """The write's outcome, once committed: the service's result or refusal."""
+        self.settle(cast(services.LeaseWrite, self.pending).outcome(result, error))
+
     def settle(self, answer) -> None:
-        """The service's answer in a batch: a result, or the error it raised."""
+        """The service's answer: a result, or the error it raised."""
         if isinstance(answer, Exception):
             self.error = answer
         else:
@@ -203,14 +215,9 @@ class ApiLeaseCall:
 
     def answer(self) -> HttpResponse | LeanAnswer | None:
         """The answer as the DRF view, Django's middleware and handler would
-        send it; None if declined (the view answers it). RetryAlone, the
-        write queue's answer on PostgreSQL for a request whose row another
-        transaction held (nothing written), raised for the server to send it
-        again, alone."""
+        send it; None if declined (the view answers it)."""
         if self.declined:
             return None
-        if isinstance(self.error, RetryAlone):
-            raise self.error
         request, action, environ = self.request, self.lease.action, self.environ
         secure = environ.get("wsgi.url_scheme") == "https"
         if self.error is None:
@@ -304,6 +311,16 @@ def checked(requests: list[tuple[dict, Lease]]) -> list[ApiLeaseCall]:
     or old database connection closed (as leases/azure/fastpath.checked)."""
     handling.started(requests[0][0])
     return [ApiLeaseCall(environ, lease) for environ, lease in requests]
+
+
+async def answer_queued(environ: dict, lease: Lease, *, principal: str, idle, finish=lambda response: response):
+    """From the event loop: ``finish`` of the answer to a JSON lease request
+    ``takes`` accepted (None if declined), its write made with others' by the
+    write queue (leases/storage/queue_intake.py); None where writes are not
+    made together (the DRF view answers it). ``principal``: who sent it (the
+    queue's fair share); ``idle()``: whether it is all the server serves."""
+    return await queue_intake.written(checked, (environ, lease), principal=principal,
+                                      received_at=environ["leasehold.received_at"], idle=idle, finish=finish)
 
 
 def usable() -> bool:

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
-from engines import busy, postgres
+from engines import writer_wait, postgres
 from leases.domain import clock
 from leases.api.authentication import principal_name
 
@@ -74,10 +74,10 @@ class SlidingWindowCounter:
 
     def _begun(self) -> sqlite3.Connection:
         """This thread's connection in a write transaction. On the event loop's
-        thread (``busy.at_once()``, a lease batch it writes itself) nothing
+        thread (``writer_wait.at_once()``, a lease batch it writes itself) nothing
         may wait: the file's lock not free this moment is WouldWait, and the
-        request goes to a lane thread (serving/lease_batch.py)."""
-        if not busy.must_not_wait():
+        request goes to the write queue's thread (leases/storage/queue_intake.py)."""
+        if not writer_wait.must_not_wait():
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             return conn
@@ -90,7 +90,7 @@ class SlidingWindowCounter:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
-                raise busy.WouldWait("the rate limit's counter file is being written") from None
+                raise writer_wait.WouldWait("the rate limit's counter file is being written") from None
             raise
         return conn
 
@@ -254,8 +254,8 @@ def counter() -> SlidingWindowCounter | DatabaseCounter:
         return _counters[path]
 
 
-# environ: this request was counted already, by the lean path (leases/api/lean.py), which then
-# handed it to the view (on PostgreSQL, a batch that could not write it).
+# environ: this request was counted already, by the lean path (leases/api/lean.py), which checks it
+# again where the event loop could not write it at once.
 COUNTED = "leasehold.api_counted"
 
 

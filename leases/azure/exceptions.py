@@ -11,7 +11,7 @@ from leases.domain import clock, guids
 from leases.operations import faults
 from leases.operations.logformat import mark_fault_logged
 from leases.domain.errors import LeaseholdError
-from leases.storage.busy import outcome_unknown, server_busy
+from leases.storage.write_refusals import outcome_unknown, server_busy
 from leases.azure import wire
 
 log = logging.getLogger("leasehold.azure")

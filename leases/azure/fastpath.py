@@ -10,8 +10,7 @@ shape; docs/decisions/0006 says why."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Protocol
+from typing import cast
 from urllib.parse import unquote_plus
 
 from django.conf import settings
@@ -21,7 +20,7 @@ from django.core.handlers.wsgi import get_path_info, get_script_name
 from leases import services
 from leases.domain import guids, paths, waiting
 from leases.services import ResourceRef
-from leases.storage.write_queue import RetryAlone
+from leases.storage import queue_intake
 from leases.auth import sharedkey
 from leases.auth.sas import SAS_PARAMETERS
 from leases.azure import inputs, lease_request, wire
@@ -121,14 +120,15 @@ class LeaseCall:
       SharedKey, whose account keys are read from the database once in a
       while, the URL's account) and the lease headers parsed; a refusal here
       is kept;
-    * the service call, with the batch's (``write_together``: a lone request
+    * its write, with the batch's of the write queue (``writes``, ``written``: a lone request
       is a batch of one) -- its result, or its refusal;
     * ``answer()``: the answer, by the one exception handler if refused,
       with the headers every answer carries; 4xx/5xx logged.
     """
 
-    __slots__ = ("environ", "request", "legacy", "arguments", "result", "error")
+    __slots__ = ("environ", "request", "legacy", "arguments", "lease", "result", "error")
     arguments: dict | None  # lease_action's, once the checks passed
+    lease: services.LeaseWrite | None  # its write, once made ready
     result: services.LeaseResult | None
     error: Exception | None
 
@@ -137,7 +137,7 @@ class LeaseCall:
         self.environ = environ
         self.request = LeanRequest("PUT", "", environ)
         self.request.request_id = request_id = guids.request_id()
-        self.arguments = self.result = self.error = None
+        self.arguments = self.lease = self.result = self.error = None
         self.legacy = False
         account, container, blob = names
         try:
@@ -155,19 +155,27 @@ class LeaseCall:
         except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
             self.error = exc
 
+    def writes(self):
+        """Its write, for the write queue (None: refused before it, nothing to write)."""
+        if self.arguments is None:
+            return None
+        self.lease = services.LeaseWrite(self.arguments)
+        return self.lease.write
+
+    def written(self, result, error: BaseException | None) -> None:
+        """The write's outcome, once committed: the service's result or refusal."""
+        self.settle(cast(services.LeaseWrite, self.lease).outcome(result, error))  # writes() made it
+
     def settle(self, answer) -> None:
-        """The service's answer in a batch: a result, or the error it raised."""
+        """The service's answer: a result, or the error it raised."""
         if isinstance(answer, Exception):
             self.error = answer
         else:
             self.result = answer
 
     def answer(self):
-        """The HttpResponse, every failure too answered by the one handler;
-        RetryAlone raised if a batch did not write it."""
+        """The HttpResponse, every failure too answered by the one handler."""
         request, environ = self.request, self.environ
-        if isinstance(self.error, RetryAlone):  # not written: the server sends it again, alone
-            raise self.error
         waiting.note(environ, self.error)  # a quiet refusal: the server waits, then asks again
         if self.error is None:
             response = lease_request.lease_response(environ, self.result, legacy=self.legacy)
@@ -198,44 +206,22 @@ def checked(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list[Le
         return [LeaseCall(environ, names) for environ, names in requests]
 
 
-class LeanCall(Protocol):
-    """What ``write_together`` needs of a lean call, whichever its door's
-    (LeaseCall here, leases/api/lean.py's ApiLeaseCall): the service's
-    keyword arguments (None: not to be written), and where its answer goes."""
-
-    arguments: dict | None
-
-    def settle(self, answer) -> None: ...
-
-
-def write_together(calls: Sequence[LeanCall], *, wait_for_rows: bool = True) -> None:
-    """The writes of lease requests a worker received together, of either
-    door's lean path (serving/lease_batch.py), committed together (services.
-    lease_actions_together: one write transaction, each request's write in
-    a savepoint of its own, one commit and one fsync for all); each call
-    settled with its result or refusal, none before that commit. Only the
-    writes run under the writer lock: the checks ran before (LeaseCall),
-    the answers come after (``LeaseCall.answer``). If the shared transaction
-    fails (the writer busy past the wait, the commit refused), that failure
-    is the answer of every request that was to be written. Under
-    ``busy.at_once()``, ``WouldWait`` is raised instead if the writer is not
-    free this moment: nothing was written and no call settled.
-    ``wait_for_rows=False``: on PostgreSQL a call whose row another
-    transaction holds is settled with RetryAlone (nothing written; the
-    caller makes it alone)."""
-    writing = [(call, call.arguments) for call in calls if call.arguments is not None]
-    if writing:
-        answers = services.lease_actions_together([arguments for _, arguments in writing],
-                                                  wait_for_rows=wait_for_rows)
-        for (call, _), answer in zip(writing, answers):
-            call.settle(answer)
+async def answer_queued(environ: dict, names: tuple[str, str, str | None], *, principal: str, idle,
+                        finish=lambda response: response):
+    """From the event loop: ``finish`` of the answer (an HttpResponse) to a
+    lease request ``takes`` accepted, its write made with others' by the
+    write queue (leases/storage/queue_intake.py); None where writes are not
+    made together (the general path answers it). ``principal``: who sent it
+    (the queue's fair share); ``idle()``: whether it is all the server serves."""
+    return await queue_intake.written(checked, (environ, names), principal=principal,
+                                      received_at=environ["leasehold.received_at"], idle=idle, finish=finish)
 
 
 def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) -> list:
     """The answers (HttpResponses) to lease requests received together: the
-    checks, ``write_together``, the answers."""
+    checks, the writes made together (queue_intake.write_now), the answers."""
     calls = checked(requests)
-    write_together(calls)
+    queue_intake.write_now(calls)
     return [call.answer() for call in calls]
 
 

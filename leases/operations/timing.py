@@ -14,7 +14,9 @@ import threading
 import time
 from typing import TextIO
 
+from engines import writer_wait
 from leases import conf
+from leases.storage import queue_intake
 
 PREFIX = conf.current().timing_log
 ENABLED = PREFIX is not None
@@ -32,7 +34,7 @@ def installed(app):
     if not ENABLED:
         return app
     app.app = _timed_wsgi(app.app)
-    app.batcher.check, app.batcher.write = _timed_check(app.batcher.check), _timed_write(app.batcher.write)
+    _timed_batches()
     return _TimedASGI(app)
 
 
@@ -87,30 +89,27 @@ def _timed_wsgi(app):
     return timed
 
 
-def _timed_check(check):
-    """A lease batch's checks: its steps marked once for all, from here."""
-    def timed(requests):
-        on_loop = asyncio.events._get_running_loop() is not None  # the event loop writes it (lease_batch.py)
-        attach({"thread": time.monotonic(), "lane": "lease-inline" if on_loop else "lease-batch"})
-        return check(requests)
-    return timed
+def _timed_batches() -> None:
+    """The write queue's batches from the event loop (leases/storage/queue_intake.py): their steps
+    marked once for all, from their checks to their commit, then copied to each of their requests."""
+    served = queue_intake.Intake._served
 
-
-def _timed_write(write):
-    """... to the batch's commit, then copied to each of its requests."""
-    def timed(calls):
+    def timed(self, batch):
+        attach({"thread": time.monotonic(), "lane": "lease-inline" if writer_wait.must_not_wait() else "lease-batch"})
         try:
-            return write(calls)
+            return served(self, batch)
         finally:
             shared = getattr(_local, "marks", None) or {}
             attach(None)
             shared["returned"] = time.monotonic()
-            for call in calls:
-                marks = call.environ.get(KEY)
+            for entry in batch:
+                environ = entry.item[0]
+                marks = environ.get(KEY)
                 if marks is not None:
-                    marks.update(shared, batch=len(calls))
-                    marks.setdefault("body", call.environ.get("leasehold.received_at"))
-    return timed
+                    marks.update(shared, batch=len(batch))
+                    marks.setdefault("body", environ.get("leasehold.received_at"))
+
+    queue_intake.Intake._served = timed  # type: ignore[method-assign]
 
 
 def attach(marks: dict | None) -> None:

@@ -7,6 +7,7 @@ from datetime import datetime
 from django.db import transaction
 
 from leases.domain import fingerprints, ledger
+from leases.domain.client_headers import USER_AGENT_MAX
 from leases.domain.errors import LeaseholdError
 from leases.models import LeaseEvent
 from leases.storage import dbclock
@@ -28,7 +29,7 @@ def _event_start(*, ref: ResourceRef, actor: Actor, action: str | None, now: dat
         container=ref.container, blob=ref.blob or "", actor=actor.name[:200], via=actor.via,
         reason=reason[:500], request_id=actor.request_id,
         client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
-        user_agent=actor.user_agent[:512])
+        user_agent=actor.user_agent[:USER_AGENT_MAX])
 
 
 def _event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
@@ -86,6 +87,6 @@ def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: s
             resource_type="history", account="", container="", blob="", status_code=status,
             error_code="HistoryIsAppendOnly", actor=actor.name[:200], via=actor.via, reason=target[:500],
             request_id=actor.request_id, client_request_id=actor.client_request_id[:1024],
-            remote_addr=actor.remote_addr[:64], user_agent=actor.user_agent[:512])
+            remote_addr=actor.remote_addr[:64], user_agent=actor.user_agent[:USER_AGENT_MAX])
 
     write_transaction(write)

@@ -18,7 +18,7 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, Container
 from leases.storage import dbclock, statements
-from leases.storage.transactions import RetryAlone, write_together, write_transaction
+from leases.storage.transactions import write_together, write_transaction
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef
 from leases.services.lease_rows import _lease_saved, _load_for_lease, _next_generation
 from leases.services.history import EVENTS, _event_finish, _event_start, record_refusal
@@ -313,40 +313,44 @@ def _own_failure(prepare, arguments: dict):
         return fail
 
 
-def lease_actions_together(requests: list[dict], *, wait_for_rows: bool = True) -> list[LeaseResult | BaseException]:
-    """Several lease actions, each given as ``lease_action``'s keyword
-    arguments (``action`` among them), written in one write transaction
-    with one commit where the engine commits together (SQLite on a file:
-    storage.transactions.write_together), each in a savepoint of its own,
-    else one transaction each. Every action's checks run before the writer
-    lock is taken. Each one's result, or the error it would have raised
-    (its refusal, recorded; a storage fault; the shared transaction's
-    failure, when nothing of it was written), in order, after the commit
-    that covers them: a lease server's batch of requests received together
-    (serving/lease_batch.py). ``wait_for_rows=False``: on PostgreSQL, a
-    request whose row another transaction holds is not waited for but
-    answered RetryAlone (leases.storage.transactions.write_together)."""
-    started = time.perf_counter()
-    actions = [_arguments(**request) for request in requests]
-    writes = [_own_failure(_lease_write, arguments) for arguments in actions]
-    answers: list[LeaseResult | BaseException] = []
-    for arguments, (written, error) in zip(actions, write_together(writes, wait_for_rows=wait_for_rows,
-                                                                           skips_rows=True)):
-        if isinstance(error, RetryAlone):  # not written: counted when it is
-            answers.append(error)
-            continue
+class LeaseWrite:
+    """One lease action, given as ``lease_action``'s keyword arguments, made
+    ready to be written with others: ``write`` (its checks that need no
+    database done) to run in a write transaction, then ``outcome`` of what
+    it returned or raised, after the commit that covers it: the result, or
+    the error the action would have raised (its refusal, recorded; a storage
+    fault; the shared transaction's failure). Counted there."""
+
+    __slots__ = ("arguments", "write", "started")
+
+    def __init__(self, request: dict):
+        self.started = time.perf_counter()
+        self.arguments = _arguments(**request)
+        self.write = _own_failure(_lease_write, self.arguments)
+
+    def outcome(self, written, error: BaseException | None) -> LeaseResult | BaseException:
+        arguments = self.arguments
+        answer: LeaseResult | BaseException
         if error is None:
             try:  # ``written``: what the write returned, the tuple _committed takes
-                answers.append(_committed(cast(tuple, written), arguments["action"], arguments["ref"]))
-                outcome = "success"
+                answer, outcome = _committed(cast(tuple, written), arguments["action"], arguments["ref"]), "success"
             except LeaseholdError as refusal:
-                answers.append(refusal)
-                outcome = "refused"
+                answer, outcome = refusal, "refused"
             except Exception as exc:  # noqa: BLE001  (a bug: this request's answer only)
-                answers.append(exc)
-                outcome = "error"
+                answer, outcome = exc, "error"
         else:
-            answers.append(error)
-            outcome = "error"
-        metrics.lease_request(arguments["action"], arguments["actor"].via, outcome, time.perf_counter() - started)
-    return answers
+            answer, outcome = error, "error"
+        metrics.lease_request(arguments["action"], arguments["actor"].via, outcome, time.perf_counter() - self.started)
+        return answer
+
+
+def lease_actions_together(requests: list[dict]) -> list[LeaseResult | BaseException]:
+    """Several lease actions (``LeaseWrite``) written in one write
+    transaction with one commit where the engine commits together
+    (storage.transactions.write_together), each in a savepoint of its own,
+    else one transaction each; each one's result or error, in order, after
+    the commit that covers them. Every action's checks run before the
+    writer lock is taken."""
+    writes = [LeaseWrite(request) for request in requests]
+    outcomes = write_together([lease.write for lease in writes], skips_rows=True)
+    return [lease.outcome(written, error) for lease, (written, error) in zip(writes, outcomes)]

@@ -12,6 +12,8 @@ import socket
 
 from django.db import connections
 
+from engines import postgres
+
 from leases.models import FencingGeneration
 
 CHANNEL = "leasehold_wake"  # the PostgreSQL channel
@@ -27,7 +29,7 @@ def key(account: str, container: str, blob: str | None) -> str:
 
 def in_transaction(resource_key: str, conn, cursor) -> None:
     """In the freeing action's transaction: PostgreSQL's NOTIFY."""
-    if conn.vendor == "postgresql":
+    if postgres.in_use(conn):
         cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, resource_key])
 
 
@@ -39,7 +41,7 @@ def at_delete(resource_key: str) -> None:
 
     from django.db import connection, transaction
 
-    if connection.vendor == "postgresql":
+    if postgres.in_use(connection):
         with connection.cursor() as cursor:
             in_transaction(resource_key, connection, cursor)
     else:

@@ -17,7 +17,7 @@ from django.db.models import Exists, OuterRef, Q
 from leases.domain import clock
 from leases import conf
 from leases.models import Blob, BlobBlock, BlobChunk, BlobContent, BlobPart
-from engines.busy import is_writer_busy, received_at
+from engines.writer_wait import is_writer_busy, received_at
 from leases.storage import block_lists, compiled_reads
 
 log = logging.getLogger(__name__)

@@ -1,15 +1,36 @@
 """The write transaction of a service: ``write_transaction`` and ``write_together`` submit writes to
 the process's write queue (write_queue.py), which makes them together with other threads' writes on
 SQLite on a file and on PostgreSQL; inside a transaction the caller already opened, or where the
-queue makes nothing together (an in-memory database), a write is a plain ``transaction.atomic()``."""
+queue makes nothing together (an in-memory database), a write is a plain ``transaction.atomic()``.
+``waits_from``: a request's bounds on the writes made for it."""
 
 from __future__ import annotations
 
+import contextlib
+
 from django.db import transaction
 
+from engines import writer_wait, postgres
+from leases import conf
 from leases.storage.write_queue import RetryAlone, commits_together, queue_for
 
-__all__ = ["RetryAlone", "commits_together", "write_together", "write_transaction"]
+__all__ = ["RetryAlone", "commits_together", "waits_from", "write_together", "write_transaction"]
+
+
+@contextlib.contextmanager
+def waits_from(received_at: float, *, reads_only: bool = False):
+    """This thread's waits for the writer in the block counted from
+    ``received_at`` (time.monotonic(), when the server had the whole
+    request), so the time it queued for a thread is part of its wait; and
+    on PostgreSQL (unless ``reads_only``) a transaction begun past
+    LEASEHOLD_WRITE_WAIT from then refused (503 ServerBusy), as SQLite's
+    writer lock refuses it."""
+    with writer_wait.received_at(received_at):
+        if reads_only or not postgres.in_use():
+            yield
+            return
+        with postgres.writes_by(received_at + conf.current().write_wait):
+            yield
 
 
 def write_transaction(fn, *, using: str | None = None, skips_rows: bool = False):

@@ -16,7 +16,8 @@ import threading
 from django.db import OperationalError, transaction
 from django.db.transaction import TransactionManagementError
 
-from engines.busy import WouldWait, must_not_wait
+from engines.writer_wait import WouldWait, must_not_wait
+from engines import postgres
 from engines.sqlite.base import DatabaseWrapper as SQLiteWrapper
 from leases.storage import statements
 
@@ -69,7 +70,7 @@ class WriteQueue:
                 ) -> list[tuple[object, BaseException | None]]:
         """Each of ``fns`` written, in one batch (with whatever else is
         queued); each one's (result, error), in order, once the commit that
-        covers it is done. Under ``busy.at_once()``: ``WouldWait`` if another
+        covers it is done. Under ``writer_wait.at_once()``: ``WouldWait`` if another
         thread is writing or queued, or if the writer is not free this
         moment; nothing written. ``wait_for_rows=False``: a member that must
         be made alone (see ``RetryAlone``) is answered RetryAlone instead.
@@ -117,33 +118,17 @@ class WriteQueue:
             member.result, member.error = None, exc
 
     def _write(self, batch: list[_Member]) -> None:
-        """The leader's work: ``batch`` in one transaction."""
+        """The leader's work: ``batch`` in one transaction. A lone member, or
+        PostgreSQL's lease writes (no savepoints: two round trips a member),
+        are written plainly; any other batch a savepoint a member."""
         try:
             with transaction.atomic(using=self.alias), self._rows_not_waited_for():
                 conn = transaction.get_connection(self.alias)
                 cut_short = self.rows_locked and not all(member.skips_rows for member in batch)
                 if cut_short:
-                    with conn.wrap_database_errors:
-                        conn.connection.execute(f"SET LOCAL lock_timeout = '{BATCH_LOCK_WAIT_MS}ms'")
-                if len(batch) == 1:
-                    member = batch[0]
-                    try:
-                        member.result = member.fn()
-                    except Exception as exc:
-                        if not _lock_not_waited_for(exc):
-                            raise
-                        member.alone = True  # nothing of it kept: made alone
-                        transaction.set_rollback(True, using=self.alias)
-                elif self.rows_locked and not cut_short:
-                    # PostgreSQL, lease writes only: no savepoints (two round
-                    # trips a member). A locked row is skipped by its first
-                    # statement, nothing of it written; any other failure
-                    # undoes the batch and each member is made alone.
-                    for member in batch:
-                        try:
-                            member.result = member.fn()
-                        except statements.RowLocked:
-                            member.alone = True
+                    _execute(conn, f"SET LOCAL lock_timeout = '{BATCH_LOCK_WAIT_MS}ms'")
+                if len(batch) == 1 or (self.rows_locked and not cut_short):
+                    self._plainly(batch)
                 else:
                     for member in batch:
                         _in_savepoint(conn, member)
@@ -154,35 +139,42 @@ class WriteQueue:
                 if cut_short and not conn.needs_rollback:
                     # The commit waits as any commit does: the foreign keys
                     # (deferred) are checked there, locking the rows they name.
-                    with conn.wrap_database_errors:
-                        conn.connection.execute("SET LOCAL lock_timeout TO DEFAULT")
+                    _execute(conn, "SET LOCAL lock_timeout TO DEFAULT")
         except WouldWait:  # at_once(): nothing was begun; only the caller's own write was here
             raise
-        except OperationalError as exc:
-            # The database's own failure (the writer busy past the wait, a
-            # timeout, a lost connection, a failed fsync; the commit may or
-            # may not have been made): every member's answer.
+        except Exception as exc:
+            # The database's own failure (an OperationalError: the writer busy
+            # past the wait, a timeout, a lost connection, a failed fsync; the
+            # commit may or may not have been made), or a lone member's, is
+            # every member's answer; else nothing of the batch was kept and
+            # each member is made alone, so that the one at fault fails alone.
+            shared = isinstance(exc, OperationalError) or len(batch) == 1
             for member in batch:
-                member.result, member.alone = None, False
+                member.result, member.alone = None, not shared
+                member.error = (member.error or exc) if shared else None
+        except BaseException:
+            for member in batch:
                 if member.error is None:
-                    member.error = exc
-        except BaseException as exc:
-            if len(batch) == 1 or not isinstance(exc, Exception):
-                shared = exc if isinstance(exc, Exception) else RuntimeError("the write transaction was interrupted")
-                for member in batch:
-                    if member.error is None:
-                        member.result, member.error = None, shared
-                if shared is not exc:
-                    raise
-            else:
-                # A write or the commit refused and the transaction undone:
-                # nothing of the batch kept, each member made alone, so that
-                # the one at fault fails alone.
-                for member in batch:
-                    member.result, member.error, member.alone = None, None, True
+                    member.result, member.error = None, RuntimeError("the write transaction was interrupted")
+            raise
         finally:
             for member in batch:
                 member.done = True
+
+    def _plainly(self, batch: list[_Member]) -> None:
+        """Each member without a savepoint: a failure undoes the transaction
+        (the caller answers it), but a lock the batch did not wait for, whose
+        member is made alone instead (a row skipped wrote nothing; a lock
+        wait cut short ended PostgreSQL's transaction, so nothing is kept)."""
+        for member in batch:
+            try:
+                member.result = member.fn()
+            except Exception as exc:
+                if not _lock_not_waited_for(exc):
+                    raise
+                member.alone = True
+                if not isinstance(exc, statements.RowLocked):
+                    transaction.set_rollback(True, using=self.alias)
 
     def _rows_not_waited_for(self):
         return statements.rows_not_waited_for() if self.rows_locked else contextlib.nullcontext()
@@ -212,6 +204,11 @@ def _in_savepoint(conn, member: _Member) -> None:
         raw.execute("RELEASE SAVEPOINT leasehold_member")
 
 
+def _execute(conn, sql: str) -> None:
+    with conn.wrap_database_errors:
+        conn.connection.execute(sql)
+
+
 def _lock_not_waited_for(exc: BaseException) -> bool:
     """Whether ``exc`` is a member's lock that a batch did not wait for:
     a locked row skipped (RowLocked), or a lock wait cut short on PostgreSQL
@@ -228,7 +225,7 @@ def queue_for(using: str | None = None) -> WriteQueue | None:
     are not made together: an in-memory SQLite database, whose connections
     share no data, and databases of other engines."""
     conn = transaction.get_connection(using)
-    if conn.vendor == "postgresql":
+    if postgres.in_use(conn):
         rows_locked = True
     elif isinstance(conn, SQLiteWrapper) and conn._writer_lock_path() is not None:
         rows_locked = False

@@ -24,6 +24,7 @@ from leases.azure import fastpath
 from leases.azure.handler import LeaseholdWSGI
 from leases.domain import clock as lease_clock
 from leases.models import LeaseEvent
+from leases.storage import queue_intake
 
 from leases.models.tokens import ApiToken
 from tests.azure.test_azure_fastpath import _answer, _events_after, seed_ids
@@ -68,7 +69,7 @@ class Served:
         self.taken = lease is not None
         if lease is not None:
             call, = api_lean.checked([(env, lease)])
-            fastpath.write_together([call])  # as a server's batch writes it
+            queue_intake.write_now([call])  # as the write queue writes a server's batch
             response = call.answer()
             if response is None:  # declined
                 self.handed_over = True
@@ -264,7 +265,7 @@ def test_a_request_that_fails_in_a_batch_fails_alone(lean_state, monkeypatch):
         return real(**arguments)
 
     monkeypatch.setattr(lease_actions, "_lease_write", failing)
-    fastpath.write_together(calls)
+    queue_intake.write_now(calls)
     monkeypatch.undo()
     answers = [call.answer() for call in calls]
     assert None not in answers  # none declined
@@ -289,10 +290,10 @@ def test_unusual_shapes_go_to_the_view(change):
     assert api_lean.takes(dict(env), b'{"duration": 15, "wait": 5}') is None  # a waiting acquire
 
 
-def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypatch, settings):
-    """On PostgreSQL a batch answers RetryAlone for a request whose row
-    another transaction holds, after the lean path counted it: the view then
-    answers it without counting it again."""
+def test_a_request_checked_again_is_counted_once(lean_state, monkeypatch, settings):
+    """A request the event loop checked but could not write at once (the
+    writer not free that moment) is checked again by the write queue's
+    thread: the rate limit counts it once."""
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api": "2/minute"}}
     from rest_framework.settings import api_settings
 
@@ -304,15 +305,10 @@ def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypat
             lease = api_lean.takes(env, env["wsgi.input"].getvalue())
             assert lease is not None
             call, = api_lean.checked([(env, lease)])
-            if number == 0:  # counted, then not written by its batch: the view's
+            if number == 0:  # counted, not written: checked again, as the queue's thread does
                 assert call.arguments is not None
-                call.settle(fastpath.RetryAlone())
-                with pytest.raises(fastpath.RetryAlone):
-                    call.answer()
-                env["wsgi.input"].seek(0)
-                statuses.append(int(_answer(LeaseholdWSGI(), env)[0][:3]))
-                continue
-            fastpath.write_together([call])
+                call, = api_lean.checked([(env, lease)])
+            queue_intake.write_now([call])
             response = call.answer()
             if response is None:  # past the limit: declined, the view's
                 env["wsgi.input"].seek(0)
@@ -325,18 +321,18 @@ def test_a_request_the_batch_did_not_write_is_counted_once(lean_state, monkeypat
 
 
 def test_a_batch_of_both_doors_is_checked_by_each_requests_own_lean_path(lean_state, monkeypatch):
-    """Requests of both doors received together, taken and checked as the
-    server does (the wiring's lean paths, serving/asgi.py's ``lean`` and
-    ``lean_calls``): each request's call is made by the lean path that took
-    it, in the batch's order, and the batch, written together, answers each
-    as its own door would."""
+    """Requests of both doors received together, taken as the server does
+    (the wiring's doors, serving/asgi.py's ``lean``) and submitted to the
+    write queue together: each request's call is made by the door that took
+    it (queue_intake's ``_checked``, in the batch's order), and the batch,
+    written together, answers each as its own door would."""
     from engines import postgres
 
     # Importing the wiring builds the served application, which marks this
     # process as a server's (bounded statements on PostgreSQL): undone after.
     monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)
-    from config.asgi import WRITER, build
-    from serving.asgi import lean_calls
+    from config.asgi import build
+    from leases.storage.queue_intake import _checked, _Entry
     from tests.azure.test_azure_fastpath import environ as azure_environ
 
     make_blob("box", "azure.txt", b"x")
@@ -346,11 +342,14 @@ def test_a_batch_of_both_doors_is_checked_by_each_requests_own_lean_path(lean_st
                 azure_environ(f"/{DEV_ACCOUNT}/box", {**azure_acquire, "x-ms-proposed-lease-id": B})]
     app = build(None)
     taken = [app.lean({"path": env["PATH_INFO"]}, env, env["wsgi.input"].getvalue()) for env in requests]
-    assert [pair and pair[0].door for pair in taken] == ["azure", "api", "azure"]
-    calls = lean_calls([(env, pair) for env, pair in zip(requests, taken) if pair is not None])
+    assert [pair and pair[0].name for pair in taken] == ["azure", "api", "azure"]
+    doors = {"azure": fastpath.checked, "api": api_lean.checked}
+    entries = [_Entry(doors[pair[0].name], (env, pair[1]), "", 0.0, None)  # type: ignore[arg-type]
+               for env, pair in zip(requests, taken) if pair is not None]
+    calls = _checked(entries)
     assert [type(call) for call in calls] == [fastpath.LeaseCall, api_lean.ApiLeaseCall, fastpath.LeaseCall]
-    assert [call.environ for call in calls] == requests
-    WRITER.write_together(calls)
+    assert [getattr(call, "environ") for call in calls] == requests
+    queue_intake.write_now(calls)
     answers = [call.answer() for call in calls]
     assert [answer.status_code for answer in answers] == [201, 201, 201]
     assert answers[0]["x-ms-lease-id"] == A and answers[2]["x-ms-lease-id"] == B

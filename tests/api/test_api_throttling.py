@@ -244,7 +244,7 @@ def test_shares_are_handed_over_within_a_second(tmp_path):
 
 
 def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wait(tmp_path):
-    """A lease batch the event loop writes itself (busy.at_once()) counts
+    """A lease batch the event loop writes itself (writer_wait.at_once()) counts
     the JSON API's rate limit on the loop's thread: another holder of the
     counter file's lock is WouldWait at once, whether that thread has its
     connection yet or not (the request then goes to a lane thread, which may
@@ -253,7 +253,7 @@ def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wai
     is counted at once."""
     import sqlite3
 
-    from engines import busy
+    from engines import writer_wait
 
     path = str(tmp_path / "t.sqlite3")
     SlidingWindowCounter(path).hit("made", limit=10, period=60, now=1000.0)  # the file, as another process made it
@@ -263,14 +263,14 @@ def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wai
     def refused_on_the_loop() -> None:
         other.execute("BEGIN IMMEDIATE")  # another process's count in progress
         try:
-            with busy.at_once(), pytest.raises(busy.WouldWait):
+            with writer_wait.at_once(), pytest.raises(writer_wait.WouldWait):
                 counter.hit("p", limit=10, period=60, now=1000.0)
         finally:
             other.execute("ROLLBACK")
 
     try:
         refused_on_the_loop()  # no connection in this thread yet
-        with busy.at_once():
+        with writer_wait.at_once():
             assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # the lock free: counted at once
         refused_on_the_loop()  # with its connection
         other.execute("BEGIN IMMEDIATE")
@@ -300,7 +300,7 @@ def test_hits_a_process_admitted_on_its_own_are_kept_when_the_counter_is_busy(tm
     the next sync counts them all."""
     import sqlite3
 
-    from engines import busy
+    from engines import writer_wait
     from leases.api.throttling import LocalShares
 
     path = str(tmp_path / "t.sqlite3")
@@ -312,7 +312,7 @@ def test_hits_a_process_admitted_on_its_own_are_kept_when_the_counter_is_busy(tm
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        with busy.at_once(), pytest.raises(busy.WouldWait):  # a second later: a sync, refused
+        with writer_wait.at_once(), pytest.raises(writer_wait.WouldWait):  # a second later: a sync, refused
             shares.hit(counter, "p", limit=limit, period=period, now=1001.5)
     finally:
         other.execute("ROLLBACK")

@@ -58,10 +58,10 @@ def _admission(monkeypatch, burst: int):
     from engines import postgres
 
     monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)  # undo the wiring's mark (test_async_check.py)
-    from config.asgi import LEAN_PATHS
+    from config.asgi import DOORS
     from serving.admission import Admission
 
-    return Admission(rate=burst / 3600, burst=burst, read_wait=5, doors={path.door: path for path in LEAN_PATHS})
+    return Admission(rate=burst / 3600, burst=burst, read_wait=5, doors={door.name: door for door in DOORS})
 
 
 def _environ(token: str, address: str = "192.0.2.1", **extra) -> dict:

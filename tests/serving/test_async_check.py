@@ -37,11 +37,11 @@ def test_a_credential_never_seen_is_read_in_the_admission_thread(transactional_d
     # Importing the wiring builds the served application, which marks this
     # process as a server's (bounded statements on PostgreSQL): undone after.
     monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)
-    from config.asgi import LEAN_PATHS
+    from config.asgi import DOORS
     from serving.admission import Admission
 
     _, raw = ApiToken.issue(user=django_user_model.objects.create_user("reader"), name="first-seen")
-    admission = Admission(rate=50, burst=50, read_wait=5, doors={path.door: path for path in LEAN_PATHS})
+    admission = Admission(rate=50, burst=50, read_wait=5, doors={door.name: door for door in DOORS})
 
     def environ(token: str) -> dict:
         return {"HTTP_AUTHORIZATION": f"Bearer {token}", "REMOTE_ADDR": "192.0.2.1", "PATH_INFO": SCOPE["path"]}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from serving.lanes import FairGate, fair_share
+from serving.lanes import FairGate
 
 
 def test_a_burst_of_one_principal_waits_behind_another_principals_request():
@@ -61,9 +61,3 @@ def test_a_cancelled_waiter_gives_its_place_back():
 
     assert asyncio.run(run()) == 1
 
-
-def test_a_batch_takes_each_principal_in_turn():
-    entries = [("a", n) for n in range(10)] + [("b", 0), ("c", 0), ("c", 1)]
-    taken = fair_share(entries, 5, key=lambda entry: entry[0])
-    assert taken == [("a", 0), ("b", 0), ("c", 0), ("a", 1), ("c", 1)]
-    assert fair_share(entries, 100, key=lambda entry: entry[0])[-1] == ("a", 9)

@@ -287,12 +287,13 @@ class DecliningCall:
     """A lean call whose door declines it after its checks (as leases/api/lean.py does a request
     whose token is not remembered): nothing to write, no answer of its own."""
 
-    arguments = None  # nothing written (the writer's write_together skips it)
-
     def __init__(self, environ):
         self.environ = environ
 
-    def settle(self, answer):
+    def writes(self):
+        return None  # nothing to write
+
+    def written(self, result, error):
         raise AssertionError("a declined call is not written")
 
     def answer(self):
@@ -302,9 +303,10 @@ class DecliningCall:
 def test_a_lean_call_its_door_declines_is_answered_by_the_general_path(leasehold_env, monkeypatch):
     from django.http import HttpResponse
 
-    from config.asgi import LEAN_PATHS, WRITER
+    from config.asgi import DATABASE, DOORS
+    from serving.doors import LeanDoor
     from engines import postgres
-    from serving.doors import LeanPath
+    from leases.storage import queue_intake
 
     monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)  # building a front marks a server process
     general = []
@@ -315,10 +317,16 @@ def test_a_lean_call_its_door_declines_is_answered_by_the_general_path(leasehold
         start_response("401 Unauthorized", list(response.items()))
         return response
 
-    path = LeanPath(door="api", takes=lambda environ, body: "names",
-                    checked=lambda requests: [DecliningCall(environ) for environ, _ in requests])
-    azure = next(lean for lean in LEAN_PATHS if lean.door == "azure")
-    front = LeaseholdASGI(app, lean_paths=[azure, path], writer=WRITER)
+    def checked(requests):
+        return [DecliningCall(environ) for environ, _ in requests]
+
+    async def answer(environ, names, *, principal, idle, finish):
+        return await queue_intake.written(checked, (environ, names), principal=principal,
+                                          received_at=environ["leasehold.received_at"], idle=idle, finish=finish)
+
+    path = LeanDoor(name="api", takes=lambda environ, body: "names", answer=answer)
+    azure = next(door for door in DOORS if door.name == "azure")
+    front = LeaseholdASGI(app, doors=[azure, path], database=DATABASE)
     environ = {"PATH_INFO": "/api/v1/leases/renew/devstoreaccount1/c/b", "REQUEST_METHOD": "POST",
                "leasehold.received_at": 0.0}
     try:

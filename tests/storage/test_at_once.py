@@ -1,4 +1,4 @@
-"""Writes that must not wait (busy.at_once, for the event loop's lease
+"""Writes that must not wait (writer_wait.at_once, for the event loop's lease
 batches, serving/lease_batch.py): when the writer is not free this moment --
 our writer lock held by another process, SQLite's own lock held by another
 program, or another thread of this process committing -- the transaction is
@@ -20,7 +20,7 @@ from django.db import connection
 from leases import services
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
-from engines.busy import WouldWait, at_once, must_not_wait
+from engines.writer_wait import WouldWait, at_once, must_not_wait
 from leases.storage.transactions import write_transaction
 from tests.storage import lock_is_free, writer_lock_file
 

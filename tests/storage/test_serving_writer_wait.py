@@ -16,8 +16,8 @@ from leases import services
 from leases.models import LeaseEvent
 from leases.services import Actor, ResourceRef
 from engines.sqlite.base import FlockWaiter
-from engines.busy import WriterBusy, is_writer_busy
-from leases.storage.busy import server_busy
+from engines.writer_wait import WriterBusy, is_writer_busy
+from leases.storage.write_refusals import server_busy
 from tests.storage import lock_is_free, writer_lock_file
 
 REF = ResourceRef("devstoreaccount1", "wait", "b")

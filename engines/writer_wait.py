@@ -1,7 +1,7 @@
 """The one "the writer was not free in time" error of both engines, how a
 caller recognises it, the "commit outcome unknown" error, and each thread's deadline for its writes (counted
 from the request's arrival). Leasehold's doors answer it 503 ServerBusy
-with Retry-After (leases/storage/busy.py)."""
+with Retry-After (leases/storage/write_refusals.py)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def at_once():
     thread of the process is committing, the transaction is not begun and
     ``WouldWait`` is raised instead. For the event loop thread, which may
     write a lease batch itself but must never block on a lock
-    (serving/lease_batch.py)."""
+    (leases/storage/queue_intake.py)."""
     outer = must_not_wait()
     _request.at_once = True
     try:

@@ -5,7 +5,7 @@ been made; docs/decisions/0045)."""
 
 from __future__ import annotations
 
-from engines.busy import RETRY_AFTER_SECONDS, CommitOutcomeUnknown, is_writer_busy
+from engines.writer_wait import RETRY_AFTER_SECONDS, CommitOutcomeUnknown, is_writer_busy
 
 from leases.domain.errors import LeaseholdError
 

@@ -33,6 +33,23 @@ def screenshot(page, name: str) -> None:
         page.screenshot(path=path, full_page=True)
 
 
+# Debian's chromium-headless-shell (`make debian`): Chromium's engine without the desktop browser's UI
+CHROMIUM = "/usr/bin/chromium-headless-shell"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PASSWORD = "correct horse"  # the browser tests' staff users' (set with a quick hasher)
+
+
+def log_in(page, base: str, username: str, password: str = PASSWORD, then: str = "/admin/") -> None:
+    """Sign in to the admin in ``page`` through its login form, as a person
+    does, and wait until the admin has led on to ``then``."""
+    page.goto(f"{base}/admin/login/?next={then}")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    page.wait_for_url(f"{base}{then}")
+
+
 def app() -> Actor:
     """The application holding the estate's leases, one request at a time."""
     return Actor(name="account:opsstore", via="azure", client_request_id="client-req-1", remote_addr="10.1.2.3")

@@ -5,56 +5,41 @@ screenshots go there (helpers.screenshot)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 from playwright.sync_api import ConsoleMessage, Response
 
-from .helpers import screenshot
-
-# Debian's chromium-headless-shell (`make debian`): Chromium's engine without the desktop browser's UI
-CHROMIUM = "/usr/bin/chromium-headless-shell"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
+from .helpers import PASSWORD, log_in, screenshot
 
 @pytest.fixture
 def operator(django_user_model, settings):
     from django.contrib.auth.models import Permission
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # a real login, quickly
-    user = django_user_model.objects.create_user("alice", password="correct horse", is_staff=True)
+    user = django_user_model.objects.create_user("alice", password=PASSWORD, is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(content_type__app_label="leases").exclude(
         codename__startswith=("add_", "change_", "delete_")))
     return user
 
 
 @pytest.fixture
-def browser_page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        # An operator in Tokyo: the pages must show times in the browser's zone.
-        context = browser.new_context(viewport={"width": 1600, "height": 900}, timezone_id="Asia/Tokyo")
-        page = context.new_page()
-        # The page scripts' timers run on a paused clock that the test moves.
-        started = time.time() * 1000
-        page.clock.install(time=started)
-        page.clock.pause_at(started + 1000)
-        try:
-            yield page
-        finally:
-            browser.close()
+def browser_page(chromium):
+    # An operator in Tokyo: the pages must show times in the browser's zone.
+    context = chromium.new_context(viewport={"width": 1600, "height": 900}, timezone_id="Asia/Tokyo")
+    page = context.new_page()
+    # The page scripts' timers run on a paused clock that the test moves.
+    started = time.time() * 1000
+    page.clock.install(time=started)
+    page.clock.pause_at(started + 1000)
+    return page
 
 
 @pytest.mark.browser
 def test_operator_breaks_a_lease_in_the_browser(azure_server, estate, operator, browser_page, clock):
     page = browser_page
-    page.goto(f"{azure_server}/admin/login/?next=/admin/leases/blob/")
-    page.fill("#id_username", "alice")
-    page.fill("#id_password", "correct horse")
-    page.click("input[type=submit]")
+    log_in(page, azure_server, "alice", then="/admin/leases/blob/")
     page.click("#toggle-nav-sidebar")  # room for the wide lists (the admin remembers the choice)
 
     # Find the leased blobs; the one of interest counts down in the browser.
@@ -101,8 +86,7 @@ def test_operator_breaks_a_lease_in_the_browser(azure_server, estate, operator, 
     assert "user:alice" in newest.inner_text() and "leased → breaking" in newest.inner_text()
     screenshot(page, "admin-history.png")
 
-    # (No ORM here: Playwright's event loop runs in this thread, so Django
-    # refuses synchronous queries; the event's own page shows what was stored.)
+    # The event's own page shows what was stored.
     newest.locator("th a").click()
     page.wait_for_url("**/leaseevent/*/change/?*")  # .all() below does not wait for the new page
     fields = {row.locator("label").inner_text().rstrip(":"): row.locator(".readonly").inner_text()
@@ -138,3 +122,21 @@ def test_admin_pages_load_their_icon_without_a_console_error(azure_server, opera
     direct = page.request.get(f"{azure_server}/favicon.ico")
     assert direct.ok and direct.headers["content-type"].startswith("image/svg+xml")
     assert errors == [] and failed == []
+
+
+@pytest.mark.browser
+def test_the_shared_browser_leaves_no_event_loop_to_the_tests_without_it(_chromium_process, django_user_model):
+    """The test process's Chromium outlives the browser tests (tests/admin/conftest.py): a test
+    that does not drive it sees no running event loop in its thread, so Django's ORM and
+    ``asyncio.run`` work as in a process without a browser."""
+    with pytest.raises(RuntimeError):
+        asyncio.get_running_loop()
+    assert asyncio.run(asyncio.sleep(0, result="ran")) == "ran"
+    assert django_user_model.objects.count() == 0
+
+
+@pytest.mark.browser
+def test_a_browser_test_drives_the_shared_browser_with_its_loop_running(chromium):
+    assert asyncio.get_running_loop() is chromium._loop
+    context = chromium.new_context()
+    assert context.new_page().evaluate("1 + 1") == 2

@@ -10,10 +10,9 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import ConsoleMessage
 
-from .helpers import screenshot
+from .helpers import PASSWORD, screenshot
 from .test_admin_busy import short_wait  # noqa: F401 (a fixture)
-from .test_admin_operator_browser import (PASSWORD, browser, chromium, go, open_page,  # noqa: F401
-                                          users)
+from .test_admin_operator_browser import browser, go, open_page, users  # noqa: F401 (fixtures, and go)
 
 WIDTHS = {"1366": (1366, 768), "1920": (1920, 1080), "390": (390, 844)}
 

@@ -13,10 +13,7 @@ import time
 
 import pytest
 
-from .helpers import VIEW_ALL, _staff, screenshot
-from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
-
-PASSWORD = "correct horse"
+from .helpers import PASSWORD, VIEW_ALL, _staff, log_in, screenshot
 
 
 @pytest.fixture
@@ -31,35 +28,11 @@ def users(django_user_model, settings):
     return made
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """One Chromium for the module's tests (each test has contexts of its
-    own: cookies, storage and clock are not shared); starting it took about
-    a second a test. Playwright's sync API keeps an event loop in this
-    thread, which Django would take for async code: the ORM calls of the
-    tests and of their fixtures (data made, the database flushed) are
-    synchronous, and allowed so while it runs. In this test process only:
-    the server under test runs in threads with no event loop, and the
-    server's own code never sets it (tests/test_structure.py)."""
-    from playwright.sync_api import sync_playwright
-
-    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 @pytest.fixture
 def browser(users, estate, chromium):
-    """Chromium, once the test's data is made; the contexts the test opened
-    are closed after it."""
-    opened = len(chromium.contexts)
-    yield chromium
-    for context in chromium.contexts[opened:]:
-        context.close()
+    """Chromium, once the test's data is made (the contexts the test opened
+    are closed after it: ``chromium``, tests/admin/conftest.py)."""
+    return chromium
 
 
 @pytest.fixture
@@ -73,11 +46,7 @@ def open_page(browser, azure_server):
         started = time.time() * 1000
         page.clock.install(time=started)
         page.clock.pause_at(started + 1000)
-        page.goto(f"{azure_server}/admin/login/?next=/admin/")
-        page.fill("#id_username", username)
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
-        page.wait_for_url(f"{azure_server}/admin/")
+        log_in(page, azure_server, username)
         page.base = azure_server
         return page
 

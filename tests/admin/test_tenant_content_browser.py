@@ -19,10 +19,7 @@ from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from leases.models import Blob, LeaseEvent
 from leases.services import ResourceRef, account_ensure, blob_put, container_create, lease_acquire
 
-from .helpers import _staff, app
-from .test_admin_browser import CHROMIUM, CHROMIUM_ARGS
-
-PASSWORD = "correct horse"
+from .helpers import PASSWORD, _staff, app, log_in
 VICTIM = "victimco"  # another tenant, whose leases the page goes after
 TITLE = "quarterly report"
 
@@ -50,21 +47,6 @@ document.title = "ran";
 </script><p>Nothing to see.</p>"""
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """One Chromium for the module (each test has a context of its own). Playwright's sync API
-    keeps an event loop in this thread: Django's ORM calls of the tests are allowed beside it."""
-    from playwright.sync_api import sync_playwright
-
-    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "1")
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
 @pytest.fixture
 def victim(azure_server):
     """Another tenant's two blobs, each leased for ever."""
@@ -86,16 +68,8 @@ def operator_context(chromium, azure_server, django_user_model, settings):
     user.set_password(PASSWORD)
     user.save()
     context = chromium.new_context()
-    page = context.new_page()
-    page.goto(f"{azure_server}/admin/login/?next=/admin/")
-    page.fill("#id_username", "root")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_url(f"{azure_server}/admin/")
-    try:
-        yield context
-    finally:
-        context.close()
+    log_in(context.new_page(), azure_server, "root")
+    return context  # closed after the test by ``chromium``
 
 
 def tenant_link(service, azure_server: str, how: str, html: bytes) -> str:

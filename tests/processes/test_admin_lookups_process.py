@@ -44,8 +44,11 @@ def _login(server) -> requests.Session:
     return session
 
 
-@pytest.fixture
-def server(tmp_path):
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One server for the module's two tests (each on a container of its own),
+    the view-only staff user made once."""
+    tmp_path = tmp_path_factory.mktemp("lookups")
     database = tmp_path / "leasehold.sqlite3"
     env = prepare(str(database), tmp_path)
     subprocess.run([sys.executable, "manage.py", "shell", "-c", VIEWER], cwd=ROOT, env=env, check=True,
@@ -63,7 +66,7 @@ def test_lookup_urls_are_refused_while_a_bystander_renews(server):
     service = BlobServiceClient.from_connection_string(
         f"DefaultEndpointsProtocol=http;AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
         f"BlobEndpoint={server.url}/{DEV_ACCOUNT};", retry_total=0)
-    container = service.create_container("jobs")
+    container = service.create_container("attacked")
     lease = container.upload_blob("job.lock", b"x").acquire_lease(lease_duration=15)
     for _ in range(10):  # events whose request ids the expression would run on
         lease.renew()
@@ -102,7 +105,7 @@ def test_a_lease_id_searched_in_the_admin_is_a_fingerprint_in_the_access_log(ser
     service = BlobServiceClient.from_connection_string(
         f"DefaultEndpointsProtocol=http;AccountName={DEV_ACCOUNT};AccountKey={DEV_KEY};"
         f"BlobEndpoint={server.url}/{DEV_ACCOUNT};", retry_total=0)
-    lease = service.create_container("jobs").upload_blob("job.lock", b"x").acquire_lease(lease_duration=60)
+    lease = service.create_container("searched").upload_blob("job.lock", b"x").acquire_lease(lease_duration=60)
     admin = _login(server)
     for url, term in (("blob", lease.id), ("leaseevent", "{" + lease.id.upper() + "}")):
         page = admin.get(f"{server.url}/admin/leases/{url}/", params={"q": term}, timeout=30)

@@ -24,25 +24,48 @@ STEP = 60  # seconds between a blob's tenures; each held 30 s, renewed at 15 s
 
 
 def generate(cursor, *, tenures: int, blobs: int) -> None:
+    """``tenures`` tenures over ``blobs`` blobs, a round of one per blob every STEP seconds, and their
+    three events each (acquire, renew, then the release, break or a second renewal of one left to
+    expire), as the lease writes leave them: one in 50 broken, one in 10 expired (settled by the next
+    acquire), one in 1,000 changed its lease, the newest round held (infinite). The secondary indexes
+    are dropped and made again after the inserts (far faster than keeping them on the way)."""
+    cursor.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+                   "AND tbl_name IN ('leases_leaseevent', 'leases_tenure')")
+    indexes = cursor.fetchall()
+    for name, _ in indexes:
+        cursor.execute(f'DROP INDEX "{name}"')
     begin = f"strftime('%Y-%m-%d %H:%M:%S', '{START:%Y-%m-%d %H:%M:%S}', '+' || ((i / {blobs}) * {STEP} + {{o}}) || ' seconds')"
     blob = f"printf('workers/queue-%05d/lock', i % {blobs})"
     gen = f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {tenures})"
+    held = f"i >= {tenures - blobs}"
+    end = f"CASE WHEN {held} THEN '' WHEN i % 50 = 0 THEN 'broken' WHEN i % 10 = 1 THEN 'expired' ELSE 'released' END"
     cursor.execute(f"""{gen} INSERT INTO leases_tenure (resource_type, account, container, blob, generation,
         lease_fingerprint, fingerprints, holder, holder_address, client_request_id, via, began_by, began_at,
         deadline, breaking_since, ended_at, "end", ended_by, settled_by)
-        SELECT 'blob', 'devstoreaccount1', 'jobs', {blob}, i / {blobs} + 1, printf('%012x', i), printf('%012x', i),
+        SELECT 'blob', 'devstoreaccount1', 'jobs', {blob}, i / {blobs} + 1, printf('%012x', i),
+            printf('%012x', i) || CASE WHEN i % 1000 = 7 THEN printf(' %012x@', i + 281474976710656)
+                                        || {begin.format(o=20)} ELSE '' END,
             printf('account:app%02d', i % 37), '10.1.2.3', lower(hex(randomblob(16))), 'azure', 'acquire',
-            {begin.format(o=0)}, {begin.format(o=45)}, NULL, {begin.format(o=30)}, 'released',
-            printf('account:app%02d', i % 37), 'release' FROM n""")
-    for action, offset, before, after in (("acquire", 0, "available", "leased"), ("renew", 15, "leased", "leased"),
-                                          ("release", 30, "leased", "available")):
+            {begin.format(o=0)}, CASE WHEN {held} THEN NULL ELSE {begin.format(o=45)} END,
+            CASE WHEN i % 50 = 0 AND NOT {held} THEN {begin.format(o=30)} END,
+            CASE WHEN {held} THEN NULL WHEN i % 10 = 1 THEN {begin.format(o=45)} ELSE {begin.format(o=30)} END,
+            {end}, CASE WHEN {held} OR i % 10 = 1 THEN '' ELSE printf('account:app%02d', i % 37) END,
+            CASE WHEN {held} THEN '' WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'acquire' ELSE 'release' END
+        FROM n""")
+    third = "CASE WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'renew' ELSE 'release' END"
+    for action, offset, before, after in (("'acquire'", 0, "'available'", "'leased'"),
+                                          ("'renew'", 15, "'leased'", "'leased'"),
+                                          (third, 30, "'leased'", "CASE WHEN i % 10 = 1 THEN 'leased' "
+                                                                  "ELSE 'available' END")):
         cursor.execute(f"""{gen} INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource_type, account,
             container, blob, lease_fingerprint, duration, expires_at, state_before, state_after, generation,
             status_code, error_code, actor, via, reason, request_id, client_request_id, remote_addr, user_agent)
-            SELECT {begin.format(o=offset)}, '{action}', 'success', 'blob', 'devstoreaccount1', 'jobs', {blob},
-                printf('%012x', i), 30, {begin.format(o=offset + 30)}, '{before}', '{after}', i / {blobs} + 1, 200,
+            SELECT {begin.format(o=offset)}, {action}, 'success', 'blob', 'devstoreaccount1', 'jobs', {blob},
+                printf('%012x', i), 30, {begin.format(o=offset + 30)}, {before}, {after}, i / {blobs} + 1, 200,
                 '', printf('account:app%02d', i % 37), 'azure', '', lower(hex(randomblob(16))),
                 lower(hex(randomblob(16))), '10.1.2.3', 'azsdk-python-storage-blob/12.24.0 Python/3.11.2' FROM n""")
+    for _, sql in indexes:
+        cursor.execute(sql)
 
 
 def timed(fn, rounds: int) -> tuple[float, float]:
@@ -59,9 +82,12 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--blobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--database", help="keep the database at this path (generated once, reused after)")
     args = parser.parse_args()
     workdir = tempfile.TemporaryDirectory(prefix="leasehold-tenure-reads-")
-    os.environ.update(LEASEHOLD_DATABASE=str(Path(workdir.name) / "reads.sqlite3"), LEASEHOLD_VAR_DIR=workdir.name)
+    database = Path(args.database) if args.database else Path(workdir.name) / "reads.sqlite3"
+    reuse = database.exists()
+    os.environ.update(LEASEHOLD_DATABASE=str(database), LEASEHOLD_VAR_DIR=workdir.name)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     import django
@@ -77,8 +103,12 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     tenures = args.events // 3
     began = time.monotonic()
-    with transaction.atomic(), connection.cursor() as cursor:
-        generate(cursor, tenures=tenures, blobs=args.blobs)
+    if not reuse:
+        with connection.cursor() as cursor:  # a throwaway file: no syncs
+            cursor.execute("PRAGMA synchronous = OFF")
+            cursor.execute("PRAGMA cache_size = -1000000")
+        with transaction.atomic(), connection.cursor() as cursor:
+            generate(cursor, tenures=tenures, blobs=args.blobs)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     span = (tenures // args.blobs) * STEP

@@ -95,7 +95,8 @@ def _flush_as_the_tests_need_it():
                 rest = _original(self, style, others, *args, **kwargs)
             if events not in tables:
                 return rest
-            return [f"INSERT INTO {horizon} (id, delete_before) VALUES (1, '9999-12-31 00:00:00') "
+            return [f"INSERT INTO {horizon} (id, delete_before) VALUES (1, '9999-12-31 00:00:00'), "
+                    "(2, '9999-12-31 00:00:00') "
                     f"ON CONFLICT (id) DO UPDATE SET delete_before = excluded.delete_before",
                     f"DELETE FROM {events}",
                     f"UPDATE {tenures} SET ended_at = began_at, {self.quote_name('end')} = 'expired' "

@@ -6,11 +6,11 @@ the resource pages' "tenures" links put in the URL."""
 from __future__ import annotations
 
 from django.contrib import admin
-from django.db.models import Q
 from django.utils.html import format_html
 
 from leases.domain import clock
 from leases.models import Account, Tenure
+from leases.models.tenure import end_q
 
 from leases.admin import display
 from leases.admin.common import ReadOnlyColumnsMixin
@@ -33,13 +33,7 @@ class TenureEndFilter(CheckedFilter):
 
     def narrow(self, request, queryset, value):
         now = clock.now()
-        passed = Q(end="", deadline__lte=now)
-        each = {"held": Q(end="") & (Q(deadline__isnull=True) | Q(deadline__gt=now)),
-                Tenure.End.EXPIRED: Q(end=Tenure.End.EXPIRED) | (passed & Q(breaking_since__isnull=True)),
-                Tenure.End.BROKEN: Q(end=Tenure.End.BROKEN) | (passed & Q(breaking_since__isnull=False)),
-                Tenure.End.RELEASED: Q(end=Tenure.End.RELEASED),
-                Tenure.End.ENDED_BY_DELETE: Q(end=Tenure.End.ENDED_BY_DELETE)}
-        return queryset.filter(each[value]) if value in each else None
+        return queryset.filter(end_q(value, now)) if value in dict(ENDS) else None
 
     def expected(self, request):
         return "An end is one of: " + ", ".join(v for v, _ in ENDS) + "."

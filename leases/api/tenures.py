@@ -4,9 +4,11 @@ permission (``view_leaseevent``): a tenure is what the history says, kept past i
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 import django_filters
 from django.core.validators import RegexValidator
-from django.db.models import Q
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -14,6 +16,7 @@ from rest_framework import serializers
 
 from leases.domain import clock, fingerprints, machine
 from leases.models import Tenure
+from leases.models.tenure import end_q, fingerprint_q, held_at_q
 from leases.services.keyset import keyset_rows
 from leases.api import schema
 from leases.api.base import ApiGenericView, ApiListView
@@ -82,7 +85,7 @@ class TenureFilter(ByResourceAndLease):
         fields: list[str] = []
 
     def filter_lease_fingerprint(self, queryset, name, value):
-        return queryset.filter(Q(lease_fingerprint=value) | Q(fingerprints__contains=f" {value}@"))
+        return queryset.filter(fingerprint_q(value))
 
     def filter_end(self, queryset, name, values):
         unknown = sorted(set(values) - set(ENDS))
@@ -91,19 +94,10 @@ class TenureFilter(ByResourceAndLease):
             raise LeaseholdError("InvalidQueryParameterValue", field="end", value=",".join(unknown)[:100],
                                  message="end must be among: " + ", ".join(ENDS) + ".")
         now = clock.now()
-        passed = Q(end="", deadline__lte=now)
-        each = {"held": Q(end="") & (Q(deadline__isnull=True) | Q(deadline__gt=now)),
-                Tenure.End.EXPIRED: Q(end=Tenure.End.EXPIRED) | (passed & Q(breaking_since__isnull=True)),
-                Tenure.End.BROKEN: Q(end=Tenure.End.BROKEN) | (passed & Q(breaking_since__isnull=False))}
-        wanted = Q(pk__in=[])
-        for value in values:
-            wanted |= each.get(value, Q(end=value))
-        return queryset.filter(wanted)
+        return queryset.filter(reduce(operator.or_, (end_q(value, now) for value in set(values))))
 
     def filter_held_at(self, queryset, name, when):
-        until = Q(ended_at__gt=when) | Q(ended_at__isnull=True, deadline__gt=when) | Q(
-            ended_at__isnull=True, deadline__isnull=True)
-        return queryset.filter(Q(began_at__lte=when) & until)
+        return queryset.filter(held_at_q(when))
 
 
 class TenureQueryMixin(RefusesHistoryChanges):

@@ -22,6 +22,7 @@ RENEWALS, OTHERS = 0, 1  # a block's two parts, as retention prunes them
 START = bytes(32)
 GENESIS_PREVIOUS = "0" * 64
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH_NAIVE = datetime(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 _dumps = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
 
@@ -33,9 +34,7 @@ def micros(value) -> int | None:
         return None
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return (value - EPOCH) // _MICROSECOND
+    return (value - (_EPOCH_NAIVE if value.tzinfo is None else EPOCH)) // _MICROSECOND
 
 
 def event_hash(values) -> str:

@@ -277,9 +277,13 @@ class LeaseEvent(models.Model):
 
 
 class HistoryHorizon(models.Model):
-    """One row: lease events that occurred before ``delete_before`` may be deleted
-    (by leases.operations.retention); younger ones may not. The database's triggers
-    read it, and refuse to move it backwards (migration 0005)."""
+    """A retention horizon per kind of event: lease events that occurred before
+    ``delete_before`` may be deleted (by leases.operations.retention), younger ones may not;
+    row ``OTHERS`` for every event but a successful renewal, row ``RENEWALS`` for those
+    (no row: none of that kind). The database's triggers read it, and refuse to move a row
+    backwards (migrations 0005, 0018)."""
+
+    OTHERS, RENEWALS = 1, 2
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     delete_before = models.DateTimeField()

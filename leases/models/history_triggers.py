@@ -1,4 +1,5 @@
-"""The history's append-only triggers (migration 0005_history_append_only): which must exist, and
+"""The history's append-only triggers (migration 0005_history_append_only, its delete rule per kind of
+event from 0018_per_kind_horizons): which must exist, and
 putting them back after every ``migrate``. On SQLite, Django alters a table by rebuilding it, which
 drops its triggers; so a later migration that alters LeaseEvent would leave the history unguarded.
 ``migrate`` therefore ends by re-creating any that are missing (a post_migrate handler,
@@ -48,7 +49,7 @@ def ensure(conn) -> list[str]:
         if not set(TABLES) <= set(conn.introspection.table_names(cursor)):
             return []  # not migrated that far: the migration creates them
         gone = missing(conn, cursor)
-    for names, module in ((TRIGGERS, "0005_history_append_only"), (TENURE_TRIGGERS, "0015_tenures")):
+    for names, module in ((TRIGGERS, "0018_per_kind_horizons"), (TENURE_TRIGGERS, "0015_tenures")):
         if set(gone) & set(names.get(conn.vendor, ())):
             migration = importlib.import_module(f"leases.migrations.{module}")
             with conn.schema_editor() as editor:

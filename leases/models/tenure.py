@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import models
+from django.db.models import F, Q
 
 
 class TenureQuerySet(models.QuerySet):
@@ -29,6 +30,35 @@ class TenureQuerySet(models.QuerySet):
 
     def _raw_delete(self, using):
         raise PermissionError("tenures are kept (only retention prunes settled ones)")
+
+
+def end_q(value: str, now: datetime) -> Q:
+    """Tenures that ended so as known at ``now`` ("held": not ended), as ``Tenure.end_at`` says;
+    each branch names its ``end`` (the index tenure_end_idx)."""
+    passed = Q(end="", deadline__lte=now)
+    if value == "held":
+        return Q(end="") & (Q(deadline__isnull=True) | Q(deadline__gt=now))
+    if value == Tenure.End.EXPIRED:
+        return Q(end=value) | (passed & Q(breaking_since__isnull=True))
+    if value == Tenure.End.BROKEN:
+        return Q(end=value) | (passed & Q(breaking_since__isnull=False))
+    return Q(end=value)
+
+
+def held_at_q(when: datetime) -> Q:
+    """Tenures holding their resource at ``when`` (``Tenure.held_at``): begun by then, and ended
+    after it, or not ended with a deadline after it or none."""
+    until = Q(ended_at__gt=when) | Q(ended_at__isnull=True, deadline__gt=when) | Q(
+        ended_at__isnull=True, deadline__isnull=True)
+    return Q(began_at__lte=when) & until
+
+
+def fingerprint_q(value: str) -> Q:
+    """Tenures whose lease had fingerprint ``value``, first or after a change. A change is looked
+    for only among the tenures that had one (the partial index tenure_changed_idx), as ids: the
+    databases use an index for each side of the OR then, where a LIKE beside it scanned."""
+    changed = Tenure.objects.filter(~Q(fingerprints=F("lease_fingerprint")), fingerprints__contains=f" {value}@")
+    return Q(lease_fingerprint=value) | Q(id__in=changed.values("id"))
 
 
 class Tenure(models.Model):
@@ -75,6 +105,12 @@ class Tenure(models.Model):
             models.Index(fields=["blob", "container", "account", "began_at"], name="tenure_resource_idx"),
             models.Index(fields=["account", "began_at"], name="tenure_account_idx"),
             models.Index(fields=["lease_fingerprint"], name="tenure_lease_fp_idx"),
+            # The auditors' filters (migration 0017, decision 0040): how it ended ("": open), the
+            # generation, and the few tenures whose lease was changed (a fingerprint given after
+            # a change). No index holds the deadline: a renewal writes it and nothing else.
+            models.Index(fields=["end"], name="tenure_end_idx"),
+            models.Index(fields=["generation"], name="tenure_generation_idx"),
+            models.Index(fields=["id"], condition=~Q(fingerprints=F("lease_fingerprint")), name="tenure_changed_idx"),
         ]
 
     def __str__(self) -> str:

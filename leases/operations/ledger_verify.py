@@ -14,9 +14,9 @@ from django.db import connection
 
 from leases.domain import clock, ledger
 from leases.models import LedgerBlock, LedgerCheck, LedgerPrune
-from leases.storage.ledger_rows import COLUMNS, TABLE
+from leases.storage.ledger_rows import TABLE, columns
 
-CHUNK = 20_000
+CHUNK = 50_000
 PARTS = ("successful renewals", "other events")
 
 
@@ -48,7 +48,8 @@ def _events(after: int = -2 ** 63):
     """Every event (id, stored hash, HASHED columns...), in id order, read in short queries."""
     while True:
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT {COLUMNS} FROM {TABLE} WHERE id > %s ORDER BY id LIMIT %s", [after, CHUNK])
+            cursor.execute(f"SELECT {columns(connection)} FROM {TABLE} WHERE id > %s ORDER BY id LIMIT %s",
+                           [after, CHUNK])
             rows = cursor.fetchall()
         yield from rows
         if len(rows) < CHUNK:

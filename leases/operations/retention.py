@@ -54,9 +54,14 @@ class Policy:
         return self.renewals is not None or self.events is not None
 
     def horizon(self, now: datetime) -> datetime | None:
-        """Events before this may go: now minus the shortest retention."""
+        """Events of some kind before this may go: now minus the shortest retention."""
         kept = [d for d in (self.renewals, self.events) if d is not None]
         return now - min(kept) if kept else None
+
+    def horizons(self, now: datetime) -> dict[int, datetime]:
+        """Each kind's horizon (HistoryHorizon's rows), for the kinds that are pruned."""
+        kept = {HistoryHorizon.RENEWALS: self.renewals, HistoryHorizon.OTHERS: self.events}
+        return {row: now - d for row, d in kept.items() if d is not None}
 
 
 def policy() -> Policy:
@@ -65,16 +70,16 @@ def policy() -> Policy:
 
 # ------------------------------------------------------------------ the deletes
 
-def advance_horizon(to: datetime) -> datetime:
-    """Move the horizon forwards to ``to`` (never backwards: a retention
-    made longer keeps the horizon where it was). In the caller's
-    transaction. Returns the horizon now in force."""
-    current = HistoryHorizon.objects.filter(pk=1).values_list("delete_before", flat=True).first()
+def advance_horizon(to: datetime, kind: int = HistoryHorizon.OTHERS) -> datetime:
+    """Move the horizon of ``kind`` (a HistoryHorizon row) forwards to ``to`` (never backwards: a
+    retention made longer keeps the horizon where it was). In the caller's transaction. Returns the
+    horizon now in force."""
+    current = HistoryHorizon.objects.filter(pk=kind).values_list("delete_before", flat=True).first()
     if current is None:
-        HistoryHorizon.objects.create(pk=1, delete_before=to)
+        HistoryHorizon.objects.create(pk=kind, delete_before=to)
         return to
     if to > current:
-        HistoryHorizon.objects.filter(pk=1).update(delete_before=to)
+        HistoryHorizon.objects.filter(pk=kind).update(delete_before=to)
         return to
     return current
 
@@ -94,7 +99,8 @@ def _prune_batch(policy: Policy, now: datetime, limit: int, floors: dict | None 
         return 0, 0.0
     shares = ledger_prune.plan(policy.renewals, policy.events, now, limit)  # reads: outside the write lock
     with transaction.atomic():
-        advance_horizon(horizon)
+        for kind, to in policy.horizons(now).items():
+            advance_horizon(to, kind)
         started = time.perf_counter()
         deleted = ledger_prune.apply(shares)
         held = time.perf_counter() - started

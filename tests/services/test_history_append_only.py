@@ -7,11 +7,13 @@ attempts through the API and the admin are refused and recorded."""
 from __future__ import annotations
 
 import importlib
+import uuid
 from datetime import timedelta
 
 import pytest
 from django.db import DatabaseError, IntegrityError, ProgrammingError, connection, transaction
 
+from leases.domain.errors import LeaseholdError
 from leases.operations import retention
 from leases import services
 from leases.models import HistoryHorizon, LeaseEvent
@@ -112,6 +114,30 @@ def test_delete_only_before_the_horizon(events):
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM leases_leaseevent WHERE id = %s", [first.id])
     assert list(LeaseEvent.objects.filter(pk__in=[first.pk, second.pk])) == [second]
+
+
+def test_each_kind_of_event_is_deleted_by_its_own_horizon(events, clock):
+    """Issue 49: one horizon (now minus the shortest retention, renewals' day by default) let a
+    writer delete any older event. Each kind now has its own: successful renewals by theirs, every
+    other event (a refused renewal too) by the other, and no horizon means none of that kind."""
+    acquire, renewal = events
+    with pytest.raises(LeaseholdError):  # a renewal with the wrong lease id: refused, and recorded
+        services.lease_renew(ref=ResourceRef(DEV_ACCOUNT, "box"), actor=APP, lease_id=uuid.UUID(int=1))
+    refusal = LeaseEvent.objects.get(action="renew", outcome="refused")
+    clock.advance(60)
+    with transaction.atomic():
+        retention.advance_horizon(clock.now(), HistoryHorizon.RENEWALS)
+    for old in (acquire, refusal):  # older than the renewals' horizon, but not renewals
+        assert "append-only" in refused("DELETE FROM leases_leaseevent WHERE id = %s", [old.id])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM leases_leaseevent WHERE id = %s", [renewal.id])
+    assert set(LeaseEvent.objects.values_list("id", flat=True)) == {acquire.id, refusal.id}
+    with transaction.atomic():
+        retention.advance_horizon(acquire.occurred_at + timedelta(seconds=1), HistoryHorizon.OTHERS)
+    refused("DELETE FROM leases_leaseevent WHERE id = %s", [refusal.id])  # younger than the others' horizon
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM leases_leaseevent WHERE id = %s", [acquire.id])
+    assert list(LeaseEvent.objects.values_list("id", flat=True)) == [refusal.id]
 
 
 def test_the_horizon_only_moves_forwards(events):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from leases.domain import clock
+from leases.models import HistoryHorizon
 from leases.operations import duties, ledger_prune, retention
 from leases.conf.env import parse_duration
 
@@ -51,8 +52,10 @@ class Command(BaseCommand):
                 deleted = retention.prune(policy, now=now, pace=not no_pause)
             except ledger_prune.LedgerRefusesPrune as err:
                 raise CommandError(str(err)) from None
-        self.stdout.write(f"Pruned {deleted} lease events; events before "
-                          f"{policy.horizon(now):%Y-%m-%d %H:%M:%S} UTC may now be deleted.")
+        kinds = {HistoryHorizon.RENEWALS: "successful renewals", HistoryHorizon.OTHERS: "other events"}
+        before = "; ".join(f"{kinds[kind]} before {to:%Y-%m-%d %H:%M:%S} UTC"
+                           for kind, to in sorted(policy.horizons(now).items(), reverse=True))
+        self.stdout.write(f"Pruned {deleted} lease events; {before} may now be deleted.")
 
 
 class held_duty_lock:

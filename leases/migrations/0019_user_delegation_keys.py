@@ -7,7 +7,7 @@ import django.db.models.deletion
 
 class Migration(migrations.Migration):
     dependencies = [
-        ('leases', '0016_ledger'),
+        ('leases', '0018_per_kind_horizons'),
     ]
 
     operations = [

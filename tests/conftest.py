@@ -40,6 +40,7 @@ import socket
 import tempfile
 import threading
 import time
+from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import pytest
@@ -410,7 +411,11 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_unconfigure(config):
     if os.environ.get("PYTEST_XDIST_WORKER") is None and os.environ.get(RUN_DIR):
-        shutil.rmtree(os.environ.pop(RUN_DIR), ignore_errors=True)
+        from . import pg_cluster
+
+        run_dir = os.environ.pop(RUN_DIR)
+        pg_cluster.stop_shared(Path(run_dir))  # the PostgreSQL cluster the workers shared, if one started
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -473,10 +478,11 @@ from tests.skips import pytest_runtest_makereport  # noqa: E402,F401
 @pytest.fixture(scope="session")
 def postgres():
     """``postgres()`` -> URL of a new, empty PostgreSQL database: on the run's
-    own PostgreSQL (``make test``'s second pass) or on a throwaway cluster
-    started for this session (tests/pg_cluster.py), so that the tests that
-    need PostgreSQL run in either pass."""
+    own PostgreSQL (``make test``'s second pass), else on one throwaway
+    cluster the run's workers share (started by the first that asks, stopped
+    by the controller: tests/pg_cluster.py), so that the tests that need
+    PostgreSQL run in either pass."""
     from . import pg_cluster
 
-    with pg_cluster.server() as new_database:
+    with pg_cluster.server(os.environ.get(RUN_DIR)) as new_database:
         yield new_database

@@ -179,7 +179,7 @@ def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
                 deadline = time.monotonic() + 30
                 while time.monotonic() < deadline and not _one(
                         watcher, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE 'ALTER TABLE%%'"):
+                        "AND datname = current_database() AND query LIKE 'ALTER TABLE%%'"):
                     time.sleep(0.05)
             time.sleep(HOLD)
 

@@ -76,8 +76,9 @@ azurite:
 # machine, SQLite's own machinery, the browser, the admin's scale data) is not
 # repeated there, nor are the tests that need PostgreSQL whatever the run's
 # database (marked postgres: several instances, a failover, the database's
-# clock): they start clusters of their own and mostly wait on them, so they
-# run in the first pass, among its computing tests (docs/development/tests.md).
+# clock): they share a throwaway cluster of the run's (tests/pg_cluster.py) and
+# mostly wait on it, so they run in the first pass, among its computing tests
+# (docs/development/tests.md).
 #
 # In a full run (no PYTEST_ARGS, the default PG_TESTS) the pass is given the
 # modules that name the marker, not the whole tests/ folder: its workers then

@@ -386,7 +386,7 @@ _crash_log = None
 def pytest_configure(config):
     global _crash_log
     config.addinivalue_line("markers", "postgres: needs PostgreSQL whatever the run's database "
-                            "(make test runs these in its SQLite pass, on clusters of their own)")
+                            "(make test runs these in its SQLite pass, on one cluster its workers share)")
     config.addinivalue_line("markers", "also_postgres: behaviour that depends on the database; make test "
                             "runs the module again on PostgreSQL")
     config.addinivalue_line("markers", "slow: many seconds without a server process (scale data, the big "

@@ -9,8 +9,11 @@ stops the cluster and removes the directory; the exit status is COMMAND's.
 If PostgreSQL's server binaries are missing, Debian's ``postgresql`` package
 is installed first (apt-get; through sudo when not root).
 
-Tests import ``cluster()`` to get one of their own. The cluster trades
-durability for speed (fsync off): it lives for one test run.
+Tests import ``cluster()`` to get one of their own (a faketime one, a
+primary and standby: ``pair()``); the tests that need PostgreSQL whatever the
+run's database get a database each on ``server()``, one cluster the run's test
+processes share (``shared``). The cluster trades durability for speed (fsync
+off): it lives for one test run.
 """
 
 from __future__ import annotations

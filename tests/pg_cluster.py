@@ -9,11 +9,9 @@ stops the cluster and removes the directory; the exit status is COMMAND's.
 If PostgreSQL's server binaries are missing, Debian's ``postgresql`` package
 is installed first (apt-get; through sudo when not root).
 
-Tests import ``cluster()`` to get one of their own (a faketime one, a
-primary and standby: ``pair()``); the tests that need PostgreSQL whatever the
-run's database get a database each on ``server()``, one cluster the run's test
-processes share (``shared``). The cluster trades durability for speed (fsync
-off): it lives for one test run.
+Tests import ``cluster()`` (or ``pair()``) to get one of their own, or get a
+database each on ``server()``, one cluster a run's test processes share. The
+cluster trades durability for speed (fsync off): it lives for one test run.
 """
 
 from __future__ import annotations
@@ -27,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -278,10 +277,8 @@ SHARED_CONNECTIONS = 400  # every test process of the run, each with its server 
 
 
 def shared(run_dir: Path) -> Cluster:
-    """The run's shared cluster: started by the first test process that asks
-    (under a lock in ``run_dir``, the directory the run's processes share),
-    joined by the others. It outlives the process that started it;
-    ``stop_shared`` removes it at the end of the run."""
+    """The run's shared cluster: started by the first test process that asks (under a
+    lock in ``run_dir``, which the run's processes share), joined by the others."""
     import fcntl
     import json
 
@@ -293,6 +290,9 @@ def shared(run_dir: Path) -> Cluster:
             return Cluster(Path(found["root"]), found["port"], server_bin(), _run_as())
         pg = _started(max_connections=SHARED_CONNECTIONS)
         record.write_text(json.dumps({"root": str(pg.root), "port": pg.port}))
+        # Stopped by the controller at the run's end, or by this watcher once it is gone (killed).
+        subprocess.Popen([sys.executable, __file__, "--stop-shared-after", str(os.getppid()), str(run_dir)],
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         return pg
 
 
@@ -342,6 +342,11 @@ def pair():
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--stop-shared-after"]:  # shared()'s watcher: PID RUN_DIR
+        while Path(f"/proc/{argv[1]}").exists():
+            time.sleep(1)
+        stop_shared(Path(argv[2]))
+        return 0
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:

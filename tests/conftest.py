@@ -40,6 +40,7 @@ import socket
 import tempfile
 import threading
 import time
+from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import pytest
@@ -386,7 +387,7 @@ _crash_log = None
 def pytest_configure(config):
     global _crash_log
     config.addinivalue_line("markers", "postgres: needs PostgreSQL whatever the run's database "
-                            "(make test runs these in its SQLite pass, on clusters of their own)")
+                            "(make test runs these in its SQLite pass, on one cluster its workers share)")
     config.addinivalue_line("markers", "also_postgres: behaviour that depends on the database; make test "
                             "runs the module again on PostgreSQL")
     config.addinivalue_line("markers", "slow: many seconds without a server process (scale data, the big "
@@ -411,7 +412,11 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_unconfigure(config):
     if os.environ.get("PYTEST_XDIST_WORKER") is None and os.environ.get(RUN_DIR):
-        shutil.rmtree(os.environ.pop(RUN_DIR), ignore_errors=True)
+        from . import pg_cluster
+
+        run_dir = os.environ.pop(RUN_DIR)
+        pg_cluster.stop_shared(Path(run_dir))  # the PostgreSQL cluster the workers shared, if one started
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -474,10 +479,11 @@ from tests.skips import pytest_runtest_makereport  # noqa: E402,F401
 @pytest.fixture(scope="session")
 def postgres():
     """``postgres()`` -> URL of a new, empty PostgreSQL database: on the run's
-    own PostgreSQL (``make test``'s second pass) or on a throwaway cluster
-    started for this session (tests/pg_cluster.py), so that the tests that
-    need PostgreSQL run in either pass."""
+    own PostgreSQL (``make test``'s second pass), else on one throwaway
+    cluster the run's workers share (started by the first that asks, stopped
+    by the controller: tests/pg_cluster.py), so that the tests that need
+    PostgreSQL run in either pass."""
     from . import pg_cluster
 
-    with pg_cluster.server() as new_database:
+    with pg_cluster.server(os.environ.get(RUN_DIR)) as new_database:
         yield new_database

@@ -9,8 +9,9 @@ stops the cluster and removes the directory; the exit status is COMMAND's.
 If PostgreSQL's server binaries are missing, Debian's ``postgresql`` package
 is installed first (apt-get; through sudo when not root).
 
-Tests import ``cluster()`` to get one of their own. The cluster trades
-durability for speed (fsync off): it lives for one test run.
+Tests import ``cluster()`` (or ``pair()``) to get one of their own, or get a
+database each on ``server()``, one cluster a run's test processes share. The
+cluster trades durability for speed (fsync off): it lives for one test run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -122,6 +124,7 @@ class Cluster:
         self.durable = False  # synchronous_commit on (a primary with a synchronous standby), else off
         self.on_disk = False  # fsync and full-page writes on, as in production (the bench's)
         self.settings: dict[str, str] = {}  # postgresql.conf lines added at start (the bench's)
+        self.max_connections = 200
         # With faketime, the server's clock reads what this file says, at every reading ("+0", "-3600").
         self.clock_file = root / "clock-offset" if faketime else None
 
@@ -156,7 +159,7 @@ class Cluster:
         if self.clock_file is not None:
             self.set_clock(0)
             env = {**os.environ, **faketime_env(offset_file=self.clock_file)}
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c max_connections={self.max_connections}"
         if not self.on_disk:  # a test's cluster: no fsync (durability comes from the standby, if any)
             options += " -F -c full_page_writes=off"
         if not self.durable:
@@ -220,12 +223,9 @@ class Cluster:
                 self.signal_all(signal.SIGKILL)
 
 
-@contextmanager
-def cluster(*, faketime: bool = False, production: dict[str, str] | None = None) -> Iterator[Cluster]:
-    """A started throwaway cluster with a database ``leasehold``; removed
-    after. ``faketime``: its clock can be set (``Cluster.set_clock``).
-    ``production``: durable as in production (fsync, full-page writes,
-    synchronous commit), with these settings added (the bench's)."""
+def _started(*, faketime: bool = False, production: dict[str, str] | None = None,
+             max_connections: int = 200) -> Cluster:
+    """A new cluster started in a new temporary directory (removed if it fails to start)."""
     bin_dir = server_bin()
     as_user = _run_as()
     root = Path(tempfile.mkdtemp(prefix="leasehold-pg-"))
@@ -233,22 +233,77 @@ def cluster(*, faketime: bool = False, production: dict[str, str] | None = None)
         if as_user:
             os.chown(root, as_user["user"], as_user["group"])
         pg = Cluster(root, _free_port(), bin_dir, as_user, faketime=faketime)
+        pg.max_connections = max_connections
         if production is not None:
             pg.durable = pg.on_disk = True
             pg.settings = production
-        try:
-            pg.start()
-        except subprocess.CalledProcessError as exc:
-            log = root / "server.log"
-            detail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
-            raise SystemExit(f"pg_cluster: {' '.join(map(str, exc.cmd))} failed: "
-                             f"{exc.stderr.decode(errors='replace')}{detail}") from None
-        try:
-            yield pg
-        finally:
-            pg.stop()
-    finally:
+        pg.start()
+        return pg
+    except subprocess.CalledProcessError as exc:
+        log = root / "server.log"
+        detail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
         shutil.rmtree(root, ignore_errors=True)
+        raise SystemExit(f"pg_cluster: {' '.join(map(str, exc.cmd))} failed: "
+                         f"{exc.stderr.decode(errors='replace')}{detail}") from None
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def _removed(pg: Cluster) -> None:
+    try:
+        pg.stop()
+    finally:
+        shutil.rmtree(pg.root, ignore_errors=True)
+
+
+@contextmanager
+def cluster(*, faketime: bool = False, production: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """A started throwaway cluster with a database ``leasehold``; removed
+    after. ``faketime``: its clock can be set (``Cluster.set_clock``).
+    ``production``: durable as in production (fsync, full-page writes,
+    synchronous commit), with these settings added (the bench's)."""
+    pg = _started(faketime=faketime, production=production)
+    try:
+        yield pg
+    finally:
+        _removed(pg)
+
+
+# ------------------------------------------------------------ one cluster for a test run's processes
+
+SHARED_RECORD = "pg-cluster.json"  # in the run's directory: the shared cluster's root and port
+SHARED_CONNECTIONS = 400  # every test process of the run, each with its server instances
+
+
+def shared(run_dir: Path) -> Cluster:
+    """The run's shared cluster: started by the first test process that asks (under a
+    lock in ``run_dir``, which the run's processes share), joined by the others."""
+    import fcntl
+    import json
+
+    record = run_dir / SHARED_RECORD
+    with open(run_dir / "pg-cluster.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.exists():
+            found = json.loads(record.read_text())
+            return Cluster(Path(found["root"]), found["port"], server_bin(), _run_as())
+        pg = _started(max_connections=SHARED_CONNECTIONS)
+        record.write_text(json.dumps({"root": str(pg.root), "port": pg.port}))
+        # Stopped by the controller at the run's end, or by this watcher once it is gone (killed).
+        subprocess.Popen([sys.executable, __file__, "--stop-shared-after", str(os.getppid()), str(run_dir)],
+                         start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        return pg
+
+
+def stop_shared(run_dir: Path) -> None:
+    """Stop and remove the run's shared cluster, if one was started."""
+    import json
+
+    record = run_dir / SHARED_RECORD
+    if record.exists():
+        found = json.loads(record.read_text())
+        _removed(Cluster(Path(found["root"]), found["port"], server_bin(), _run_as()))
 
 
 @contextmanager
@@ -287,6 +342,11 @@ def pair():
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--stop-shared-after"]:  # shared()'s watcher: PID RUN_DIR
+        while Path(f"/proc/{argv[1]}").exists():
+            time.sleep(1)
+        stop_shared(Path(argv[2]))
+        return 0
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
@@ -303,26 +363,36 @@ if __name__ == "__main__":
 
 
 @contextmanager
-def server():
+def server(run_dir: str | None = None):
     """A PostgreSQL server for tests that need one whatever the run's
     database: the one ``LEASEHOLD_DATABASE`` names if it is PostgreSQL, else
-    a throwaway cluster of their own. Yields ``new_database() -> url``."""
+    the run's shared cluster (``shared``) if the test processes share
+    ``run_dir``, else a throwaway cluster of this process's own. Yields
+    ``new_database() -> url``: a new, empty database on it."""
     import uuid
     from urllib.parse import urlsplit, urlunsplit
 
+    import psycopg
+
     configured = os.environ.get("LEASEHOLD_DATABASE", "")
+    own = None
     if configured.startswith(("postgres://", "postgresql://")):
-        import psycopg
+        base = configured
+    elif run_dir:
+        base = shared(Path(run_dir)).url()
+    else:
+        own = _started()
+        base = own.url()
+    admin = urlunsplit(urlsplit(base)._replace(path="/postgres"))
 
-        admin = urlunsplit(urlsplit(configured)._replace(path="/postgres"))
+    def new_database() -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return urlunsplit(urlsplit(base)._replace(path=f"/{name}"))
 
-        def new_database() -> str:
-            name = f"t_{uuid.uuid4().hex[:12]}"
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            return urlunsplit(urlsplit(configured)._replace(path=f"/{name}"))
-
+    try:
         yield new_database
-        return
-    with cluster() as pg:
-        yield lambda: pg.create_database(f"t_{uuid.uuid4().hex[:12]}")
+    finally:
+        if own is not None:
+            _removed(own)

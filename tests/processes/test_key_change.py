@@ -19,7 +19,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 import requests
@@ -97,18 +100,28 @@ DOORS = {"azure sharedkey": _azure, "azure sas": _sas, "api sharedkey": _api,
          "azure lease sharedkey": _azure_lease, "azure lease sas": _sas_lease, "api lease sharedkey": _api_lease}
 
 
-def _key_in(database: str) -> str:
+@contextmanager
+def _key_reader(database: str) -> Iterator[Callable[[], str]]:
+    """A reader of the account's key in the database, on one connection: a
+    connection per reading (on PostgreSQL a backend process each) made the
+    test's wait for the change a spin of connects."""
     query = "SELECT key1 FROM leases_account WHERE name = %s"
     if database.startswith(("postgres://", "postgresql://")):
         import psycopg
 
-        with psycopg.connect(database) as conn:
-            row = conn.execute(query, (ACCOUNT,)).fetchone()
+        conn: Any = psycopg.connect(database, autocommit=True)
     else:
-        with sqlite3.connect(database) as conn:
-            row = conn.execute(query.replace("%s", "?"), (ACCOUNT,)).fetchone()
-    assert row is not None
-    return row[0]
+        conn, query = sqlite3.connect(database, isolation_level=None), query.replace("%s", "?")
+
+    def read() -> str:
+        row = conn.execute(query, (ACCOUNT,)).fetchone()
+        assert row is not None
+        return row[0]
+
+    try:
+        yield read
+    finally:
+        conn.close()
 
 
 def _change_under_load(database: str, env: dict, servers: list[Instance]) -> list[tuple]:
@@ -138,8 +151,10 @@ def _change_under_load(database: str, env: dict, servers: list[Instance]) -> lis
         changer = threading.Thread(target=_set_key, args=(env, NEW))
         changer.start()
         deadline = time.monotonic() + BOUND
-        while _key_in(database) != NEW:
-            assert time.monotonic() < deadline, "the key never changed"
+        with _key_reader(database) as key_in:
+            while key_in() != NEW:
+                assert time.monotonic() < deadline, "the key never changed"
+                time.sleep(0.005)  # between readings, not a bound
         seen.append(time.monotonic())
         changer.join(BOUND)
         while len(after) < 4 * len(servers) * len(DOORS) * 2:  # every door of every server, with each key, a few times

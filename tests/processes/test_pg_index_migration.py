@@ -69,6 +69,7 @@ def test_migration_0014_holds_up_no_history_insert_and_runs_again_from_the_top(p
                     seen.extend(watcher.execute(
                         "SELECT c.relname, l.mode, a.query FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
                         "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.granted AND c.relname = ANY(%s) "
+                        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
                         "AND l.mode = ANY(%s) AND l.pid <> pg_backend_pid()",
                         [list(TABLES), list(BLOCKING)]).fetchall())
                     started = time.monotonic()

@@ -168,18 +168,20 @@ def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
     assert azure_raw.signed("PUT", a.url, path, body=b"x", headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
     lease_id = azure_raw.lease(a.url, path, "acquire", duration=-1).headers["x-ms-lease-id"]
     reading = threading.Event()
+    migrating: list[subprocess.Popen] = []
 
     def long_reader():
         with psycopg.connect(database) as conn:  # a transaction: its lock lasts until the end
             conn.execute("SELECT count(*) FROM leases_blob").fetchone()
             reading.set()
-            # Held until the ALTER waits behind it, then past the instances' 5 s
-            # bound on a wait: a fixed hold raced the migrate's start-up.
+            # Held until the ALTER waits behind it (or the migrate has ended), then past
+            # the instances' 5 s bound on a wait: a fixed hold, or one of a fixed bound,
+            # raced the migrate's start-up on a loaded machine.
             with psycopg.connect(database, autocommit=True) as watcher:
-                deadline = time.monotonic() + 30
-                while time.monotonic() < deadline and not _one(
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline and not (migrating and migrating[0].poll() is not None) and not _one(
                         watcher, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND query LIKE 'ALTER TABLE%%'"):
+                        "AND datname = current_database() AND query LIKE 'ALTER TABLE%%'"):
                     time.sleep(0.05)
             time.sleep(HOLD)
 
@@ -189,6 +191,7 @@ def test_a_schema_change_behind_a_long_reader_does_not_stall_leases(two):
     env = {**a.env, "DJANGO_SETTINGS_MODULE": "tests.processes.alter_settings", "LEASEHOLD_WRITE_WAIT": "1"}
     migrate = subprocess.Popen([sys.executable, "manage.py", "migrate", "alter_app", "--noinput"], cwd=ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    migrating.append(migrate)
     slowest, statuses = 0.0, set()
     blob_request = "/devstoreaccount1/altered/nothing"  # a read of the blob table too
     while migrate.poll() is None:

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.processes, pytest.mark.postgres, pytest.mark.also_post
 
 # The bugs these guard showed in most trials (a lost lease, a 500).
 LEASE_TRIALS = 200
-CREATE_TRIALS = 100
+CREATE_TRIALS = 30
 PARALLEL = 16  # trials in flight at once
 
 

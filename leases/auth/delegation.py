@@ -163,16 +163,17 @@ def key_window(start_text: str | None, expiry_text: str | None) -> tuple[datetim
 
     start = parsed("Start", start_text) if (start_text or "").strip() else now
     expiry = parsed("Expiry", expiry_text)
+    # A time out of bounds: Azure names the node by its value (XmlNodeName = XmlNodeValue).
     if expiry <= now or expiry <= start or expiry > now + timedelta(days=MAX_DAYS):
-        raise node_error("Expiry", expiry_text or "")
+        raise node_error((expiry_text or "").strip(), expiry_text or "")
     if start > now + timedelta(days=MAX_DAYS):
-        raise node_error("Start", start_text or "")
+        raise node_error((start_text or "").strip(), start_text or "")
     return start, expiry
 
 
 def node_error(name: str, value: str) -> LeaseholdError:
     err = LeaseholdError("InvalidXmlNodeValue", message="The value for one of the XML nodes is not in the correct "
-                                                        "format.", detail={"XmlNodeName": name,
+                                                        "format.", detail={"XmlNodeName": name[:64],
                                                                             "XmlNodeValue": value.strip()[:64]})
     err.status = 400
     return err

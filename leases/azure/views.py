@@ -119,7 +119,10 @@ class AzureBlobView(BlockRoutes, APIView):
     def delete(self, request, **kw):
         return self.route("DELETE")
 
-    def post(self, request, **kw):  # Get User Delegation Key alone
+    def post(self, request, **kw):
+        # Get User Delegation Key, on the account's URL, is the only POST: elsewhere the verb is refused.
+        if self.kwargs.get("rest"):
+            return self.http_method_not_allowed(request)
         return self.route("POST")
 
     def options(self, request, *args, **kwargs):

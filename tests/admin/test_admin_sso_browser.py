@@ -19,7 +19,6 @@ from leases.models import Blob
 from tests.oidc_provider import OidcProvider
 
 from .helpers import VIEW_ALL
-from .test_admin_operator_browser import chromium  # noqa: F401 (the module's Chromium)
 
 PASSWORD = "correct horse"
 
@@ -43,7 +42,7 @@ def _group(name: str, *perms: str) -> None:
 
 
 @pytest.fixture
-def sso(provider, settings, estate, chromium):  # noqa: F811
+def sso(provider, settings, estate, chromium):
     settings.LEASEHOLD_ADMIN_SSO = AdminSso(
         issuer=provider.issuer, client_id="leasehold-admin", client_secret="admin-s3cret", name="Test SSO",
         rules=rules("groups:lh-breakers=break groups:lh-viewers=view-only"), scopes="openid profile email")
@@ -56,7 +55,7 @@ def sso(provider, settings, estate, chromium):  # noqa: F811
         context.close()
 
 
-def sign_in(chromium, base: str, provider, user: str):  # noqa: F811
+def sign_in(chromium, base: str, provider, user: str):
     """A new browser signed in (or refused) as ``user`` at the provider: the page where it ended."""
     provider.control("approve", sub=user)
     page = chromium.new_context().new_page()
@@ -73,7 +72,7 @@ def leased_blob() -> Blob:
 
 
 @pytest.mark.browser
-def test_a_breaker_signs_in_and_may_break(sso, azure_server, chromium):  # noqa: F811
+def test_a_breaker_signs_in_and_may_break(sso, azure_server, chromium):
     exchanges = sso.control("stats")["pkce_exchanges"]
     page = sign_in(chromium, azure_server, sso, "alice")
     assert page.url == f"{azure_server}/admin/", "\n".join(f"{s} {u}" for s, u in page.visited)
@@ -91,7 +90,7 @@ def test_a_breaker_signs_in_and_may_break(sso, azure_server, chromium):  # noqa:
 
 
 @pytest.mark.browser
-def test_a_viewer_signs_in_and_may_not_break(sso, azure_server, chromium):  # noqa: F811
+def test_a_viewer_signs_in_and_may_not_break(sso, azure_server, chromium):
     page = sign_in(chromium, azure_server, sso, "victor")
     assert page.url == f"{azure_server}/admin/"
     blob = leased_blob()
@@ -106,7 +105,7 @@ def test_a_viewer_signs_in_and_may_not_break(sso, azure_server, chromium):  # no
 
 
 @pytest.mark.browser
-def test_a_user_with_no_role_is_refused_and_recorded(sso, azure_server, chromium, caplog):  # noqa: F811
+def test_a_user_with_no_role_is_refused_and_recorded(sso, azure_server, chromium, caplog):
     with caplog.at_level(logging.WARNING, logger="leasehold.admin.sso"):
         page = sign_in(chromium, azure_server, sso, "mallory")
     assert "/admin/sso/callback/" in page.url
@@ -117,7 +116,7 @@ def test_a_user_with_no_role_is_refused_and_recorded(sso, azure_server, chromium
 
 
 @pytest.mark.browser
-def test_a_tampered_state_is_refused(sso, azure_server, chromium):  # noqa: F811
+def test_a_tampered_state_is_refused(sso, azure_server, chromium):
     sso.control("approve", sub="alice")
     page = chromium.new_context().new_page()
     page.goto(f"{azure_server}/admin/login/?next=/admin/")
@@ -138,7 +137,7 @@ def test_a_tampered_state_is_refused(sso, azure_server, chromium):  # noqa: F811
 
 
 @pytest.mark.browser
-def test_with_passwords_off_the_local_form_is_refused(sso, azure_server, chromium, settings,  # noqa: F811
+def test_with_passwords_off_the_local_form_is_refused(sso, azure_server, chromium, settings,
                                                       django_user_model):
     settings.LEASEHOLD_ADMIN_PASSWORDS = "off"
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

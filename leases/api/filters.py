@@ -109,7 +109,14 @@ class CharInFilter(django_filters.BaseInFilter, django_filters.CharFilter):
 
 class ByResourceAndLease(django_filters.FilterSet):
     """The history's and the tenures' ``resource`` ("account/container[/blob]") and ``lease_id``
-    (found by its fingerprint: neither keeps ids) filters; each says what its fingerprints are."""
+    (found by its fingerprint: neither keeps ids) filters; each says what its fingerprints are.
+    The fields both name alike are declared here once."""
+
+    account = django_filters.CharFilter()
+    container = django_filters.CharFilter(help_text="A container and all its blobs.")
+    blob = django_filters.CharFilter()
+    resource_type = django_filters.ChoiceFilter(choices=[(machine.CONTAINER, machine.CONTAINER),
+                                                         (machine.BLOB, machine.BLOB)])
 
     def filter_resource(self, queryset, name, value):
         account, _, rest = value.partition("/")
@@ -127,11 +134,6 @@ class EventFilter(ByResourceAndLease):
     resource = django_filters.CharFilter(
         method="filter_resource",
         help_text='One resource\'s events: "account/container" (the container itself) or "account/container/blob".')
-    account = django_filters.CharFilter()
-    container = django_filters.CharFilter(help_text="A container and all its blobs.")
-    blob = django_filters.CharFilter()
-    resource_type = django_filters.ChoiceFilter(choices=[(machine.CONTAINER, machine.CONTAINER),
-                                                         (machine.BLOB, machine.BLOB)])
     lease_id = django_filters.UUIDFilter(method="filter_lease_id",
                                          help_text="Events of this lease id, including a change to or from it.")
     lease_fingerprint = django_filters.CharFilter(

@@ -14,7 +14,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 
-from leases.domain import clock, fingerprints, machine
+from leases.domain import clock, fingerprints
 from leases.models import Tenure
 from leases.models.tenure import end_q, fingerprint_q, held_at_q
 from leases.services.keyset import keyset_rows
@@ -61,11 +61,6 @@ class TenureFilter(ByResourceAndLease):
     resource = django_filters.CharFilter(
         method="filter_resource",
         help_text='One resource\'s tenures: "account/container" (the container itself) or "account/container/blob".')
-    account = django_filters.CharFilter()
-    container = django_filters.CharFilter(help_text="A container and all its blobs.")
-    blob = django_filters.CharFilter()
-    resource_type = django_filters.ChoiceFilter(choices=[(machine.CONTAINER, machine.CONTAINER),
-                                                         (machine.BLOB, machine.BLOB)])
     lease_id = django_filters.UUIDFilter(method="filter_lease_id",
                                          help_text="Tenures whose lease had this id, first or after a change.")
     lease_fingerprint = django_filters.CharFilter(

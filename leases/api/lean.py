@@ -138,14 +138,14 @@ class _Secure:
         return self.secure
 
 
-class ApiLeaseCall:
+class ApiLeaseCall(services.QueuedLeaseCall):
     """One lean JSON lease request in the three steps of the Azure door's
     (leases/azure/fastpath.py LeaseCall): the checks (here), the write in
     a batch of the write queue (``writes``, ``written``), ``answer()``. A check that fails
     declines the request: nothing counted, nothing written, no answer here
     (the DRF view answers it)."""
 
-    __slots__ = ("environ", "request", "lease", "arguments", "pending", "result", "error", "declined")
+    __slots__ = ("environ", "request", "lease", "declined")
 
     def __init__(self, environ: dict, lease: Lease):
         self.environ, self.lease = environ, lease
@@ -194,24 +194,6 @@ class ApiLeaseCall:
             return None
         environ[COUNTED] = True  # checked again (the loop could not write it at once): not counted again
         return asked
-
-    def writes(self):
-        """Its write, for the write queue (None: declined, nothing to write)."""
-        if self.arguments is None:
-            return None
-        self.pending = services.LeaseWrite(self.arguments)
-        return self.pending.write
-
-    def written(self, result, error: BaseException | None) -> None:
-        """The write's outcome, once committed: the service's result or refusal."""
-        self.settle(cast(services.LeaseWrite, self.pending).outcome(result, error))
-
-    def settle(self, answer) -> None:
-        """The service's answer: a result, or the error it raised."""
-        if isinstance(answer, Exception):
-            self.error = answer
-        else:
-            self.result = answer
 
     def answer(self) -> HttpResponse | LeanAnswer | None:
         """The answer as the DRF view, Django's middleware and handler would

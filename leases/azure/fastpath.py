@@ -10,7 +10,6 @@ shape; docs/decisions/0006 says why."""
 from __future__ import annotations
 
 import re
-from typing import cast
 from urllib.parse import unquote_plus
 
 from django.conf import settings
@@ -111,7 +110,7 @@ def serve(environ: dict, names: tuple[str, str, str | None], start_response):
     return response
 
 
-class LeaseCall:
+class LeaseCall(services.QueuedLeaseCall):
     """One lean lease request in three steps, so that a batch holds the
     writer lock for the lease's own write only:
 
@@ -126,9 +125,9 @@ class LeaseCall:
       with the headers every answer carries; 4xx/5xx logged.
     """
 
-    __slots__ = ("environ", "request", "legacy", "arguments", "lease", "result", "error")
+    __slots__ = ("environ", "request", "legacy")
     arguments: dict | None  # lease_action's, once the checks passed
-    lease: services.LeaseWrite | None  # its write, once made ready
+    pending: services.LeaseWrite | None  # its write, once made ready
     result: services.LeaseResult | None
     error: Exception | None
 
@@ -137,7 +136,7 @@ class LeaseCall:
         self.environ = environ
         self.request = LeanRequest("PUT", "", environ)
         self.request.request_id = request_id = guids.request_id()
-        self.arguments = self.lease = self.result = self.error = None
+        self.arguments = self.pending = self.result = self.error = None
         self.legacy = False
         account, container, blob = names
         try:
@@ -155,23 +154,6 @@ class LeaseCall:
         except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
             self.error = exc
 
-    def writes(self):
-        """Its write, for the write queue (None: refused before it, nothing to write)."""
-        if self.arguments is None:
-            return None
-        self.lease = services.LeaseWrite(self.arguments)
-        return self.lease.write
-
-    def written(self, result, error: BaseException | None) -> None:
-        """The write's outcome, once committed: the service's result or refusal."""
-        self.settle(cast(services.LeaseWrite, self.lease).outcome(result, error))  # writes() made it
-
-    def settle(self, answer) -> None:
-        """The service's answer: a result, or the error it raised."""
-        if isinstance(answer, Exception):
-            self.error = answer
-        else:
-            self.result = answer
 
     def answer(self):
         """The HttpResponse, every failure too answered by the one handler."""

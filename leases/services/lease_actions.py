@@ -354,3 +354,33 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | BaseExcep
     writes = [LeaseWrite(request) for request in requests]
     outcomes = write_together([lease.write for lease in writes], skips_rows=True)
     return [lease.outcome(written, error) for lease, (written, error) in zip(writes, outcomes)]
+
+
+class QueuedLeaseCall:
+    """A door's lean lease call as the write queue takes it (its Call): ``writes`` makes its
+    ``arguments`` (None: refused or declined before the write) a LeaseWrite, ``written`` settles
+    the outcome as ``result`` or ``error``."""
+
+    __slots__ = ("arguments", "pending", "result", "error")
+    arguments: dict | None
+    pending: LeaseWrite | None
+    result: LeaseResult | None
+    error: Exception | None
+
+    def writes(self):
+        """Its write, for the write queue (None: nothing to write)."""
+        if self.arguments is None:
+            return None
+        self.pending = LeaseWrite(self.arguments)
+        return self.pending.write
+
+    def written(self, result, error: BaseException | None) -> None:
+        """The write's outcome, once committed: the service's result or refusal."""
+        self.settle(cast(LeaseWrite, self.pending).outcome(result, error))  # writes() made it
+
+    def settle(self, answer) -> None:
+        """The service's answer: a result, or the error it raised."""
+        if isinstance(answer, Exception):
+            self.error = answer
+        else:
+            self.result = answer

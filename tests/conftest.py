@@ -356,6 +356,19 @@ def api(accounts):
 
 
 @pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """pytest-django's (each worker's test database named apart); on PostgreSQL,
+    in a run whose workers share a run directory, each worker's test database
+    is a copy of one migrated once a run (tests/pg_test_database.py)."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql" and os.environ.get(RUN_DIR) and os.environ.get("PYTEST_XDIST_WORKER"):
+        from . import pg_test_database
+
+        pg_test_database.copy_from_template(connection, Path(os.environ[RUN_DIR]))
+
+
+@pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's test database; on PostgreSQL, the connections that the
     live servers' request threads left open are ended first, or the test
@@ -412,9 +425,14 @@ def pytest_runtest_logstart(nodeid, location):
 
 def pytest_unconfigure(config):
     if os.environ.get("PYTEST_XDIST_WORKER") is None and os.environ.get(RUN_DIR):
-        from . import pg_cluster
+        from django.db import connection
+        from pytest_django.plugin import blocking_manager_key
+
+        from . import pg_cluster, pg_test_database
 
         run_dir = os.environ.pop(RUN_DIR)
+        with config.stash[blocking_manager_key].unblock():  # the workers' test databases' template
+            pg_test_database.drop_template(connection, Path(run_dir))
         pg_cluster.stop_shared(Path(run_dir))  # the PostgreSQL cluster the workers shared, if one started
         shutil.rmtree(run_dir, ignore_errors=True)
 

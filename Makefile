@@ -70,7 +70,8 @@ azurite:
 	    rm -rf bench/node_modules && ln -s $(AZURITE_CACHE)/node_modules bench/node_modules; } || \
 	  (cd bench && $(NPM_INSTALL)); }
 
-# The database-facing modules (marked also_postgres), run a second time on
+# The database-facing modules (marked also_postgres, whole or the tests that
+# reach the database: docs/development/tests.md), run a second time on
 # PostgreSQL: a throwaway cluster tests/pg_cluster.py starts (installing
 # Debian's postgresql package if missing) and removes. The rest (the pure state
 # machine, SQLite's own machinery, the browser, the admin's scale data) is not

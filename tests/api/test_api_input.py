@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from leases.models import Blob, Container
 from tests.api.helpers import API, DEV_ACCOUNT, lease, make_blob, make_container
 
-pytestmark = pytest.mark.also_postgres
+# Run again on PostgreSQL (also_postgres): the tests whose input reaches the database (stored
+# metadata, the fuzz run's bodies); the refusals decided before any query run on SQLite alone
+# (docs/development/tests.md, "Which modules run on PostgreSQL").
+stored = pytest.mark.also_postgres
 
 GUID = "0f8fad5b-d9cb-469f-a165-70867728950e"
 
@@ -25,6 +28,7 @@ def code_of(response) -> tuple[int, str]:
 
 # ------------------------------------------------------------------ metadata
 
+@stored
 def test_metadata_names_keep_case_and_underscores(api, accounts):
     response = api.put(f"{API}/containers/{DEV_ACCOUNT}/box", {"metadata": {"Build_Id": "42", "_x": ""}},
                        format="json")
@@ -60,6 +64,7 @@ def test_invalid_metadata_is_refused_and_changes_nothing(api, accounts, metadata
     assert bytes(Blob.objects.get().content) == b"old"
 
 
+@stored
 def test_metadata_of_exactly_8_kib_is_accepted(api, accounts):
     value = "x" * (8 * 1024 - 3)
     response = api.put(f"{API}/containers/{DEV_ACCOUNT}/box", {"metadata": {"big": value}}, format="json")
@@ -121,6 +126,7 @@ TARGETS = [("put", "containers/{a}/box"), ("put", "containers/{a}/new"), ("put",
            ("post", "leases/change/{a}/box/b"), ("post", "leases/renew/{a}/box")]
 
 
+@stored
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(target=st.sampled_from(TARGETS), body=BODIES)

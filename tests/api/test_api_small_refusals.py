@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 from leases.models import Blob, LeaseEvent
 from tests import azure_raw
 from tests.api.helpers import API, DEV_ACCOUNT, make_blob, make_container, make_user, token_client
 
-pytestmark = pytest.mark.also_postgres
+# Not run again on PostgreSQL: each refusal is decided before the services; the recording of
+# refusals runs there in the history's tests (docs/development/tests.md, "Which modules run on PostgreSQL").
 
 
 def test_a_token_that_may_not_read_the_history_cannot_fill_it_with_refusals(accounts):

@@ -23,7 +23,10 @@ from tests import azure_raw
 from tests.azure_raw import error_code, signed
 from tests.sdk_errors import sdk_error_code
 
-pytestmark = pytest.mark.also_postgres
+# Run again on PostgreSQL (also_postgres): the tests whose input reaches the database (stored,
+# listed, read back, or fuzzed); the refusals decided before any query run on SQLite alone
+# (docs/development/tests.md, "Which modules run on PostgreSQL").
+stored = pytest.mark.also_postgres
 
 BOX = f"/{DEV_ACCOUNT}/box"
 BLOB = f"{BOX}/b"
@@ -120,6 +123,7 @@ def test_chunked_put_blob_is_411_and_replaces_nothing(azure_server, box):
     unchanged(box)
 
 
+@stored
 def test_client_cut_off_mid_body_stores_nothing(azure_server, box):
     """40,000 of 100,000 announced bytes, then the client's side of the
     connection ends: the server sees the body end early, refuses, and the
@@ -173,6 +177,7 @@ def test_sdk_upload_with_validate_content_still_works(box):
 
 # ------------------------------------------------------------------ metadata
 
+@stored
 def test_sdk_metadata_with_underscores_is_signed_and_stored_exactly(box):
     blob = box.upload_blob("m", b"x", metadata={"build_id": "42", "_lead": "a", "x_y_z": "b"})
     assert blob.get_blob_properties().metadata == {"build_id": "42", "_lead": "a", "x_y_z": "b"}
@@ -182,6 +187,7 @@ def test_sdk_metadata_with_underscores_is_signed_and_stored_exactly(box):
     assert box.get_container_properties().metadata == {"team_name": "ops"}
 
 
+@stored
 def test_metadata_names_lose_their_case_through_wsgi(box):
     """Documented: WSGI hands header names upper-cased, so the Azure door
     stores them lower-cased (the JSON API keeps case)."""
@@ -210,6 +216,7 @@ def test_invalid_metadata_is_refused_and_changes_nothing(azure_server, box, head
     assert box.get_container_properties().metadata == {}
 
 
+@stored
 def test_metadata_of_exactly_8_kib_is_accepted(azure_server, box):
     value = "x" * (8 * 1024 - 3)
     response = signed("PUT", azure_server, BLOB + "?comp=metadata", headers={"x-ms-meta-big": value})
@@ -262,6 +269,7 @@ def test_lone_surrogate_in_a_blob_name_is_refused(azure_server, box):
     assert [b.name for b in box.list_blobs()] == ["b"]
 
 
+@stored
 def test_sdk_names_with_ordinary_unicode_still_work(box):
     for name in ["caf\u00e9/\u00fcber", "\u6f22\u5b57", "emoji-\U0001f600", "sp ace+plus"]:
         box.upload_blob(name, b"x")
@@ -296,6 +304,7 @@ def test_malformed_maxresults_is_400(azure_server, box, path, value):
     assert_azure_error(response, 400, "InvalidQueryParameterValue")
 
 
+@stored
 @pytest.mark.parametrize("value, status, code", [
     ("bytes=" + "9" * 5000 + "-", 416, "InvalidRange"),
     ("bytes=0-" + "9" * 5000, 206, None),
@@ -355,6 +364,7 @@ def test_an_empty_condition_or_lease_header_is_400_not_absent(azure_server, box,
     unchanged(box)
 
 
+@stored
 def test_empty_metadata_values_are_kept(box):
     blob = box.upload_blob("e", b"x", metadata={"empty": ""})
     assert blob.get_blob_properties().metadata == {"empty": ""}
@@ -430,6 +440,7 @@ def test_errors_echoing_unprintable_input_still_parse(azure_server, box, query):
     assert root.findtext("QueryParameterName") == query.split("=")[0] and root.find("HeaderName") is None
 
 
+@stored
 def test_a_legacy_blob_name_is_listed_encoded_as_azure_does(azure_server, box, service):
     """A name stored before names were checked is listed percent-encoded
     with Encoded="true", which the SDK decodes."""
@@ -591,6 +602,7 @@ def fuzz_one(azure_server, box, statuses, request):
         box.create_container()
 
 
+@stored
 @pytest.mark.slow
 def test_fuzzed_signed_requests_never_500_and_errors_always_parse(azure_server, box):
     """Every answer parses and none is a 5xx; and the fuzzing got past the
@@ -657,6 +669,7 @@ def test_a_document_type_is_refused_in_every_encoding(azure_server, box, encodin
     assert box.get_container_access_policy()["signed_identifiers"] == []
 
 
+@stored
 @pytest.mark.parametrize("encoding, make", [e for e in XML_ENCODINGS if e[0] != "UTF-32"])
 def test_a_block_list_in_any_encoding_xml_allows_is_read(azure_server, box, encoding, make):
     box.get_blob_client("b").stage_block("block-01", b"new")  # the SDK sends it in base64

@@ -20,7 +20,7 @@ from leases.models import Account, Blob, Container, LeaseEvent, Tenure
 from leases.storage import queue_intake
 from tests.azure.test_azure_fastpath import A, B, BLOB, CONTAINER, _answer, environ, fast_state, lease  # noqa: F401
 
-pytestmark = pytest.mark.also_postgres
+pytestmark = [pytest.mark.also_postgres, pytest.mark.usefixtures("fast_state")]
 
 NEW_KEY = base64.b64encode(b"the key after the change, 32 b..").decode()
 VOLATILE = re.compile(rb"RequestId:[0-9a-f-]+|<(RequestId|Time)>[^<]*</\1>")  # drawn per request
@@ -31,7 +31,7 @@ def _state() -> tuple:
     return LeaseEvent.objects.count(), Tenure.objects.count(), leases
 
 
-def _lean_checked_then_written(env: dict, change_key) -> tuple[int, list, bytes]:
+def _lean_checked_then_written(env: dict, change_key) -> tuple[int, dict, bytes]:
     names = fastpath.takes(dict(env))
     assert names is not None
     [call] = fastpath.checked([(env, names)])
@@ -51,7 +51,7 @@ def _lean_checked_then_written(env: dict, change_key) -> tuple[int, list, bytes]
     lease("/devstoreaccount1/fast/nothing", "acquire", duration=15),  # no such blob
     lease("/devstoreaccount1/nowhere", "acquire", duration=15),  # no such container
 ])
-def test_a_key_changed_before_the_write_refuses_it_as_the_general_path_does(fast_state, path, spec):
+def test_a_key_changed_before_the_write_refuses_it_as_the_general_path_does(path, spec):
     sharedkey.account_keys(DEV_ACCOUNT)  # the keys last read in this process: the old one
     before = _state()
     env = environ(path, **spec)
@@ -69,7 +69,7 @@ def test_a_key_changed_before_the_write_refuses_it_as_the_general_path_does(fast
     assert fastpath.answer(new, names).status_code != 403  # the new key is taken at once
 
 
-def test_the_other_key_kept_still_signs(fast_state):
+def test_the_other_key_kept_still_signs():
     """Key 1 rotated while key 2 signs: a key still among the account's is not refused."""
     Account.objects.filter(name=DEV_ACCOUNT).update(key2=DEV_KEY)
     sharedkey.account_keys(DEV_ACCOUNT)

@@ -276,6 +276,44 @@ def account_keys(name: str):
     return found
 
 
+def lean_signing_key(environ: dict, decoded_path: str, account: str) -> str | None:
+    """The key that signed a SharedKey request for ``account``, found among
+    the keys last read in this process (the server's own check before the
+    request queued, ``VERIFIED``, or ``known_account_keys``), for a caller
+    that checks it is still one of the account's where it writes (the lean
+    lease path: in the write's own snapshot, services.KeyGone). None: not
+    found so (not SharedKey, another account, a key not last read, a bad
+    date...): the caller checks in full, with the keys read now."""
+    verified = environ.get(VERIFIED)
+    if verified is not None:
+        return verified[1] if verified[0] == account else None
+    known = _known_keys.get(account)
+    if known is None or not environ.get("HTTP_AUTHORIZATION", "").startswith("SharedKey "):
+        return None
+    try:
+        found = signing_key(environ, decoded_path, lambda name: known if name == account else None)
+    except LeaseholdError:
+        return None
+    return None if found is None else found[1]
+
+
+def refusal_with(environ: dict, decoded_path: str, account: str, keys: tuple[str, ...] | None) -> Exception:
+    """The refusal ``verify_shared_key`` raises for a request whose key is
+    not among ``keys`` (an account's keys read in a write's snapshot; None:
+    no such account), which are remembered as the keys last read."""
+    found = None if keys is None else (keys, account)
+    if found is None:
+        _known_keys.pop(account, None)
+    else:
+        _known_keys[account] = found
+    try:
+        signing_key({k: v for k, v in environ.items() if k != VERIFIED}, decoded_path,
+                    lambda name: found if name == account else None)
+    except LeaseholdError as err:
+        return err
+    return LeaseholdError("AuthenticationFailed")  # signed by one of them after all: the write's snapshot decides
+
+
 def known_account_keys(name: str):
     """The keys of an account as last read in this process, or None: a
     pre-filter only (they may have changed since)."""

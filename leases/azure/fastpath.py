@@ -10,6 +10,7 @@ shape; docs/decisions/0006 says why."""
 from __future__ import annotations
 
 import re
+from typing import cast
 from urllib.parse import unquote_plus
 
 from django.conf import settings
@@ -146,14 +147,23 @@ class LeaseCall(services.QueuedLeaseCall):
             path = self.request.path = get_path_info(environ)
             inputs.check_header_values(environ)
             self.legacy = lease_request.check_version(environ)
-            grant = credentials(environ, path, account)
+            # SharedKey signed with a key last read: the write checks it is still the account's (services.KeyGone)
+            signed_with = None if environ.get(waiting.HEADER_KEY) else sharedkey.lean_signing_key(environ, path, account)
+            grant = None if signed_with is not None else credentials(environ, path, account)
             ref = ResourceRef(account, container, blob.replace("\\", "/") if blob is not None else None)
             permit(grant, lease_operation(ref.noun, environ.get("HTTP_X_MS_LEASE_ACTION")))
             who = lease_request.actor(environ, account, request_id, name=actor_name(grant, account))
             self.arguments = lease_request.lease_arguments(environ, ref, who, legacy=self.legacy)
+            if signed_with is not None:
+                self.arguments["signed_with"] = signed_with
         except Exception as exc:  # noqa: BLE001  (every failure is answered by the one handler)
             self.error = exc
 
+
+    def key_gone(self, gone: services.KeyGone) -> Exception:
+        """The refusal of a key the write found gone: the one the door's own check gives."""
+        arguments = cast(dict, self.arguments)  # a write was made: its arguments were
+        return sharedkey.refusal_with(self.environ, self.request.path, arguments["ref"].account, gone.keys)
 
     def answer(self):
         """The HttpResponse, every failure too answered by the one handler."""

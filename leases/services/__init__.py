@@ -11,8 +11,10 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef
 from leases.services.lease_actions import (REFUSAL_DETAIL_CODES, SUCCESS_STATUS, LeaseResult, lease_acquire, lease_action,
-                            LeaseWrite, QueuedLeaseCall, lease_actions_together,
+                            LeaseWrite, lease_actions_together,
                             lease_break, lease_change, lease_release, lease_renew)
+from leases.services.queued_calls import QueuedLeaseCall
+from leases.services.lease_rows import KeyGone
 from leases.services.history import history_tamper_refused
 from leases.services.containers import (CONTAINER_NAME_CHARS, account_ensure, container_create, container_delete, container_read,
                          container_set_metadata, validate_container_name)
@@ -25,7 +27,7 @@ from leases.services.appends import append_blob_create, block_append, committed_
 __all__ = [
     "Conditions", "LeaseholdError", "NO_CONDITIONS", "Actor", "ResourceRef", "LeaseResult", "SUCCESS_STATUS", "REFUSAL_DETAIL_CODES",
     "lease_acquire", "lease_renew", "lease_change", "lease_release", "lease_break", "lease_action",
-    "LeaseWrite", "QueuedLeaseCall", "lease_actions_together",
+    "LeaseWrite", "QueuedLeaseCall", "KeyGone", "lease_actions_together",
     "history_tamper_refused", "account_ensure", "CONTAINER_NAME_CHARS", "validate_container_name",
     "container_create", "container_delete", "container_read", "container_set_metadata", "validate_blob_name",
     "blob_put", "blob_read", "blob_set_metadata", "blob_delete", "blob_snapshot",

@@ -20,7 +20,7 @@ from leases.models import Blob, Container
 from leases.storage import dbclock, statements
 from leases.storage.transactions import write_together, write_transaction
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef
-from leases.services.lease_rows import _lease_saved, _load_for_lease, _next_generation
+from leases.services.lease_rows import KeyGone, _lease_saved, _load_for_lease, _next_generation, key_still_valid
 from leases.services.history import EVENTS, _event_finish, _event_start, record_refusal
 
 
@@ -134,15 +134,17 @@ def _plan(action: str | None, *, ref: ResourceRef, conditions: Conditions, legac
     return plan
 
 
-def _decide(plan: _Plan, attempt: _Attempt, *, ref: ResourceRef, legacy: bool, conn, cursor) -> None:
+def _decide(plan: _Plan, attempt: _Attempt, *, ref: ResourceRef, legacy: bool, conn, cursor,
+            signed_with: str | None = None) -> None:
     """Read the row locked and the time of the decision, check the
     conditions, apply the machine; a new lease takes the next fencing
     token. Raises the refusal; ``attempt`` keeps what was read before it.
     The time is read once the row is locked (SQLite: the writer lock, taken
     at BEGIN; PostgreSQL: FOR UPDATE), not when the request arrived, so a
-    request that waited for the lock does not decide with a stale clock."""
+    request that waited for the lock does not decide with a stale clock.
+    ``signed_with``: the key checked first (lease_rows.KeyGone)."""
     assert plan.action is not None  # the checks before the write passed
-    attempt.obj, attempt.now = obj, now = _load_for_lease(ref, conn, cursor)
+    attempt.obj, attempt.now = obj, now = _load_for_lease(ref, conn, cursor, signed_with)
     plan.facts.update(state_before=obj.effective_lease_state(now), generation=obj.lease_generation)
     plan.conditions.check_write(obj.etag, obj.last_modified, noun=ref.noun)
     outcome = machine.apply(plan.action, obj.lease_record, now, noun=ref.noun, new_id=plan.new_id, legacy=legacy,
@@ -197,11 +199,16 @@ def _granted(plan: _Plan, attempt: _Attempt, event: list, *, ref: ResourceRef, a
 
 
 def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions, reason: str,
-                 legacy: bool, lease_id, proposed_id, duration, break_period, unparsed, wait: bool = False):
+                 legacy: bool, lease_id, proposed_id, duration, break_period, unparsed, wait: bool = False,
+                 signed_with: str | None = None):
     """A lease action up to its write: the checks that need no database and
     the event's known values, before the write lock; returned is the write,
     to run in a write transaction, which returns (resource, outcome,
-    refusal, previous lease id) and raises only on a storage fault."""
+    refusal, previous lease id) and raises only on a storage fault, or
+    KeyGone: ``signed_with``, the key that signed the request (checked by
+    the door against the keys it last read), is no longer one of the
+    account's in the write's snapshot, checked before anything is decided
+    or recorded."""
     plan = _plan(action, ref=ref, conditions=conditions, legacy=legacy, unparsed=unparsed, lease_id=lease_id,
                  proposed_id=proposed_id, duration=duration, break_period=break_period)
     event = _event_start(ref=ref, actor=actor, action=plan.action, now=None, reason=reason,
@@ -213,9 +220,11 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
         with statements.driver_cursor(conn) as cursor:
             if attempt.refusal is None:
                 try:
-                    _decide(plan, attempt, ref=ref, legacy=legacy, conn=conn, cursor=cursor)
+                    _decide(plan, attempt, ref=ref, legacy=legacy, conn=conn, cursor=cursor, signed_with=signed_with)
                 except LeaseholdError as err:
                     attempt.refusal = err
+            elif signed_with is not None:
+                key_still_valid(ref.account, signed_with, conn=conn)
             if attempt.now is None:  # refused before the row was read
                 attempt.now = dbclock.transaction_now(conn, cursor)
             EVENTS.set(event, conn, occurred_at=attempt.now)
@@ -291,12 +300,17 @@ def lease_action(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
 def _arguments(action: str | None, *, ref: ResourceRef, actor: Actor, conditions: Conditions = NO_CONDITIONS,
                lease_id: uuid.UUID | None = None, proposed_lease_id: uuid.UUID | None = None,
                duration: int | None = None, break_period: int | None = None, reason: str = "",
-               legacy: bool = False, unparsed: LeaseholdError | None = None, wait: bool = False) -> dict:
-    """lease_action's arguments (an action name from the wire) as _lease_action takes them."""
-    return {"action": (action or "").lower() or None, "ref": ref, "actor": actor, "conditions": conditions,
-            "lease_id": lease_id, "proposed_id": proposed_lease_id, "duration": duration,
-            "break_period": break_period, "reason": reason, "legacy": legacy, "unparsed": unparsed,
-            "wait": wait}
+               legacy: bool = False, unparsed: LeaseholdError | None = None, wait: bool = False,
+               signed_with: str | None = None) -> dict:
+    """lease_action's arguments (an action name from the wire) as _lease_action takes them;
+    ``signed_with`` (a door's lean call only): see _lease_write."""
+    arguments = {"action": (action or "").lower() or None, "ref": ref, "actor": actor, "conditions": conditions,
+                 "lease_id": lease_id, "proposed_id": proposed_lease_id, "duration": duration,
+                 "break_period": break_period, "reason": reason, "legacy": legacy, "unparsed": unparsed,
+                 "wait": wait}
+    if signed_with is not None:
+        arguments["signed_with"] = signed_with
+    return arguments
 
 
 def _own_failure(prepare, arguments: dict):
@@ -331,6 +345,8 @@ class LeaseWrite:
     def outcome(self, written, error: BaseException | None) -> LeaseResult | BaseException:
         arguments = self.arguments
         answer: LeaseResult | BaseException
+        if isinstance(error, KeyGone):
+            return error  # refused before the lease was looked at, as the door's own check refuses: not counted
         if error is None:
             try:  # ``written``: what the write returned, the tuple _committed takes
                 answer, outcome = _committed(cast(tuple, written), arguments["action"], arguments["ref"]), "success"
@@ -354,33 +370,3 @@ def lease_actions_together(requests: list[dict]) -> list[LeaseResult | BaseExcep
     writes = [LeaseWrite(request) for request in requests]
     outcomes = write_together([lease.write for lease in writes], skips_rows=True)
     return [lease.outcome(written, error) for lease, (written, error) in zip(writes, outcomes)]
-
-
-class QueuedLeaseCall:
-    """A door's lean lease call as the write queue takes it (its Call): ``writes`` makes its
-    ``arguments`` (None: refused or declined before the write) a LeaseWrite, ``written`` settles
-    the outcome as ``result`` or ``error``."""
-
-    __slots__ = ("arguments", "pending", "result", "error")
-    arguments: dict | None
-    pending: LeaseWrite | None
-    result: LeaseResult | None
-    error: Exception | None
-
-    def writes(self):
-        """Its write, for the write queue (None: nothing to write)."""
-        if self.arguments is None:
-            return None
-        self.pending = LeaseWrite(self.arguments)
-        return self.pending.write
-
-    def written(self, result, error: BaseException | None) -> None:
-        """The write's outcome, once committed: the service's result or refusal."""
-        self.settle(cast(LeaseWrite, self.pending).outcome(result, error))  # writes() made it
-
-    def settle(self, answer) -> None:
-        """The service's answer: a result, or the error it raised."""
-        if isinstance(answer, Exception):
-            self.error = answer
-        else:
-            self.result = answer

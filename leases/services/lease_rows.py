@@ -8,30 +8,69 @@ from datetime import datetime, timedelta
 
 from leases.domain import machine
 from leases.domain.errors import LeaseholdError
-from leases.models import Blob, Container, FencingGeneration
+from leases.models import Account, Blob, Container, FencingGeneration
 from leases.storage import dbclock, statements
+from leases.storage.compiled_reads import values_one
 from leases.services.common import ResourceRef, _container_must_exist
 
 _LOOKUPS = {Container: ("account__name", "name"),
             Blob: ("container__account__name", "container__name", "name", "snapshot")}
 _DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease action reads neither
+# The account's keys, joined as the lookups join the account (a signing key checked in the write).
+_KEYS = {Container: ("account__key1", "account__key2"),
+         Blob: ("container__account__key1", "container__account__key2")}
 
 
-def _load_for_lease(ref: ResourceRef, conn, cursor):
+def _load_for_lease(ref: ResourceRef, conn, cursor, signed_with: str | None = None):
     """``_load(ref, for_update=True)`` in one compiled statement, and the
     time of the decision, read once the row is locked (on PostgreSQL by
-    that same statement: leases.storage.dbclock): (row, time)."""
+    that same statement: leases.storage.dbclock): (row, time).
+    ``signed_with``: the key that signed the request, which must still be
+    one of the account's keys, read by that same statement (KeyGone if not,
+    before anything else is decided)."""
     also = dbclock.lock_columns(conn)
+    related = _KEYS[Blob if ref.blob is not None else Container] if signed_with is not None else ()
     if ref.blob is None:
-        obj, extra = _locked(Container, (ref.account, ref.container), also, conn, cursor)
-        if obj is None:
-            raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+        obj, extra = _locked(Container, (ref.account, ref.container), also, related, conn, cursor)
     else:
-        obj, extra = _locked(Blob, (ref.account, ref.container, ref.blob, ref.snapshot), also, conn, cursor)
+        obj, extra = _locked(Blob, (ref.account, ref.container, ref.blob, ref.snapshot), also, related, conn, cursor)
+    if signed_with is not None:
         if obj is None:
-            _container_must_exist(ref)
-            raise LeaseholdError("BlobNotFound")
+            key_still_valid(ref.account, signed_with, conn=conn)
+        elif signed_with not in extra[:2]:
+            raise KeyGone(tuple(k for k in extra[:2] if k))
+        extra = extra[2:]
+    if obj is None:
+        if ref.blob is None:
+            raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
+        _container_must_exist(ref)
+        raise LeaseholdError("BlobNotFound")
     return obj, dbclock.decided(extra, floor=_decided_at_least(obj))
+
+
+class KeyGone(Exception):
+    """The key that signed a request is no longer one of its account's keys
+    in the write's snapshot (``keys``: the account's keys there; None: no
+    such account): the write is refused and rolled back, nothing recorded;
+    the door answers it as it answers a key that does not sign."""
+
+    def __init__(self, keys: tuple[str, ...] | None):
+        super().__init__("the signing key is no longer one of the account's keys")
+        self.keys = keys
+
+
+def key_still_valid(account: str, signed_with: str, *, conn) -> None:
+    """KeyGone unless ``signed_with`` is one of ``account``'s keys, read in
+    conn's transaction (a write refused before it read its row)."""
+    row = values_one("write-account-keys", _account_keys_query, account, conn=conn)
+    if row is None:
+        raise KeyGone(None)
+    if signed_with not in row:
+        raise KeyGone(tuple(k for k in row if k))
+
+
+def _account_keys_query(name: str):
+    return Account.objects.filter(name=name).values_list("key1", "key2")
 
 
 def _decided_at_least(obj) -> datetime | None:
@@ -45,10 +84,10 @@ def _decided_at_least(obj) -> datetime | None:
     return floor
 
 
-def _locked(model, values: tuple, also: tuple[str, ...], conn, cursor):
-    if also:
+def _locked(model, values: tuple, also: tuple[str, ...], related: tuple[str, ...], conn, cursor):
+    if also or related:
         return statements.load_locked(model, _LOOKUPS[model], values, deferred=_DEFERRED[model], also=also,
-                                      conn=conn, cursor=cursor)
+                                      related=related, conn=conn, cursor=cursor)
     return statements.load_locked(model, _LOOKUPS[model], values, deferred=_DEFERRED[model],
                                   conn=conn, cursor=cursor), ()
 

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, UUIDField
+from django.db.models import DateTimeField, F, UUIDField
 
 from django.db.models.signals import post_init, pre_init
 
@@ -121,44 +121,53 @@ def rows_not_waited_for():
 
 
 def _compile_load(model, lookups: tuple[str, ...], deferred: tuple[str, ...], also: tuple[str, ...], skip: bool,
-                  conn):
+                  related: tuple[str, ...], conn):
     """SELECT the row (not the ``deferred`` columns) with a row lock, by
-    ``lookups`` (``skip``: SKIP LOCKED); with ``also``, the rows of that as
-    a subquery and each of ``also`` after its columns: selected by the outer
-    query, they are evaluated once the row is locked (in the locking query
-    itself, PostgreSQL evaluates them before it waits for a lock another
-    transaction holds)."""
+    ``lookups`` (``skip``: SKIP LOCKED), then the ``related`` columns (paths
+    through its foreign keys, joined as the lookups join them); with
+    ``also``, the rows of that as a subquery and each of ``also`` after its
+    columns: selected by the outer query, they are evaluated once the row is
+    locked (in the locking query itself, PostgreSQL evaluates them before it
+    waits for a lock another transaction holds)."""
     keys = LOOKUP_KEYS[:len(lookups)]
     qs = model._default_manager.filter(**dict(zip(lookups, keys))).defer(*deferred)
+    if related:
+        qs = qs.annotate(**{f"leasehold_related_{i}": F(path) for i, path in enumerate(related)})
     compiler = qs.select_for_update(of=("self",), skip_locked=skip).order_by()[:1].query.get_compiler(connection=conn)
     sql, params = compiler.as_sql()
     if also:
         sql = f"SELECT locked.*, {', '.join(also)} FROM ({sql}) AS locked"
     order = tuple(keys.index(p) for p in params)
     columns = [col for col, _, _ in compiler.select]
+    own = compiler.klass_info["select_fields"]
+    if own != list(range(len(own))) or len(columns) != len(own) + len(related):
+        raise AssertionError(f"unexpected SELECT shape: {sql}")
     converters = [(pos, convs, expr) for pos, (convs, expr) in compiler.get_converters(columns).items()]
-    return native_sql(sql, conn), order, [col.target.attname for col in columns], converters
+    return native_sql(sql, conn), order, [col.target.attname for col in columns[:len(own)]], converters
 
 
 def load_locked(model, lookups: tuple[str, ...], values: tuple, *, deferred: tuple[str, ...] = (),
-                also: tuple[str, ...] = (), conn, cursor):
+                also: tuple[str, ...] = (), related: tuple[str, ...] = (), conn, cursor):
     """``model.objects.select_for_update(of=("self",)).defer(*deferred)
     .filter(**dict(zip(lookups, values))).first()`` in one compiled
-    statement; None if there is no such row. With ``also`` (SQL expressions,
-    evaluated once the row is locked): (the instance or None, their values).
+    statement; None if there is no such row. With ``related`` (paths to
+    columns of rows its foreign keys name, e.g. ``container__account__key1``)
+    or ``also`` (SQL expressions, evaluated once the row is locked): (the
+    instance or None, the related columns' values then also's).
     Under ``rows_not_waited_for``, on PostgreSQL, RowLocked instead of None."""
     skip = _skip_locked.get() and conn.features.has_select_for_update_skip_locked
-    sql, order, names, converters = compiled(conn, ("load", model, lookups, deferred, also, skip),
-                                             lambda c: _compile_load(model, lookups, deferred, also, skip, c))
+    sql, order, names, converters = compiled(
+        conn, ("load", model, lookups, deferred, also, skip, related),
+        lambda c: _compile_load(model, lookups, deferred, also, skip, related, c))
     cursor.execute(sql, [values[i] for i in order])
     row = cursor.fetchone()
     if row is None and skip:
         raise RowLocked(model._meta.model_name)
-    if also:
+    if also or related:
         if row is None:
             return None, ()
-        extra = tuple(row[len(names):])
-        return _instance(model, conn, names, converters, row[:len(names)]), extra
+        row = converted(row, converters, conn)
+        return from_row(model, conn.alias, names, row[:len(names)]), tuple(row[len(names):])
     if row is None:
         return None
     return _instance(model, conn, names, converters, row)

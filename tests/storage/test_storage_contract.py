@@ -128,9 +128,26 @@ def test_the_compiled_locked_read_is_the_sql_the_orm_sends(leased, skip):
     with (transaction.atomic(), statements.driver_cursor(conn()) as cursor,
           statements.rows_not_waited_for() if skip else contextlib.nullcontext()):
         statements.load_locked(Blob, LOOKUPS, NAMES, deferred=DEFERRED, conn=conn(), cursor=cursor)
-        sql, order, _, _ = statements.compiled(conn(), ("load", Blob, LOOKUPS, DEFERRED, (), skip), None)
+        sql, order, _, _ = statements.compiled(conn(), ("load", Blob, LOOKUPS, DEFERRED, (), skip, ()), None)
     assert sql == native(orm_sql), "the ORM compiles this SELECT differently from the QuerySet API now"
     assert tuple(NAMES[i] for i in order) == orm_params
+
+
+def test_the_locked_read_returns_related_columns_after_the_row(leased):
+    """``related``: columns of the rows the lookups join (the account's keys, which the lean lease
+    path's write checks its signing key against), after the row's own, which stay as without them."""
+    related = ("container__account__key1", "container__account__key2")
+    with transaction.atomic(), statements.driver_cursor(conn()) as cursor:
+        row, extra = statements.load_locked(Blob, LOOKUPS, NAMES, deferred=DEFERRED, related=related,
+                                            conn=conn(), cursor=cursor)
+        plain = statements.load_locked(Blob, LOOKUPS, NAMES, deferred=DEFERRED, conn=conn(), cursor=cursor)
+        missing = statements.load_locked(Blob, LOOKUPS, (ACCOUNT, "contract", "nope", ""), deferred=DEFERRED,
+                                         related=related, conn=conn(), cursor=cursor)
+    account = leased.container.account
+    assert extra == (account.key1, account.key2)
+    assert missing == (None, ())
+    assert {f.attname: getattr(row, f.attname) for f in Blob._meta.concrete_fields if f.attname not in DEFERRED} \
+        == {f.attname: getattr(plain, f.attname) for f in Blob._meta.concrete_fields if f.attname not in DEFERRED}
 
 
 def test_the_locked_read_returns_the_values_the_orm_returns(leased):

@@ -39,6 +39,18 @@ def _server(tmp_path, **settings: str) -> Server:
     return server
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One server for the three tests whose requests never reach the services
+    or hold a blob of their own, each from addresses of its own (a bucket
+    each): 3 refusals an address, no bound on all addresses together, 2
+    waiters a principal."""
+    server = _server(tmp_path_factory.mktemp("gate"), LEASEHOLD_UNAUTHENTICATED_RATE="3/hour",
+                     LEASEHOLD_UNAUTHENTICATED_RATE_TOTAL="", LEASEHOLD_WAITERS_PER_PRINCIPAL="2")
+    yield server
+    server.kill()
+
+
 def _send(server: Server, method: str, target: str, headers: dict, *, source: str = "127.0.0.1",
           body: bytes = b"") -> tuple[int, str, str, str]:
     """(status, x-ms-error-code, Retry-After, body) of one request from ``source``."""
@@ -57,59 +69,52 @@ def _lease_headers(**more: str) -> dict:
             "x-ms-date": formatdate(usegmt=True), **more}
 
 
-def test_a_far_offset_sas_is_refused_and_opens_no_gate(tmp_path):
-    server = _server(tmp_path, LEASEHOLD_UNAUTHENTICATED_RATE="4/hour", LEASEHOLD_UNAUTHENTICATED_RATE_TOTAL="")
-    try:
-        far = generate_blob_sas(DEV_ACCOUNT, "gate", "b", account_key=DEV_KEY, permission=BlobSasPermissions(write=True),
-                                expiry="9999-12-31T23:59:59-23:59")
-        status, code, _, text = _send(server, "PUT", f"{C}/b?comp=lease&{far}", _lease_headers())
-        tokens = [_send(server, "POST", f"/api/v1/leases/acquire/{C[1:]}/b",
-                        {"Authorization": "Bearer lh_" + f"{n:043d}", "Content-Type": "application/json"},
-                        body=b'{"duration": 15}')[0] for n in range(8)]
-        # 4 refusals a bucket: the SAS's and three tokens'; then throttled, none let through.
-        assert (status, code, tokens) == (403, "AuthenticationFailed", [401] * 3 + [429] * 5), text
-    finally:
-        server.kill()
+def test_a_far_offset_sas_is_refused_and_opens_no_gate(shared):
+    server = shared
+    far = generate_blob_sas(DEV_ACCOUNT, "gate", "b", account_key=DEV_KEY, permission=BlobSasPermissions(write=True),
+                            expiry="9999-12-31T23:59:59-23:59")
+    status, code, _, text = _send(server, "PUT", f"{C}/b?comp=lease&{far}", _lease_headers(), source="127.0.0.4")
+    tokens = [_send(server, "POST", f"/api/v1/leases/acquire/{C[1:]}/b",
+                    {"Authorization": "Bearer lh_" + f"{n:043d}", "Content-Type": "application/json"},
+                    body=b'{"duration": 15}', source="127.0.0.4")[0] for n in range(8)]
+    # 3 refusals a bucket: the SAS's and two tokens'; then throttled, none let through.
+    assert (status, code, tokens) == (403, "AuthenticationFailed", [401] * 2 + [429] * 6), text
     assert "let through to their door unchecked" not in server.output() and "Traceback" not in server.output()
 
 
-def test_the_lane_decides_by_the_decoded_query(tmp_path):
-    server = _server(tmp_path, LEASEHOLD_UNAUTHENTICATED_RATE="3/hour", LEASEHOLD_UNAUTHENTICATED_RATE_TOTAL="")
-    try:
-        encoded = [_send(server, "PUT", f"{C}/b?comp=%6Cease", _lease_headers(), source="127.0.0.2")[:2]
-                   for _ in range(5)]
-        # The gate answers it: 3 refusals, then past the address's bound.
-        assert encoded == [(401, "NoAuthenticationInformation")] * 3 + [(503, "ServerBusy")] * 2
-        other = [_send(server, "PUT", f"{C}/b?x=comp=lease", {"x-ms-version": "2025-11-05", "x-ms-blob-type": "BlockBlob"},
-                       source="127.0.0.3", body=b"y")[:2] for _ in range(5)]
-        # Not a lease request: the door's own answer every time, never the gate's.
-        assert other == [(401, "NoAuthenticationInformation")] * 5
-    finally:
-        server.kill()
+def test_the_lane_decides_by_the_decoded_query(shared):
+    server = shared
+    encoded = [_send(server, "PUT", f"{C}/b?comp=%6Cease", _lease_headers(), source="127.0.0.2")[:2]
+               for _ in range(5)]
+    # The gate answers it: 3 refusals, then past the address's bound.
+    assert encoded == [(401, "NoAuthenticationInformation")] * 3 + [(503, "ServerBusy")] * 2
+    other = [_send(server, "PUT", f"{C}/b?x=comp=lease", {"x-ms-version": "2025-11-05", "x-ms-blob-type": "BlockBlob"},
+                   source="127.0.0.3", body=b"y")[:2] for _ in range(5)]
+    # Not a lease request: the door's own answer every time, never the gate's.
+    assert other == [(401, "NoAuthenticationInformation")] * 5
 
 
-def test_several_sases_of_one_account_are_one_principal(tmp_path):
-    server = _server(tmp_path, LEASEHOLD_WAITERS_PER_PRINCIPAL="2")
-    try:
-        assert azure_raw.lease(server.url, f"{C}/b", "acquire", duration=-1, proposed_lease_id=HOLDER).status_code == 201
-        now = datetime.now(timezone.utc)
-        sases = [generate_blob_sas(DEV_ACCOUNT, "gate", "b", account_key=DEV_KEY, permission=BlobSasPermissions(write=True),
-                                   expiry=now + timedelta(hours=1, seconds=n)) for n in range(6)]
-        assert len(set(sases)) == 6
-        answers: list = []
-        lock = threading.Lock()
+def test_several_sases_of_one_account_are_one_principal(shared):
+    server = shared
+    blob = f"{C}/held"  # a blob of its own: the other tests' requests never reach the services
+    assert azure_raw.signed("PUT", server.url, blob, body=b"x", headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
+    assert azure_raw.lease(server.url, blob, "acquire", duration=-1, proposed_lease_id=HOLDER).status_code == 201
+    now = datetime.now(timezone.utc)
+    sases = [generate_blob_sas(DEV_ACCOUNT, "gate", "held", account_key=DEV_KEY, permission=BlobSasPermissions(write=True),
+                               expiry=now + timedelta(hours=1, seconds=n)) for n in range(6)]
+    assert len(set(sases)) == 6
+    answers: list = []
+    lock = threading.Lock()
 
-        def wait_with(sas: str) -> None:
-            found = _send(server, "PUT", f"{C}/b?comp=lease&{sas}", _lease_headers(**{"x-leasehold-wait": "8"}))
-            with lock:
-                answers.append(found[:2])
+    def wait_with(sas: str) -> None:
+        found = _send(server, "PUT", f"{blob}?comp=lease&{sas}", _lease_headers(**{"x-leasehold-wait": "8"}))
+        with lock:
+            answers.append(found[:2])
 
-        with ThreadPoolExecutor(6) as pool:
-            list(pool.map(wait_with, sases))
-        # Two waiters for the account; the other four refused at once.
-        assert sorted(answers) == [(409, "LeaseAlreadyPresent")] * 2 + [(503, "ServerBusy")] * 4, answers
-    finally:
-        server.kill()
+    with ThreadPoolExecutor(6) as pool:
+        list(pool.map(wait_with, sases))
+    # Two waiters for the account; the other four refused at once.
+    assert sorted(answers) == [(409, "LeaseAlreadyPresent")] * 2 + [(503, "ServerBusy")] * 4, answers
     with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True) as db:
         recorded = db.execute("SELECT actor, status_code FROM leases_leaseevent WHERE actor LIKE 'sas:%'").fetchall()
     assert sorted(status for _, status in recorded) == [409, 409] and len({actor for actor, _ in recorded}) == 2

@@ -35,7 +35,6 @@ NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin
 pytestmark = [pytest.mark.processes,
               pytest.mark.skipif(NGINX is None, reason="nginx (Debian's) is not installed: make debian")]
 
-C = f"/{DEV_ACCOUNT}/proxied"
 SPOOF = "198.51.100.7"
 CLEARING = 'proxy_set_header Forwarded "";'
 
@@ -113,45 +112,64 @@ def _acquire(**more: str) -> dict:
             "x-ms-date": formatdate(usegmt=True), "Forwarded": f"for={SPOOF};proto=https", **more}
 
 
-@pytest.mark.parametrize("clearing, header", [(True, "x-forwarded-for"), (False, "x-forwarded-for"),
-                                              (True, "forwarded")],
-                         ids=["documented", "without-clearing", "server-reads-forwarded"])
-def test_a_clients_own_forwarded_header_is_not_believed(tmp_path, clearing, header):
-    server = Server(tmp_path, workers=1).migrate()
+def _server(tmp: Path, header: str) -> Server:
+    server = Server(tmp, workers=1).migrate()
     server.env.update(LEASEHOLD_TRUSTED_PROXIES="127.0.0.1", LEASEHOLD_FORWARDED_HEADER=header,
                       LEASEHOLD_UNAUTHENTICATED_RATE="3/hour", LEASEHOLD_UNAUTHENTICATED_RATE_TOTAL="")
-    server.start()
+    return server.start()
+
+
+@pytest.fixture(scope="module")
+def x_forwarded_for(tmp_path_factory):
+    """The server reading X-Forwarded-For, for the two arrangements that
+    differ only in nginx's block (each with a container and client
+    addresses of its own: a bucket each)."""
+    server = _server(tmp_path_factory.mktemp("xff"), "x-forwarded-for")
+    yield server
+    server.kill()
+
+
+@pytest.mark.parametrize("clearing, header, client, flooder", [
+    (True, "x-forwarded-for", "127.0.0.5", "127.0.0.6"), (False, "x-forwarded-for", "127.0.0.7", "127.0.0.8"),
+    (True, "forwarded", "127.0.0.5", "127.0.0.6")], ids=["documented", "without-clearing", "server-reads-forwarded"])
+def test_a_clients_own_forwarded_header_is_not_believed(request, tmp_path, clearing, header, client, flooder):
+    shared = header == "x-forwarded-for"
+    server = request.getfixturevalue("x_forwarded_for") if shared else _server(tmp_path, header)
+    name = f"proxied{'clearing' if clearing else 'kept'}{header.replace('-', '')}"
+    root = f"/{DEV_ACCOUNT}/{name}"
     nginx = None
     try:
-        assert azure_raw.signed("PUT", server.url, f"{C}?restype=container").status_code == 201
+        assert azure_raw.signed("PUT", server.url, f"{root}?restype=container").status_code == 201
         for blob in ("ip", "https", "shared"):
-            assert azure_raw.signed("PUT", server.url, f"{C}/{blob}", body=b"x",
+            assert azure_raw.signed("PUT", server.url, f"{root}/{blob}", body=b"x",
                                     headers={"x-ms-blob-type": "BlockBlob"}).status_code == 201
         nginx = Nginx(tmp_path, server.port, clearing=clearing)
         expiry = "2099-01-01T00:00:00Z"
-        only_spoof = generate_blob_sas(DEV_ACCOUNT, "proxied", "ip", account_key=DEV_KEY, expiry=expiry,
+        only_spoof = generate_blob_sas(DEV_ACCOUNT, name, "ip", account_key=DEV_KEY, expiry=expiry,
                                        permission=BlobSasPermissions(write=True), ip=SPOOF)
-        only_https = generate_blob_sas(DEV_ACCOUNT, "proxied", "https", account_key=DEV_KEY, expiry=expiry,
+        only_https = generate_blob_sas(DEV_ACCOUNT, name, "https", account_key=DEV_KEY, expiry=expiry,
                                        permission=BlobSasPermissions(write=True), protocol="https")
-        by_ip = _send(nginx.port, f"{C}/ip?comp=lease&{only_spoof}", _acquire(), source="127.0.0.5")
-        by_https = _send(nginx.port, f"{C}/https?comp=lease&{only_https}", _acquire(), source="127.0.0.5")
-        path = f"{C}/shared?comp=lease"
+        by_ip = _send(nginx.port, f"{root}/ip?comp=lease&{only_spoof}", _acquire(), source=client)
+        by_https = _send(nginx.port, f"{root}/https?comp=lease&{only_https}", _acquire(), source=client)
+        path = f"{root}/shared?comp=lease"
         signed = azure_raw.signed_headers("PUT", path, {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15"})
-        shared = _send(nginx.port, path, {**signed, "Forwarded": f"for={SPOOF};proto=https"}, source="127.0.0.5")
+        shared_key = _send(nginx.port, path, {**signed, "Forwarded": f"for={SPOOF};proto=https"}, source=client)
         # Anonymous, each claiming an address of its own: one client, one bucket (3 refusals, then throttled).
-        anonymous = [_send(nginx.port, f"{C}/shared?comp=lease", _acquire(Forwarded=f"for=198.51.100.{n}"),
-                           source="127.0.0.6")[:2] for n in range(10, 15)]
+        anonymous = [_send(nginx.port, f"{root}/shared?comp=lease", _acquire(Forwarded=f"for=198.51.100.{n}"),
+                           source=flooder)[:2] for n in range(10, 15)]
     finally:
         if nginx is not None:
             nginx.stop()
-        server.kill()
+        if not shared:
+            server.kill()
     assert by_ip[:2] == (403, "AuthorizationSourceIPMismatch"), by_ip
     assert by_https[:2] == (403, "AuthorizationProtocolMismatch"), by_https
-    assert shared[0] == 201, shared
+    assert shared_key[0] == 201, shared_key
     # With the server reading Forwarded, which nginx clears, every client is the proxy itself: one bucket,
     # which the two SAS refusals above had already drawn on.
-    real, left = ("127.0.0.1", 1) if header == "forwarded" else ("127.0.0.5", 3)
+    real, left = ("127.0.0.1", 1) if header == "forwarded" else (client, 3)
     assert anonymous == [(401, "NoAuthenticationInformation")] * left + [(503, "ServerBusy")] * (5 - left)
     with sqlite3.connect(f"file:{server.db}?mode=ro", uri=True) as db:
-        recorded = db.execute("SELECT DISTINCT remote_addr FROM leases_leaseevent").fetchall()
+        recorded = db.execute("SELECT DISTINCT remote_addr FROM leases_leaseevent WHERE container = ?",
+                              (name,)).fetchall()
     assert recorded == [(real,)]

@@ -138,22 +138,13 @@ def test_one_connection_carries_many_requests(server):
         sock.close()
 
 
-def test_sigterm_stops_the_server_cleanly(tmp_path):
-    s = Server(tmp_path, workers=2).migrate().start()
-    try:
-        assert azure_raw.signed("GET", s.url, "/devstoreaccount1?comp=list").status_code == 200
-        s.proc.send_signal(signal.SIGTERM)
-        assert s.proc.wait(timeout=HANG) == 0, s.output()
-    finally:
-        s.kill()
-
-
 def test_sigterm_answers_the_request_in_flight_then_stops(tmp_path):
     """docs/guide/install.md: on SIGTERM, requests in flight are answered
     (10 s at most), then the workers stop. The request is in flight for sure
     when the signal comes: it asked for 100-continue and got it, which the
     server sends once the application reads the body. Its body is sent
-    after the signal; it is answered 201 and stored, and the server exits 0."""
+    after the signal; it is answered 201 and stored, and the server exits 0
+    (a stop that hangs, or ends with another status, fails here)."""
     s = Server(tmp_path, workers=2).migrate().start()  # as served: a supervisor and its workers
     try:
         assert azure_raw.signed("PUT", s.url, "/devstoreaccount1/term?restype=container").status_code == 201

@@ -120,8 +120,31 @@ def _wait_until_replaced(server, victim: int) -> None:
         time.sleep(0.1)  # waiting for the supervisor (it looks every 0.5 s), not for lease time
 
 
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """One server for the tests that leave it as they found it: two workers
+    serving (a worker they stop runs again, one they kill or SIGHUP replaces
+    is replaced), at the default log level, the health check at 60 s (the
+    stalled and the dying workers' tests wait well inside it)."""
+    s = Server(tmp_path_factory.mktemp("workers"), workers=2)
+    s.env.pop("LEASEHOLD_LOG_LEVEL", None)
+    s.env["LEASEHOLD_WORKER_HEALTHCHECK"] = "60"
+    s.migrate().start()
+    yield s
+    s.kill()
+
+
 @pytest.fixture
-def server(tmp_path):
+def server(shared):
+    """The shared server, both its workers listening (a worker the test
+    before replaced is serving)."""
+    _wait_for_both_workers(shared)
+    return shared
+
+
+@pytest.fixture
+def own(tmp_path):
+    """A server of the test's own, for settings the shared one cannot have; not started."""
     s = Server(tmp_path, workers=2)
     yield s
     s.kill()
@@ -131,8 +154,6 @@ def test_connections_opened_together_are_spread_over_the_workers(server):
     """32 clients connecting at once, as a fleet of lease holders restarting
     does: each worker gets a share (with one listening socket shared by the
     workers, the first worker awake took nearly all of them)."""
-    server.migrate().start()
-    _wait_for_both_workers(server)
     clients = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(32)]
     try:
         for sock in clients:  # each connection answered: it is held by a worker, not queued
@@ -154,8 +175,6 @@ def test_a_worker_stalled_past_uvicorns_health_check_is_not_killed(server):
     keeps its connections (uvicorn's supervisor, left to itself, SIGKILLs it
     after 5 s, cutting every request it holds). Its request is answered once it runs
     again."""
-    server.migrate().start()
-    _wait_for_both_workers(server)
     assert azure_raw.signed("PUT", server.url, "/devstoreaccount1/stall?restype=container").status_code == 201
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
     try:
@@ -174,13 +193,14 @@ def test_a_worker_stalled_past_uvicorns_health_check_is_not_killed(server):
         sock.close()
 
 
-def test_headers_sent_in_time_are_read_after_the_worker_was_stalled(server):
+def test_headers_sent_in_time_are_read_after_the_worker_was_stalled(own):
     """The header timeout (LEASEHOLD_HEADER_TIMEOUT) is for clients that are
     slow, not for a worker that was: headers sent on time but not yet read
     because the worker was stalled past the timeout (SIGSTOP here; a machine
     loaded past its cores in life) are answered, not cut off. The event loop
     runs due timers before it reads sockets, and closing the connection
     then reset it under the client's feet."""
+    server = own
     server.env["LEASEHOLD_HEADER_TIMEOUT"] = "1"
     server.migrate().start()
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
@@ -211,15 +231,18 @@ def test_headers_sent_in_time_are_read_after_the_worker_was_stalled(server):
     (signal.SIGKILL, None, "was ended by signal SIGKILL"),  # a crash, the OOM killer
     (signal.SIGSTOP, "1", "did not answer for 1 s and was killed"),  # a hang (past LEASEHOLD_WORKER_HEALTHCHECK)
 ], ids=["died", "hung"])
-def test_a_worker_that_died_or_hung_is_replaced_and_the_log_says_so(server, sig, healthcheck, said):
+def test_a_worker_that_died_or_hung_is_replaced_and_the_log_says_so(request, sig, healthcheck, said):
     """A worker that died, or did not answer its supervisor for
     LEASEHOLD_WORKER_HEALTHCHECK seconds, is replaced by a new one, which
     serves; the server's log says which worker ended and how at the default
     log level (uvicorn says it only at info, and not how)."""
-    if healthcheck:
+    if healthcheck:  # a server of its own: a 1-s health check would kill the other tests' stalled workers
+        server = request.getfixturevalue("own")
         server.env["LEASEHOLD_WORKER_HEALTHCHECK"] = healthcheck
-    server.migrate().start()
-    _wait_for_both_workers(server)
+        server.migrate().start()
+        _wait_for_both_workers(server)
+    else:
+        server = request.getfixturevalue("server")
     victim = _workers(server)[0]
     os.kill(victim, sig)
     _wait_until_replaced(server, victim)
@@ -247,9 +270,6 @@ def test_a_worker_that_dies_while_its_health_check_waits_is_replaced_at_once(ser
     for: it is replaced long before the health check could have run out
     (within the 30 s every wait here has) and logged as died, with its
     signal. How soon is a figure, not a check."""
-    server.env["LEASEHOLD_WORKER_HEALTHCHECK"] = "60"
-    server.migrate().start()
-    _wait_for_both_workers(server)
     victim = _workers(server)[0]
     os.kill(victim, signal.SIGSTOP)  # its next ping goes unanswered: the supervisor waits on it
     deadline = time.monotonic() + 30
@@ -272,8 +292,6 @@ def test_workers_are_forked_from_a_supervisor_with_one_thread_and_no_database_op
     (one connection used by two processes corrupts SQLite's locking). Both
     hold at start and after SIGHUP, which replaces every worker by a new
     fork that serves."""
-    server.migrate().start()
-    _wait_for_both_workers(server)
     database = os.path.realpath(server.env["LEASEHOLD_DATABASE"])
 
     def supervisor_is_fork_safe() -> None:
@@ -303,11 +321,15 @@ def test_workers_are_forked_from_a_supervisor_with_one_thread_and_no_database_op
 
 
 @pytest.mark.parametrize("workers", [1, 2])
-def test_the_server_says_once_that_it_is_ready_at_the_default_log_level(tmp_path, workers):
-    s = Server(tmp_path, workers=workers)
-    s.env.pop("LEASEHOLD_LOG_LEVEL", None)
+def test_the_server_says_once_that_it_is_ready_at_the_default_log_level(request, tmp_path, workers):
+    """Once, at the start: a single process, and a supervisor and its workers
+    (the shared server, which says it once in its whole life: the workers the
+    other tests replaced do not say it again)."""
+    s = Server(tmp_path, workers=1) if workers == 1 else request.getfixturevalue("server")
     try:
-        s.migrate().start()
+        if workers == 1:
+            s.env.pop("LEASEHOLD_LOG_LEVEL", None)
+            s.migrate().start()
         line = f"Leasehold ready on http://127.0.0.1:{s.port} (admin: /admin/)"
         deadline = time.monotonic() + 30
         while line not in s.output():
@@ -315,4 +337,5 @@ def test_the_server_says_once_that_it_is_ready_at_the_default_log_level(tmp_path
             time.sleep(0.05)
         assert s.output().count(line) == 1
     finally:
-        s.kill()
+        if workers == 1:
+            s.kill()

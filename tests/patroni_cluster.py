@@ -39,9 +39,11 @@ PATRONI = Path(os.environ.get("PATRONI", ROOT / ".venv" / "ha" / "bin" / "patron
 
 # The settings that decide failover time (docs/deploy/patroni.md): the leader key lives ttl
 # seconds unless renewed (every loop_wait); loop_wait + 2 * retry_timeout <= ttl. The bench
-# (bench/ha_failover.py) tries others through HA_TTL, HA_LOOP_WAIT and HA_RETRY_TIMEOUT.
-TTL, LOOP_WAIT, RETRY_TIMEOUT = (int(os.environ.get(f"HA_{name}", default))
-                                 for name, default in (("TTL", 20), ("LOOP_WAIT", 5), ("RETRY_TIMEOUT", 5)))
+# (bench/ha_failover.py) tries others through HA_TTL, HA_LOOP_WAIT, HA_RETRY_TIMEOUT and
+# HA_PRIMARY_START_TIMEOUT (how long Patroni restarts a crashed primary in place; 0: fail over).
+TTL, LOOP_WAIT, RETRY_TIMEOUT, PRIMARY_START_TIMEOUT = (
+    int(os.environ.get(f"HA_{name}", default))
+    for name, default in (("TTL", 20), ("LOOP_WAIT", 5), ("RETRY_TIMEOUT", 5), ("PRIMARY_START_TIMEOUT", 300)))
 
 
 def etcd_bin() -> str:
@@ -146,6 +148,7 @@ class HaCluster:
             "bootstrap": {
                 "dcs": {
                     "ttl": TTL, "loop_wait": LOOP_WAIT, "retry_timeout": RETRY_TIMEOUT,
+                    "primary_start_timeout": PRIMARY_START_TIMEOUT,
                     "maximum_lag_on_failover": 1048576,
                     "synchronous_mode": True, "synchronous_mode_strict": self.synchronous == "strict",
                     "postgresql": {
@@ -268,4 +271,7 @@ def cluster(synchronous: str = "on") -> Iterator[HaCluster]:
     finally:
         if ha is not None:
             ha.stop()
+        if os.environ.get("HA_KEEP"):  # the logs, for a timeline (bench/ha_failover.py --keep)
+            shutil.copytree(root, Path(os.environ["HA_KEEP"]) / root.name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("data", "etcd", "pg_*", "base", "global"))
         shutil.rmtree(root, ignore_errors=True)

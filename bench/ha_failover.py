@@ -1,7 +1,7 @@
 """Failover under Patroni, timed over several runs (docs/deploy/patroni.md).
 
     .venv/bin/python bench/ha_failover.py [--runs 5] [--scenario "node killed" ...]
-        [--ttl 20 --loop-wait 2 --retry-timeout 5] [--primary-start-timeout 300]
+        [--ttl 20 --loop-wait 2 --retry-timeout 5] [--primary-start-timeout 0]
         [--keep DIR]
 
 Each run is one scenario of tests/processes/test_patroni_failover.py (a
@@ -77,7 +77,7 @@ def main() -> int:
     parser.add_argument("--ttl", type=int, default=20)
     parser.add_argument("--loop-wait", type=int, default=2)
     parser.add_argument("--retry-timeout", type=int, default=5)
-    parser.add_argument("--primary-start-timeout", type=int, default=300)
+    parser.add_argument("--primary-start-timeout", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=ROOT / "var" / "ha_failover")
     args = parser.parse_args()
     env = {**os.environ, "HA_TTL": str(args.ttl), "HA_LOOP_WAIT": str(args.loop_wait),

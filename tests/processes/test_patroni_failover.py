@@ -7,8 +7,9 @@ SIGKILL), or PostgreSQL alone dies under a live Patroni, or the node hangs
 nobody promotes by hand. Each time: a new primary within what Patroni's
 settings promise, both instances serving again with no restart, no
 acknowledged lease operation lost, no lease with two holders, the whole
-history linearizable (tests/lincheck.py). A hung primary, thawed, is demoted
-by its Patroni and refuses a write. A switchover fails no request for longer
+history linearizable (tests/lincheck.py). After PostgreSQL alone dies, the
+other node becomes the synchronous standby again. A hung primary, thawed, is
+demoted by its Patroni and refuses a write. A switchover fails no request for longer
 than the Azure SDK's first retry waits.
 
 Not in `make test` (marker ``ha``): `make test-ha` installs etcd and Patroni

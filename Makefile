@@ -185,13 +185,17 @@ test-big: $(BIN)/.installed
 # switched over (marked ha; tests/processes/test_patroni_failover.py). etcd is
 # Debian's etcd-server, installed if missing; Patroni goes into a venv of its
 # own, .venv/ha, on Debian's Python: it runs as the user PostgreSQL runs as
-# (postgres, under root), who cannot read root's own Python.
+# (postgres, under root), who cannot read root's own Python. Compiled to
+# bytecode, as pip and Debian's package leave it: that user cannot write
+# __pycache__ there, and Patroni starts every postmaster from a fresh Python
+# that would compile its imports each time (seconds of a failover).
 HA_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo $(PYTHON))
 PATRONI_REQ := patroni[psycopg3,etcd3]==4.1.5
-$(VENV)/ha/.installed: $(BIN)/.installed
+$(VENV)/ha/.installed-compiled: $(BIN)/.installed
 	{ $(BIN)/uv venv -q --allow-existing --python $(HA_PYTHON) $(VENV)/ha && \
-	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --python $(VENV)/ha/bin/python '$(PATRONI_REQ)'; } || \
+	  UV_LINK_MODE=copy $(BIN)/uv pip install -q --compile-bytecode --python $(VENV)/ha/bin/python '$(PATRONI_REQ)'; } || \
 	{ $(HA_PYTHON) -m venv --clear $(VENV)/ha && $(VENV)/ha/bin/pip install -q '$(PATRONI_REQ)'; }
+	$(VENV)/ha/bin/python -m compileall -q $(VENV)/ha/lib >/dev/null
 	touch $@
 
 etcd:
@@ -201,7 +205,7 @@ etcd:
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server >/dev/null; }
 
 test-ha: export PYTHONDONTWRITEBYTECODE =
-test-ha: $(BIN)/.installed $(VENV)/ha/.installed etcd
+test-ha: $(BIN)/.installed $(VENV)/ha/.installed-compiled etcd
 	$(BIN)/pytest -q -rs -p no:randomly -m ha tests/processes/test_patroni_failover.py $(PYTEST_ARGS)
 
 # Leasehold vs Azurite side by side on loopback (bench/README.md). Installs

@@ -37,11 +37,14 @@ from tests import pg_cluster
 ROOT = Path(__file__).resolve().parent.parent
 PATRONI = Path(os.environ.get("PATRONI", ROOT / ".venv" / "ha" / "bin" / "patroni"))
 
-# The settings that decide failover time (docs/deploy/patroni.md): the leader key lives ttl
-# seconds unless renewed (every loop_wait); loop_wait + 2 * retry_timeout <= ttl. The bench
-# (bench/ha_failover.py) tries others through HA_TTL, HA_LOOP_WAIT and HA_RETRY_TIMEOUT.
-TTL, LOOP_WAIT, RETRY_TIMEOUT = (int(os.environ.get(f"HA_{name}", default))
-                                 for name, default in (("TTL", 20), ("LOOP_WAIT", 5), ("RETRY_TIMEOUT", 5)))
+# The settings that decide failover time (docs/deploy/patroni.md, decision 0051): the leader key
+# lives ttl seconds unless renewed (every loop_wait); loop_wait + 2 * retry_timeout <= ttl; a
+# crashed primary is failed over at once (primary_start_timeout 0), not restarted in place. The
+# bench (bench/ha_failover.py) tries others through HA_TTL, HA_LOOP_WAIT, HA_RETRY_TIMEOUT and
+# HA_PRIMARY_START_TIMEOUT.
+TTL, LOOP_WAIT, RETRY_TIMEOUT, PRIMARY_START_TIMEOUT = (
+    int(os.environ.get(f"HA_{name}", default))
+    for name, default in (("TTL", 20), ("LOOP_WAIT", 2), ("RETRY_TIMEOUT", 5), ("PRIMARY_START_TIMEOUT", 0)))
 
 
 def etcd_bin() -> str:
@@ -146,6 +149,7 @@ class HaCluster:
             "bootstrap": {
                 "dcs": {
                     "ttl": TTL, "loop_wait": LOOP_WAIT, "retry_timeout": RETRY_TIMEOUT,
+                    "primary_start_timeout": PRIMARY_START_TIMEOUT,
                     "maximum_lag_on_failover": 1048576,
                     "synchronous_mode": True, "synchronous_mode_strict": self.synchronous == "strict",
                     "postgresql": {
@@ -268,4 +272,9 @@ def cluster(synchronous: str = "on") -> Iterator[HaCluster]:
     finally:
         if ha is not None:
             ha.stop()
+        if os.environ.get("HA_KEEP"):  # the logs, for a timeline (bench/ha_failover.py --keep)
+            for log in [*root.glob("etcd.log"), *root.glob("node*/patroni.log")]:
+                kept = Path(os.environ["HA_KEEP"]) / root.name / log.relative_to(root)
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, kept)
         shutil.rmtree(root, ignore_errors=True)

@@ -77,6 +77,7 @@ class Log:
         does not say whether the attempt was made)."""
         give_up = time.monotonic() + self.give_up_after
         retry = False
+        seen: dict[int | str, int] = {}  # the answers while retrying, for a failure's message
         while True:
             request_id = str(uuid.uuid4())
             sent_at = self.history.clock()
@@ -98,8 +99,10 @@ class Log:
                 self.answers.append((time.monotonic(), instance.url, action, status, request_id))
             if status not in (503, UNKNOWN) and response is not None:
                 return response, retry
+            seen[status] = seen.get(status, 0) + 1
             if time.monotonic() > give_up:
-                self.failed.append(f"{action} on {path}: {status} for {self.give_up_after} s")
+                self.failed.append(f"{action} on {path} through {instance.url}: {status} for {self.give_up_after} s "
+                                   f"(answers: {seen}; gave up at {time.time():.3f})")
                 return response, retry
             retry = True
             time.sleep(float(response.headers.get("Retry-After", 1)) / 4 if response is not None else 0.25)

@@ -4,8 +4,8 @@ WSGI application (config/wsgi.py), handed the doors' lean lease paths and the da
 
 from config.wsgi import application as django_application
 from engines import postgres
-from leases.api import lean as api
-from leases.azure import fastpath as azure
+from leases.api import lean as api, refusals as api_refusals
+from leases.azure import fastpath as azure, refusals as azure_refusals
 from leases.operations import timing
 from leases.storage import queue_intake, transactions
 from serving.asgi import LeaseholdASGI
@@ -17,9 +17,9 @@ class Database:  # the database's bounds on a server process's work (serving/doo
     bounded, close = staticmethod(transactions.waits_from), staticmethod(queue_intake.close_all)
 
 
-DOORS = (LeanDoor(name="azure", takes=azure.takes, answer=azure.answer_queued, refused=azure.refused,
-                  version=azure.DEFAULT_VERSION),
-         LeanDoor(name="api", takes=api.takes, answer=api.answer_queued, takes_waits=False, usable=api.usable))
+DOORS = (LeanDoor(name="azure", takes=azure.takes, answer=azure.answer_queued, refusal=azure_refusals.refusal),
+         LeanDoor(name="api", takes=api.takes, answer=api.answer_queued, refusal=api_refusals.refusal,
+                  takes_waits=False, usable=api.usable))
 DATABASE = Database()
 
 

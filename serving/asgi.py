@@ -30,6 +30,7 @@ from leases.operations import clockwatch, ledger, retention
 from leases import conf
 from leases.domain import paths, waiting
 from leases.domain.block_limits import MAX_LIST_BYTES
+from leases.domain.refusals import Refusal
 
 
 API_LEASES = paths.API_LEASES
@@ -49,6 +50,7 @@ class LeaseholdASGI:
         self.app = app
         self.database = database
         self.doors = {door.name: door for door in doors}
+        front.refusing_for(self.doors)  # the front's refusals, before routing, in their door's shape
         self.lean_paths = {name: door for name, door in self.doors.items() if door.usable()}
         database.serving()  # a server process: every statement and lock wait is bounded
         # Where a write waits for its row's lock, not the database's: more
@@ -144,8 +146,10 @@ class LeaseholdASGI:
         except bodies.BodyRefused as refused:
             front.refused_at_front(refused.status, refused.reason.decode())
             if refused.status == 413:  # in its door's shape: SDKs read the code
-                await answers.refused(send, scope["path"], 413, "RequestBodyTooLarge",
-                                      "The request body is too large and exceeds the maximum permissible limit.")
+                status, headers, content = answers.refused(self.doors[door_of(scope["path"])],
+                                                           Refusal(413, "RequestBodyTooLarge"), None, close=True)
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": content})
             else:
                 await answers.plain(send, refused.status, refused.reason)
             return
@@ -160,11 +164,10 @@ class LeaseholdASGI:
         if lane is self.lanes["lease"]:
             admitted = await self.admission.admit(scope, environ)  # before any queue
             if not isinstance(admitted, str):
-                status, headers, content = admitted
-                if status in (429, 503):  # past the address's bound: answered after a pause (admission.py)
-                    await asyncio.sleep(self.admission.pause)
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": content})
+                if admitted.pause:  # past the address's bound: answered after a pause (admission.py)
+                    await asyncio.sleep(admitted.pause)
+                await send({"type": "http.response.start", "status": admitted.status, "headers": admitted.headers})
+                await send({"type": "http.response.body", "body": admitted.body})
                 return
             environ[PRINCIPAL] = admitted
         taken = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None

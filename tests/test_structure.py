@@ -29,7 +29,14 @@ newcomer can find their way in:
 (g) every write transaction is the write queue's, and the write queue is
     the only batcher: serving/ names none of its batching or "do not wait"
     names (BATCHING_NAMES), which outside storage and the engines appear
-    only where QUEUE_NAMES_ALLOWED says why.
+    only where QUEUE_NAMES_ALLOWED says why;
+(h) serving builds no door's error body: it decides that a request is
+    refused and with what (leases/domain/refusals.py), the door renders it
+    (serving/doors.py, ``Door.refusal``): no JSON encoding, XML error
+    literal, door content type or message table in serving/ (ERROR_BODY_MARKS);
+(i) no module imports another module's private (underscore) name: what
+    crosses modules has a public name, but in the fences of private APIs
+    (PRIVATE_IMPORTS_ALLOWED).
 
 Today's exceptions are listed in the allowlists below, each with its reason.
 A new violation fails with the file, the line and what to do; an allowlist
@@ -605,6 +612,47 @@ def test_the_write_queue_is_the_only_batcher():
                      "engines':\n" + "\n".join(f"  {h}" for h in new))
     stale = set(QUEUE_NAMES_ALLOWED) - {(path, name) for path, name, _ in found}
     assert not stale, f"no longer there; remove from QUEUE_NAMES_ALLOWED: {sorted(stale)}"
+
+
+# ------------------------------------------------------------------ (h) serving builds no door's error body
+
+# What building a door's error body takes: each door renders its refusals (leases/azure/refusals.py,
+# leases/api/refusals.py), serving says what with (leases/domain/refusals.py).
+ERROR_BODY_NAMES = frozenset({"MESSAGES", "error_document", "error_body"})
+ERROR_BODY_TEXTS = ("<Error>", "<?xml", "application/json", "application/xml")
+
+
+def error_bodies_in_serving(root: Path = REPO) -> list[str]:
+    found = []
+    for path in source_files(root, "serving"):
+        where = rel(path, root)
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings(path):
+                found += [f"{where}:{node.lineno}: {text!r}" for text in ERROR_BODY_TEXTS if text in node.value]
+            found += [f"{where}:{getattr(node, 'lineno', 0)}: {name}" for name in _names_of(node)
+                      if name in ERROR_BODY_NAMES]
+            if (isinstance(node, ast.Attribute) and node.attr == "dumps" and isinstance(node.value, ast.Name)
+                    and node.value.id == "json") or (isinstance(node, ast.ImportFrom) and node.module == "json"
+                                                     and "dumps" in (a.name for a in node.names)):
+                found.append(f"{where}:{node.lineno}: json.dumps")
+    return found
+
+
+def test_serving_builds_no_doors_error_body():
+    found = error_bodies_in_serving()
+    assert not found, ("serving decides that a request is refused (leases/domain/refusals.py: Refusal); its door "
+                       "renders it (serving/doors.py: Door.refusal):\n" + "\n".join(f"  {hit}" for hit in found))
+
+
+def test_an_error_body_built_in_serving_is_found(tmp_path):
+    root = source_tree(tmp_path, {
+        "serving/admission.py": 'import json\nfrom leases.domain.errors import MESSAGES\n\n\ndef busy():\n'
+                                '    """Answers in application/json."""\n    return json.dumps({"code": "x"})\n',
+        "serving/front.py": 'HEAD = "<?xml version=\'1.0\'?><Error><Code>"\n',
+        "leases/azure/refusals.py": 'BODY = "<Error></Error>"\n'})
+    assert error_bodies_in_serving(root) == [
+        "serving/admission.py:2: MESSAGES", "serving/admission.py:7: json.dumps",
+        "serving/front.py:1: '<Error>'", "serving/front.py:1: '<?xml'"]
 
 
 # ------------------------------------------------------------------ the checks catch what they are for

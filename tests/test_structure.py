@@ -655,6 +655,72 @@ def test_an_error_body_built_in_serving_is_found(tmp_path):
         "serving/front.py:1: '<Error>'", "serving/front.py:1: '<?xml'"]
 
 
+# ------------------------------------------------------------------ (i) private names stay in their module
+
+PRIVATE_CHECKED = ("leases", "serving", "config", "engines", "client/leasehold_client")
+# The modules that fence a library's private names, listing each with a contract test
+# (tests/serving/test_uvicorn_contract.py, tests/storage/test_storage_contract.py).
+PRIVATE_FENCES = ("serving/uvicorn_internals.py", "leases/storage/django_internals.py")
+# Another module's private name used elsewhere on purpose: (path, module.name): why.
+PRIVATE_IMPORTS_ALLOWED = {
+    ("leases/storage/queue_intake.py", "asyncio._set_running_loop"):
+        "the loop lent to the write queue's one write (f); storage may not import serving's fence",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in DJANGO_DOCUMENTED
+
+
+def private_imports(root: Path = REPO) -> list[tuple[str, str, str]]:
+    """(path, module.name, where) for every private name a module takes from
+    another: ``from m import _name``, or ``m._name`` of a module it imported."""
+    found = []
+    for path in source_files(root, *PRIVATE_CHECKED):
+        where = rel(path, root)
+        if where in PRIVATE_FENCES:
+            continue
+        imported: dict[str, str] = {}  # a name bound by an import -> what it names
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                for alias in node.names:
+                    if _private(alias.name):
+                        found.append((where, f"{module}.{alias.name}", f"{where}:{node.lineno}: from {module} "
+                                      f"import {alias.name}"))
+                    imported[alias.asname or alias.name] = f"{module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    imported[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        for node in ast.walk(parsed(path)):
+            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in imported):
+                found.append((where, f"{imported[node.value.id]}.{node.attr}",
+                              f"{where}:{node.lineno}: {node.value.id}.{node.attr}"))
+    return found
+
+
+def test_no_module_takes_another_modules_private_name():
+    found = private_imports()
+    new = sorted({how for path, name, how in found if (path, name) not in PRIVATE_IMPORTS_ALLOWED})
+    assert not new, ("a name another module uses is public: rename it (no underscore) or move it to where it is "
+                     "used; a library's private names go in its fence (PRIVATE_FENCES):\n"
+                     + "\n".join(f"  {h}" for h in new))
+    stale = set(PRIVATE_IMPORTS_ALLOWED) - {(path, name) for path, name, _ in found}
+    assert not stale, f"no longer there; remove from PRIVATE_IMPORTS_ALLOWED: {sorted(stale)}"
+
+
+def test_a_private_name_taken_from_another_module_is_found(tmp_path):
+    root = source_tree(tmp_path, {
+        "leases/services/access.py": "from leases.services.history import _record, record_refusal\n",
+        "leases/auth/delegation.py": "from leases.auth import sas\n\n\ndef f(p):\n    return sas._times(p), sas.__name__\n",
+        "serving/uvicorn_internals.py": "from uvicorn.protocols.http.httptools_impl import _get_status_line\n",
+        "serving/asgi.py": "from serving.environ import wsgi_environ as _environ\n"})
+    assert sorted(how for _, _, how in private_imports(root)) == [
+        "leases/auth/delegation.py:5: sas._times",
+        "leases/services/access.py:1: from leases.services.history import _record"]
+
+
 # ------------------------------------------------------------------ the checks catch what they are for
 
 def source_tree(root: Path, files: dict[str, str]) -> Path:

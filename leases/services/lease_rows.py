@@ -10,15 +10,15 @@ from leases.domain import machine
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, Container, FencingGeneration
 from leases.storage import dbclock, statements
-from leases.services.common import ResourceRef, _container_must_exist
+from leases.services.common import ResourceRef, container_must_exist
 
 _LOOKUPS = {Container: ("account__name", "name"),
             Blob: ("container__account__name", "container__name", "name", "snapshot")}
 _DEFERRED = {Container: ("metadata",), Blob: ("content", "metadata")}  # a lease action reads neither
 
 
-def _load_for_lease(ref: ResourceRef, conn, cursor):
-    """``_load(ref, for_update=True)`` in one compiled statement, and the
+def load_for_lease(ref: ResourceRef, conn, cursor):
+    """``load_resource(ref, for_update=True)`` in one compiled statement, and the
     time of the decision, read once the row is locked (on PostgreSQL by
     that same statement: leases.storage.dbclock): (row, time)."""
     also = dbclock.lock_columns(conn)
@@ -29,7 +29,7 @@ def _load_for_lease(ref: ResourceRef, conn, cursor):
     else:
         obj, extra = _locked(Blob, (ref.account, ref.container, ref.blob, ref.snapshot), also, conn, cursor)
         if obj is None:
-            _container_must_exist(ref)
+            container_must_exist(ref)
             raise LeaseholdError("BlobNotFound")
     return obj, dbclock.decided(extra, floor=_decided_at_least(obj))
 
@@ -53,7 +53,7 @@ def _locked(model, values: tuple, also: tuple[str, ...], conn, cursor):
                                   conn=conn, cursor=cursor), ()
 
 
-def _lease_saved(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> tuple | None:
+def lease_saved(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> tuple | None:
     """``record`` set on ``obj``; what its history event saves with it
     (history._event_finish's ``saving``): ``obj.save(update_fields=[changed
     lease columns, *extra])`` as one compiled UPDATE; None if nothing changed."""
@@ -61,7 +61,7 @@ def _lease_saved(obj: Container | Blob, record: machine.LeaseRecord, *extra: str
     return (obj, columns) if columns else None
 
 
-def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
+def next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
     """The fencing token of a new lease on ``ref``, recorded for its name in
     the lease transaction: one statement, run only when a lease is new (not
     on renew, change, release or break)."""

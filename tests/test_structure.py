@@ -568,8 +568,6 @@ BATCHING_NAMES = frozenset({"at_once", "WouldWait", "must_not_wait", "RetryAlone
 DO_NOT_WAIT = frozenset({"at_once", "WouldWait", "must_not_wait", "RetryAlone"})
 QUEUE_HOMES = ("leases/storage/", "engines/")
 QUEUE_NAMES_ALLOWED = {
-    ("leases/api/throttling.py", "must_not_wait"): "the rate limit's counter file, locked on the loop's write",
-    ("leases/api/throttling.py", "WouldWait"): "the rate limit's counter file, locked on the loop's write",
     ("leases/operations/timing.py", "must_not_wait"): "bench only: which thread wrote a batch",
 }
 

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -28,12 +27,11 @@ from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from leases.operations import clockwatch, ledger, retention
 from leases import conf
-from leases.domain import paths, waiting
+from leases.domain import paths
 from leases.domain.block_limits import MAX_LIST_BYTES
 from leases.domain.refusals import Refusal
 
 
-API_LEASES = paths.API_LEASES
 ABANDONED = "leasehold.abandoned"  # environ: the client gone or the server stopping (front.Abandoned)
 API_BLOBS = paths.API_BLOBS  # the JSON API's uploads: the blob size cap, as Put Blob
 UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.storage.blob_content.CHUNK_BYTES)
@@ -173,7 +171,7 @@ class LeaseholdASGI:
         taken = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None
         # A request a lean path took that asks no wait (its takes_waits) is not looked at again.
         if lane is self.lanes["lease"] and isinstance(body, bytes) and (taken is None or taken[0].takes_waits) \
-                and _may_wait(scope, environ, body):
+                and self.doors[door_of(scope["path"])].asks_wait(environ, body):
             await serve_waiting(self, scope, receive, send, body, length, environ, taken, lane)
             return
         if taken is not None and self.batching:
@@ -271,7 +269,7 @@ class LeaseholdASGI:
 
     def body_cap(self, scope, lane: str | None = None) -> int:
         path = scope["path"]
-        if (lane or self.lane_name(scope)) == "lease" or (path.startswith("/api/") and not path.startswith(API_BLOBS)):
+        if (lane or self.lane_name(scope)) == "lease" or (door_of(path) == "api" and not path.startswith(API_BLOBS)):
             return self.small_body
         if scope["method"] == "PUT" and paths.AZURE_PATH.match(path):
             # An XML body is parsed whole before anything is done with it:
@@ -317,21 +315,3 @@ def _finished(environ, response) -> tuple[int, list, bytes] | None:
     """A door's answer as the front sends it (made in the thread that wrote it); None if it declined."""
     return None if response is None else answers.batched(environ, response)
 
-
-def _may_wait(scope, environ, body: bytes) -> bool:
-    """Whether a lease request asks to wait (leases/domain/waiting.py): an Azure
-    acquire with x-leasehold-wait, a JSON acquire with "wait" in its body.
-    Every other lease request goes the usual way, untouched."""
-    if scope["path"].startswith(API_LEASES):
-        return scope["path"].startswith(API_LEASES + "acquire/") and _json_has_wait(body)
-    return bool(environ.get(waiting.HEADER_KEY))
-
-
-def _json_has_wait(body: bytes) -> bool:
-    """Whether a JSON body is an object with a "wait" key, however the key is
-    written ("\\u0077ait" is "wait" too): decoded, as the door decodes it."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return False  # the door answers it 400
-    return isinstance(data, dict) and "wait" in data

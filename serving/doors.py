@@ -38,6 +38,8 @@ class Door(Protocol):
 
     def usable(self) -> bool: ...  # whether it may answer here (asked once, at start)
 
+    def asks_wait(self, environ: dict, body: bytes) -> bool: ...  # whether a lease request asks to wait
+
     def takes(self, environ: dict, body) -> Any | None: ...  # the request's names; None: the general path's
 
     # From the event loop: ``finish`` of the answer (an HttpResponse, or None: declined, nothing written),
@@ -63,6 +65,7 @@ class LeanDoor:
     takes: Callable[[dict, Any], Any]
     answer: Callable[..., Awaitable[Any]]
     refusal: Callable[[Refusal, dict | None], tuple[int, list[tuple[str, str]], bytes]]
+    asks_wait: Callable[[dict, bytes], bool]
     takes_waits: bool = True
     usable: Callable[[], bool] = _always
 

@@ -31,7 +31,7 @@ conn.execute("ROLLBACK")
 BOUND = 20  # seconds the test lets the lean path's check take before it lets the holder go
 
 
-def test_the_lean_paths_count_never_waits_for_another_process_holding_the_counter_file(lean_state, settings,
+def test_the_lean_paths_count_never_waits_for_another_process_holding_the_counter_file(lean_state, settings,  # noqa: F811
                                                                                        monkeypatch):
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"api": "3/minute"}}
     api_settings.reload()

@@ -326,7 +326,8 @@ def test_a_lean_call_its_door_declines_is_answered_by_the_general_path(leasehold
 
     from leases.api import refusals
 
-    path = LeanDoor(name="api", takes=lambda environ, body: "names", answer=answer, refusal=refusals.refusal)
+    path = LeanDoor(name="api", takes=lambda environ, body: "names", answer=answer, refusal=refusals.refusal,
+                    asks_wait=lambda environ, body: False)
     azure = next(door for door in DOORS if door.name == "azure")
     front = LeaseholdASGI(app, doors=[azure, path], database=DATABASE)
     environ = {"PATH_INFO": "/api/v1/leases/renew/devstoreaccount1/c/b", "REQUEST_METHOD": "POST",

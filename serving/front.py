@@ -62,6 +62,7 @@ class _TooBig(Exception):
 
 URL_TOO_LONG = (414, "RequestUriTooLong", "The request URI is longer than the server accepts.")
 HEADERS_TOO_BIG = (431, "RequestHeaderFieldsTooLarge", "The request's headers are larger than the server accepts.")
+REASONS = {status: HTTPStatus(status).phrase.encode() for status in (413, 414, 431)}
 # The doors of the application this process serves (LeaseholdASGI hands them over: ``refusing_for``).
 _doors: Mapping[str, Door] = {}
 
@@ -80,7 +81,7 @@ def refusal(url: bytes, refused: Refusal) -> bytes:
         status, headers, body = refused.status, [("Content-Type", "text/plain; charset=utf-8")], refused.code.encode()
     else:
         status, headers, body = door.refusal(refused, None)
-    return b"".join([b"HTTP/1.1 %d %s\r\n" % (status, HTTPStatus(status).phrase.encode()),
+    return b"".join([b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status) or HTTPStatus(status).phrase.encode()),
                      *(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers),
                      b"date: ", formatdate(usegmt=True).encode(),
                      b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body), body])

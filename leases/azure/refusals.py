@@ -5,6 +5,7 @@ a second); a refused credential by the door's one exception handler, as the door
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timezone
 
 from django.core.handlers.wsgi import get_path_info
@@ -29,13 +30,19 @@ def refusal(refused: Refusal, environ: dict | None) -> tuple[int, list[tuple[str
         return response.status_code, list(response.items()), response.content
     status, code = THROTTLED if refused.status == 429 else (refused.status, refused.code)
     request_id = guids.request_id()
-    body = wire.error_document(LeaseholdError(code, message=refused.message or None), request_id=request_id,
+    body = wire.error_document(_error(code, refused.message), request_id=request_id,
                                now=datetime.now(timezone.utc)).encode()
     headers = [("Content-Type", "application/xml"), ("x-ms-error-code", code), ("x-ms-request-id", request_id),
                ("x-ms-version", wire.DEFAULT_VERSION)]
     if refused.retry_after is not None:
         headers.append(("Retry-After", str(refused.retry_after)))
     return status, headers, body
+
+
+@functools.lru_cache(maxsize=64)
+def _error(code: str, message: str) -> LeaseholdError:
+    """The error of serving's refusals, made once per code and words (they are serving's constants)."""
+    return LeaseholdError(code, message=message or None)
 
 
 def _refused(environ: dict, error: Exception):

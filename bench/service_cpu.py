@@ -34,7 +34,7 @@ def measure(calls: int) -> dict[str, float]:
 
     from leases import services
     from leases.services import Actor, ResourceRef
-    from leases.services.common import _load
+    from leases.services.common import load_resource
     from leases.storage import blob_content
 
     call_command("migrate", verbosity=0)
@@ -46,8 +46,8 @@ def measure(calls: int) -> dict[str, float]:
     operations = {
         "blob_put": lambda: services.blob_put(ref=ref, actor=actor, content=b"hello"),
         "blob_read": lambda: services.blob_read(ref=ref, actor=actor),
-        "load blob row": lambda: _load(ref, for_update=False, content=False),
-        "load container row": lambda: _load(ResourceRef(ref.account, ref.container), for_update=False),
+        "load blob row": lambda: load_resource(ref, for_update=False, content=False),
+        "load container row": lambda: load_resource(ResourceRef(ref.account, ref.container), for_update=False),
         "clean-up after a write": lambda: blob_content.collect_after_request(0),
     }
     figures = {}

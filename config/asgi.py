@@ -4,8 +4,9 @@ WSGI application (config/wsgi.py), handed the doors' lean lease paths and the da
 
 from config.wsgi import application as django_application
 from engines import postgres
-from leases.api import lean as api
-from leases.azure import fastpath as azure
+from leases.api import lean as api, refusals as api_refusals
+from leases.azure import fastpath as azure, refusals as azure_refusals
+from leases.domain import waiting
 from leases.operations import timing
 from leases.storage import queue_intake, transactions
 from serving.asgi import LeaseholdASGI
@@ -17,9 +18,9 @@ class Database:  # the database's bounds on a server process's work (serving/doo
     bounded, close = staticmethod(transactions.waits_from), staticmethod(queue_intake.close_all)
 
 
-DOORS = (LeanDoor(name="azure", takes=azure.takes, answer=azure.answer_queued, refused=azure.refused,
-                  version=azure.DEFAULT_VERSION),
-         LeanDoor(name="api", takes=api.takes, answer=api.answer_queued, takes_waits=False, usable=api.usable))
+DOORS = (LeanDoor("azure", azure.takes, azure.answer_queued, azure_refusals.refusal, waiting.asked_by_header),
+         LeanDoor("api", api.takes, api.answer_queued, api_refusals.refusal, waiting.asked_in_json,
+                  takes_waits=False, usable=api.usable))
 DATABASE = Database()
 
 
@@ -28,6 +29,5 @@ def build(app, **options) -> LeaseholdASGI:
     return LeaseholdASGI(app, doors=DOORS, database=DATABASE, **options)
 
 
-# The long-read helper (config/long_reads.py) named, not imported: it imports this module, so no circle.
-# With LEASEHOLD_TIMING_LOG (bench only), inside the bench's timing wrapper (leases/operations/timing.py).
+# The long-read helper named, not imported (it imports this module); timed with LEASEHOLD_TIMING_LOG (bench).
 application = timing.installed(build(django_application, long_read_helper="config.long_reads"))

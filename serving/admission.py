@@ -15,15 +15,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import ipaddress
-import json
 import logging
 import math
 import time
-import uuid
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timezone
-from email.utils import formatdate
+from typing import NamedTuple
 
 from django import db
 
@@ -31,13 +28,11 @@ from serving import answers
 from serving.doors import Door, door_of
 from leases.auth import principals
 from leases.operations import metrics
-from leases.domain.errors import MESSAGES, LeaseholdError
+from leases.domain.refusals import Refusal
 
 log = logging.getLogger("leasehold.admission")
 
 BUSY_MESSAGE = "Too many requests without valid credentials from this address, or from all; retry."
-BUSY_XML_HEAD = ('\ufeff<?xml version="1.0" encoding="utf-8"?><Error><Code>ServerBusy</Code>'
-                 f"<Message>{BUSY_MESSAGE}\n")
 PAUSE_SECONDS = 1.0  # most an answer past an address's bound is held back
 UNREAD_SECONDS = 1.0  # after a failed read, the checks read nothing for this long
 LOG_INTERVAL = 60.0  # seconds: one line per address at most this often
@@ -143,17 +138,24 @@ class FailedRequests:
             mark[0], mark[1] = now, 0
 
 
+class Refused(NamedTuple):
+    """The answer to a request refused here, as the front sends it."""
+
+    status: int
+    headers: list
+    body: bytes
+    pause: float = 0.0  # seconds it is held back (past the address's bound)
+
+
 class Admission:
     """The check in front of the lease lane of one worker process. A read
     waits at most ``read_wait`` seconds; past it the request goes to its
     door unchecked, as when the database fails. ``doors``: each door's lean
-    path (serving/doors.py), by name: the Azure door's answer to a refusal
-    and its x-ms-version."""
+    path (serving/doors.py), by name, which renders a refusal in its shape."""
 
     def __init__(self, *, rate: float, burst: float, read_wait: float, doors: Mapping[str, Door],
                  total_rate: float = 0.0, total_burst: float = 0.0):
-        self.azure = doors["azure"]
-        self.busy_version = self.azure.version.encode()
+        self.doors = doors
         self.reader = ThreadPoolExecutor(1, thread_name_prefix="admission")  # reads credentials
         self.read_wait = read_wait
         self.failed = FailedRequests(rate, burst, total_rate, total_burst)
@@ -165,7 +167,7 @@ class Admission:
         # worker one request a pause, not as many as it can send.
         self.pause = min(PAUSE_SECONDS, float(self.failed.retry_after()))
 
-    async def admit(self, scope, environ) -> str | tuple[int, list, bytes]:
+    async def admit(self, scope, environ) -> str | Refused:
         """The request's principal, or the answer to send instead."""
         door = door_of(scope["path"])
         address = environ.get("REMOTE_ADDR", "")
@@ -201,7 +203,7 @@ class Admission:
             log.exception("the check of a lease request's credentials failed on %s", scope["path"][:200])
             return self._unchecked(environ, door, address)
 
-    def _unchecked(self, environ, door: str, address: str) -> str | tuple[int, list, bytes]:
+    def _unchecked(self, environ, door: str, address: str) -> str | Refused:
         """A request let through to its door unchecked (the database failed
         a moment ago, or a check failed on it): charged to its address's
         bucket, at most UNCHECKED_MAX a window; past either, the answer past
@@ -219,38 +221,14 @@ class Admission:
         self.reader.submit(db.connections.close_all)
         self.reader.shutdown(wait=False)
 
-    def _busy(self, environ, door: str) -> tuple[int, list, bytes]:
-        """The answer past the address's bound: built here, as cheaply as it
-        can be (a flood is answered with these), in the door's shape."""
-        retry = str(self.failed.retry_after()).encode()
-        request_id = str(uuid.uuid4())
-        if door == "api":
-            return _json(429, "TooManyRequests", {"Retry-After": retry.decode()}, request_id=request_id)
-        now = time.time()
-        stamp = datetime.fromtimestamp(now, timezone.utc)
-        body = (BUSY_XML_HEAD + f"RequestId:{request_id}\nTime:{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')}0Z"
-                "</Message></Error>").encode()
-        return 503, [(b"Content-Type", b"application/xml"), (b"x-ms-error-code", b"ServerBusy"),
-                     (b"x-ms-request-id", request_id.encode()), (b"x-ms-version", self.busy_version),
-                     (b"Date", formatdate(now, usegmt=True).encode()), (b"Retry-After", retry),
-                     (b"Content-Length", str(len(body)).encode())], body
+    def _busy(self, environ, door: str) -> Refused:
+        """The answer past the address's bound (a flood is answered with
+        these): too many requests, retry after the bucket refills; its door
+        renders it, without Django's handler."""
+        refused = Refusal(429, "TooManyRequests", BUSY_MESSAGE, retry_after=self.failed.retry_after())
+        return Refused(*answers.refused(self.doors[door], refused, environ), pause=self.pause)
 
-    def _refusal(self, environ, door: str, refused: principals.Refused) -> tuple[int, list, bytes]:
-        response = self.azure.refused(environ, refused.error or LeaseholdError(refused.code)) if door == "azure" else None
-        if response is not None:
-            return answers.rendered(environ, response.status_code, list(response.items()), response, close=False)
-        return _json(refused.status, refused.code, {"WWW-Authenticate": 'Bearer realm="leasehold"'},
-                     reason=refused.reason)
-
-
-def _json(status: int, code: str, headers: dict, *, reason: str = "", request_id: str = "") -> tuple[int, list, bytes]:
-    """The JSON API's error answer (leases/api/exceptions.py's shape)."""
-    request_id = request_id or str(uuid.uuid4())
-    body = {"code": code, "message": MESSAGES.get(code, code), "request_id": request_id}
-    if reason:
-        body["reason"] = reason
-    content = json.dumps(body, separators=(",", ":")).encode()
-    pairs = [(b"Content-Type", b"application/json"), (b"X-Request-Id", request_id.encode()),
-             (b"Content-Length", str(len(content)).encode()),
-             *((k.encode(), v.encode("latin-1")) for k, v in headers.items())]
-    return status, pairs, content
+    def _refusal(self, environ, door: str, refused: principals.Refused) -> Refused:
+        """The answer to credentials that failed (or none), by their door."""
+        return Refused(*answers.refused(self.doors[door], Refusal(refused.status, refused.code, reason=refused.reason,
+                                                                  error=refused.error), environ))

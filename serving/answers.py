@@ -1,13 +1,16 @@
 """How the served application's answers are handed to the front
 (serving/asgi.py): a whole answer as status, header pairs and body; a
-streamed one piece by piece; the front's own plain-text refusals."""
+streamed one piece by piece; a door's answer to a request serving refused; the front's own
+plain-text refusals."""
 
 from __future__ import annotations
 
 import time
 from email.utils import formatdate
 
-from serving.front import CaseKept, refusal
+from serving.doors import Door
+from serving.front import CaseKept
+from leases.domain.refusals import Refusal
 from leases.operations.metrics import count_unavailable
 
 PIECE_BYTES = 64 << 10  # a streamed response is sent in pieces of about this size
@@ -104,10 +107,13 @@ async def plain(send, status: int, text: bytes) -> None:
     await send({"type": "http.response.body", "body": text})
 
 
-async def refused(send, path: str, status: int, code: str, message: str) -> None:
-    """The front's refusal of a request (its size) in its door's shape, the connection closed."""
-    raw = refusal(path.encode("utf-8", "replace"), status, code, message)
-    head, _, body = raw.partition(b"\r\n\r\n")
-    headers = [tuple(line.split(b": ", 1)) for line in head.split(b"\r\n")[1:]]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+def refused(door: Door, refused: Refusal, environ: dict | None, *, close: bool = False) -> tuple[int, list, bytes]:
+    """``door``'s answer to a request serving refused (``refused``: what with), as the front sends it:
+    status, header pairs as bytes (its length said; ``close``: the connection closed after it), body."""
+    status, headers, body = door.refusal(refused, environ)
+    pairs = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in headers]
+    if not any(name.lower() == b"content-length" for name, _ in pairs):
+        pairs.append((b"Content-Length", str(len(body)).encode()))
+    if close:
+        pairs.append((b"Connection", b"close"))
+    return status, pairs, body

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import json
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -28,11 +27,11 @@ from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from leases.operations import clockwatch, ledger, retention
 from leases import conf
-from leases.domain import paths, waiting
+from leases.domain import paths
 from leases.domain.block_limits import MAX_LIST_BYTES
+from leases.domain.refusals import Refusal
 
 
-API_LEASES = paths.API_LEASES
 ABANDONED = "leasehold.abandoned"  # environ: the client gone or the server stopping (front.Abandoned)
 API_BLOBS = paths.API_BLOBS  # the JSON API's uploads: the blob size cap, as Put Blob
 UPLOAD_BYTES = 1 << 20  # a PUT with a larger body is staged in chunks (leases.storage.blob_content.CHUNK_BYTES)
@@ -49,6 +48,7 @@ class LeaseholdASGI:
         self.app = app
         self.database = database
         self.doors = {door.name: door for door in doors}
+        front.refusing_for(self.doors)  # the front's refusals, before routing, in their door's shape
         self.lean_paths = {name: door for name, door in self.doors.items() if door.usable()}
         database.serving()  # a server process: every statement and lock wait is bounded
         # Where a write waits for its row's lock, not the database's: more
@@ -144,8 +144,10 @@ class LeaseholdASGI:
         except bodies.BodyRefused as refused:
             front.refused_at_front(refused.status, refused.reason.decode())
             if refused.status == 413:  # in its door's shape: SDKs read the code
-                await answers.refused(send, scope["path"], 413, "RequestBodyTooLarge",
-                                      "The request body is too large and exceeds the maximum permissible limit.")
+                status, headers, content = answers.refused(self.doors[door_of(scope["path"])],
+                                                           Refusal(413, "RequestBodyTooLarge"), None, close=True)
+                await send({"type": "http.response.start", "status": status, "headers": headers})
+                await send({"type": "http.response.body", "body": content})
             else:
                 await answers.plain(send, refused.status, refused.reason)
             return
@@ -160,17 +162,16 @@ class LeaseholdASGI:
         if lane is self.lanes["lease"]:
             admitted = await self.admission.admit(scope, environ)  # before any queue
             if not isinstance(admitted, str):
-                status, headers, content = admitted
-                if status in (429, 503):  # past the address's bound: answered after a pause (admission.py)
-                    await asyncio.sleep(self.admission.pause)
-                await send({"type": "http.response.start", "status": status, "headers": headers})
-                await send({"type": "http.response.body", "body": content})
+                if admitted.pause:  # past the address's bound: answered after a pause (admission.py)
+                    await asyncio.sleep(admitted.pause)
+                await send({"type": "http.response.start", "status": admitted.status, "headers": admitted.headers})
+                await send({"type": "http.response.body", "body": admitted.body})
                 return
             environ[PRINCIPAL] = admitted
         taken = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None
         # A request a lean path took that asks no wait (its takes_waits) is not looked at again.
         if lane is self.lanes["lease"] and isinstance(body, bytes) and (taken is None or taken[0].takes_waits) \
-                and _may_wait(scope, environ, body):
+                and self.doors[door_of(scope["path"])].asks_wait(environ, body):
             await serve_waiting(self, scope, receive, send, body, length, environ, taken, lane)
             return
         if taken is not None and self.batching:
@@ -268,7 +269,7 @@ class LeaseholdASGI:
 
     def body_cap(self, scope, lane: str | None = None) -> int:
         path = scope["path"]
-        if (lane or self.lane_name(scope)) == "lease" or (path.startswith("/api/") and not path.startswith(API_BLOBS)):
+        if (lane or self.lane_name(scope)) == "lease" or (door_of(path) == "api" and not path.startswith(API_BLOBS)):
             return self.small_body
         if scope["method"] == "PUT" and paths.AZURE_PATH.match(path):
             # An XML body is parsed whole before anything is done with it:
@@ -314,21 +315,3 @@ def _finished(environ, response) -> tuple[int, list, bytes] | None:
     """A door's answer as the front sends it (made in the thread that wrote it); None if it declined."""
     return None if response is None else answers.batched(environ, response)
 
-
-def _may_wait(scope, environ, body: bytes) -> bool:
-    """Whether a lease request asks to wait (leases/domain/waiting.py): an Azure
-    acquire with x-leasehold-wait, a JSON acquire with "wait" in its body.
-    Every other lease request goes the usual way, untouched."""
-    if scope["path"].startswith(API_LEASES):
-        return scope["path"].startswith(API_LEASES + "acquire/") and _json_has_wait(body)
-    return bool(environ.get(waiting.HEADER_KEY))
-
-
-def _json_has_wait(body: bytes) -> bool:
-    """Whether a JSON body is an object with a "wait" key, however the key is
-    written ("\\u0077ait" is "wait" too): decoded, as the door decodes it."""
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return False  # the door answers it 400
-    return isinstance(data, dict) and "wait" in data

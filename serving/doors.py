@@ -1,7 +1,8 @@
 """What the wiring (config/asgi.py) hands serving, so that it receives, admits and sends requests
 without importing a door, the storage layer or an engine: each door's lean lease path (``Door``: which
 requests it takes and its answer to one, written by the write queue with others'; its answer to a
-request refused before it) and the database's bounds on this process's work (``Database``).
+request serving refused) and the database's bounds on this process's work (``Database``). Serving
+decides that a request is refused and with what (leases/domain/refusals.py); the door renders it.
 docs/development/architecture.md ("serving and the doors") tells who hands what."""
 
 from __future__ import annotations
@@ -12,11 +13,17 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from leases.domain import paths
+from leases.domain.refusals import Refusal
+
+API_SITE = "/" + paths.API_PREFIX.partition("/")[0] + "/"  # every path of the JSON API's door
 
 
 def door_of(path: str) -> str:
-    """The door a lease request's path is for: ``"api"`` or ``"azure"``."""
-    return "api" if path.startswith(paths.API_LEASES) else "azure"
+    """The door a request is for, by its path (or its URL, query and all): ``"api"`` under the JSON
+    API's prefix, else ``"azure"``. The one rule, for a lease request's lean path and credentials and
+    for a request refused before routing (the front's limits, a body too large): the door whose shape
+    its answer takes."""
+    return "api" if path.startswith(API_SITE) else "azure"
 
 
 class Door(Protocol):
@@ -29,10 +36,9 @@ class Door(Protocol):
     @property
     def takes_waits(self) -> bool: ...  # False: a request it takes asks no wait, serving looks for none
 
-    @property
-    def version(self) -> str: ...  # the x-ms-version of an answer in the door's shape ("": none)
-
     def usable(self) -> bool: ...  # whether it may answer here (asked once, at start)
+
+    def asks_wait(self, environ: dict, body: bytes) -> bool: ...  # whether a lease request asks to wait
 
     def takes(self, environ: dict, body) -> Any | None: ...  # the request's names; None: the general path's
 
@@ -42,9 +48,9 @@ class Door(Protocol):
     def answer(self, environ: dict, names, *, principal: str, idle: Callable[[], bool],
                finish: Callable[[Any], Any]) -> Awaitable[Any]: ...
 
-    # The door's answer (an HttpResponse) to a lease request refused before it queued (serving/admission.py:
-    # its credentials); None: serving's own plain answer.
-    def refused(self, environ: dict, error: Exception) -> Any | None: ...
+    # The door's whole answer to a request serving refused (``refused``: what with), in its protocol's shape:
+    # status, headers, body. ``environ``: the request's, or None before it was routed (the front's limits).
+    def refusal(self, refused: Refusal, environ: dict | None) -> tuple[int, list[tuple[str, str]], bytes]: ...
 
 
 def _always() -> bool:
@@ -58,10 +64,10 @@ class LeanDoor:
     name: str
     takes: Callable[[dict, Any], Any]
     answer: Callable[..., Awaitable[Any]]
+    refusal: Callable[[Refusal, dict | None], tuple[int, list[tuple[str, str]], bytes]]
+    asks_wait: Callable[[dict, bytes], bool]
     takes_waits: bool = True
     usable: Callable[[], bool] = _always
-    refused: Callable[[dict, Exception], Any] = lambda environ, error: None
-    version: str = ""
 
 
 class Database(Protocol):

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import threading
 import time
-import uuid
-from datetime import datetime, timezone
+from collections.abc import Mapping
 from email.utils import formatdate
+from http import HTTPStatus
 
 import httptools
 
 from leases import conf
+from leases.domain.refusals import Refusal
 from leases.operations.logformat import LeaseIdsOut
 from leases.operations.metrics import count_front_refusal
+from serving.doors import Door, door_of
 from serving.uvicorn_internals import HttpToolsProtocol
 
 RAW_HEADERS = "leasehold.raw_headers"
@@ -61,23 +62,28 @@ class _TooBig(Exception):
 
 URL_TOO_LONG = (414, "RequestUriTooLong", "The request URI is longer than the server accepts.")
 HEADERS_TOO_BIG = (431, "RequestHeaderFieldsTooLarge", "The request's headers are larger than the server accepts.")
-REASONS = {413: b"Payload Too Large", 414: b"URI Too Long", 431: b"Request Header Fields Too Large"}
+REASONS = {status: HTTPStatus(status).phrase.encode() for status in (413, 414, 431)}
+# The doors of the application this process serves (LeaseholdASGI hands them over: ``refusing_for``).
+_doors: Mapping[str, Door] = {}
 
 
-def refusal(url: bytes, status: int, code: str, message: str) -> bytes:
-    """The whole HTTP answer to a request refused for its size, in its door's shape."""
-    request_id = str(uuid.uuid4())
-    if url.startswith(b"/api/"):
-        body = json.dumps({"code": code, "message": message, "request_id": request_id}).encode()
-        kind = b"application/json"
+def refusing_for(doors: Mapping[str, Door]) -> None:
+    """The doors whose shape the front's refusals take, by ``door_of`` the URL."""
+    global _doors
+    _doors = doors
+
+
+def refusal(url: bytes, refused: Refusal) -> bytes:
+    """The whole HTTP answer to a request refused before routing (its head's
+    size), rendered by the door of its URL (``door_of``), the connection closed."""
+    door = _doors.get(door_of(url.decode("latin-1")))
+    if door is None:  # uvicorn's protocol without our application: the code, in plain text
+        status, headers, body = refused.status, [("Content-Type", "text/plain; charset=utf-8")], refused.code.encode()
     else:
-        now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f") + "0Z"
-        body = ("\ufeff<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>" + code + "</Code><Message>"
-                + message + f"\nRequestId:{request_id}\nTime:{now}</Message></Error>").encode()
-        kind = b"application/xml"
-    return b"".join([b"HTTP/1.1 %d %s\r\n" % (status, REASONS[status]), b"content-type: ", kind,
-                     b"\r\nx-ms-error-code: ", code.encode(), b"\r\nx-ms-request-id: ", request_id.encode(),
-                     b"\r\ndate: ", formatdate(usegmt=True).encode(),
+        status, headers, body = door.refusal(refused, None)
+    return b"".join([b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status) or HTTPStatus(status).phrase.encode()),
+                     *(b"%s: %s\r\n" % (name.encode("latin-1"), value.encode("latin-1")) for name, value in headers),
+                     b"date: ", formatdate(usegmt=True).encode(),
                      b"\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(body), body])
 
 
@@ -171,7 +177,8 @@ class LeaseholdHttpProtocol(HttpToolsProtocol):
         self._disarm_header_timer()
         self.head_bytes = None
         if not self.transport.is_closing():
-            self.transport.write(refusal(getattr(self, "url", b""), too_big.status, too_big.code, too_big.message))
+            refused = Refusal(too_big.status, too_big.code, too_big.message)
+            self.transport.write(refusal(getattr(self, "url", b""), refused))
             self.transport.close()
 
     # -- header read timeout

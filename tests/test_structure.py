@@ -29,7 +29,14 @@ newcomer can find their way in:
 (g) every write transaction is the write queue's, and the write queue is
     the only batcher: serving/ names none of its batching or "do not wait"
     names (BATCHING_NAMES), which outside storage and the engines appear
-    only where QUEUE_NAMES_ALLOWED says why.
+    only where QUEUE_NAMES_ALLOWED says why;
+(h) serving builds no door's error body: it decides that a request is
+    refused and with what (leases/domain/refusals.py), the door renders it
+    (serving/doors.py, ``Door.refusal``): no JSON encoding, XML error
+    literal, door content type or message table in serving/ (ERROR_BODY_MARKS);
+(i) no module imports another module's private (underscore) name: what
+    crosses modules has a public name, but in the fences of private APIs
+    (PRIVATE_IMPORTS_ALLOWED).
 
 Today's exceptions are listed in the allowlists below, each with its reason.
 A new violation fails with the file, the line and what to do; an allowlist
@@ -561,8 +568,6 @@ BATCHING_NAMES = frozenset({"at_once", "WouldWait", "must_not_wait", "RetryAlone
 DO_NOT_WAIT = frozenset({"at_once", "WouldWait", "must_not_wait", "RetryAlone"})
 QUEUE_HOMES = ("leases/storage/", "engines/")
 QUEUE_NAMES_ALLOWED = {
-    ("leases/api/throttling.py", "must_not_wait"): "the rate limit's counter file, locked on the loop's write",
-    ("leases/api/throttling.py", "WouldWait"): "the rate limit's counter file, locked on the loop's write",
     ("leases/operations/timing.py", "must_not_wait"): "bench only: which thread wrote a batch",
 }
 
@@ -605,6 +610,113 @@ def test_the_write_queue_is_the_only_batcher():
                      "engines':\n" + "\n".join(f"  {h}" for h in new))
     stale = set(QUEUE_NAMES_ALLOWED) - {(path, name) for path, name, _ in found}
     assert not stale, f"no longer there; remove from QUEUE_NAMES_ALLOWED: {sorted(stale)}"
+
+
+# ------------------------------------------------------------------ (h) serving builds no door's error body
+
+# What building a door's error body takes: each door renders its refusals (leases/azure/refusals.py,
+# leases/api/refusals.py), serving says what with (leases/domain/refusals.py).
+ERROR_BODY_NAMES = frozenset({"MESSAGES", "error_document", "error_body"})
+ERROR_BODY_TEXTS = ("<Error>", "<?xml", "application/json", "application/xml")
+
+
+def error_bodies_in_serving(root: Path = REPO) -> list[str]:
+    found = []
+    for path in source_files(root, "serving"):
+        where = rel(path, root)
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings(path):
+                found += [f"{where}:{node.lineno}: {text!r}" for text in ERROR_BODY_TEXTS if text in node.value]
+            found += [f"{where}:{getattr(node, 'lineno', 0)}: {name}" for name in _names_of(node)
+                      if name in ERROR_BODY_NAMES]
+            if (isinstance(node, ast.Attribute) and node.attr == "dumps" and isinstance(node.value, ast.Name)
+                    and node.value.id == "json") or (isinstance(node, ast.ImportFrom) and node.module == "json"
+                                                     and "dumps" in (a.name for a in node.names)):
+                found.append(f"{where}:{node.lineno}: json.dumps")
+    return found
+
+
+def test_serving_builds_no_doors_error_body():
+    found = error_bodies_in_serving()
+    assert not found, ("serving decides that a request is refused (leases/domain/refusals.py: Refusal); its door "
+                       "renders it (serving/doors.py: Door.refusal):\n" + "\n".join(f"  {hit}" for hit in found))
+
+
+def test_an_error_body_built_in_serving_is_found(tmp_path):
+    root = source_tree(tmp_path, {
+        "serving/admission.py": 'import json\nfrom leases.domain.errors import MESSAGES\n\n\ndef busy():\n'
+                                '    """Answers in application/json."""\n    return json.dumps({"code": "x"})\n',
+        "serving/front.py": 'HEAD = "<?xml version=\'1.0\'?><Error><Code>"\n',
+        "leases/azure/refusals.py": 'BODY = "<Error></Error>"\n'})
+    assert error_bodies_in_serving(root) == [
+        "serving/admission.py:2: MESSAGES", "serving/admission.py:7: json.dumps",
+        "serving/front.py:1: '<Error>'", "serving/front.py:1: '<?xml'"]
+
+
+# ------------------------------------------------------------------ (i) private names stay in their module
+
+PRIVATE_CHECKED = ("leases", "serving", "config", "engines", "client/leasehold_client")
+# The modules that fence a library's private names, listing each with a contract test
+# (tests/serving/test_uvicorn_contract.py, tests/storage/test_storage_contract.py).
+PRIVATE_FENCES = ("serving/uvicorn_internals.py", "leases/storage/django_internals.py")
+# Another module's private name used elsewhere on purpose: (path, module.name): why.
+PRIVATE_IMPORTS_ALLOWED = {
+    ("leases/storage/queue_intake.py", "asyncio._set_running_loop"):
+        "the loop lent to the write queue's one write (f); storage may not import serving's fence",
+}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in DJANGO_DOCUMENTED
+
+
+def private_imports(root: Path = REPO) -> list[tuple[str, str, str]]:
+    """(path, module.name, where) for every private name a module takes from
+    another: ``from m import _name``, or ``m._name`` of a module it imported."""
+    found = []
+    for path in source_files(root, *PRIVATE_CHECKED):
+        where = rel(path, root)
+        if where in PRIVATE_FENCES:
+            continue
+        imported: dict[str, str] = {}  # a name bound by an import -> what it names
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")
+                for alias in node.names:
+                    if _private(alias.name):
+                        found.append((where, f"{module}.{alias.name}", f"{where}:{node.lineno}: from {module} "
+                                      f"import {alias.name}"))
+                    imported[alias.asname or alias.name] = f"{module}.{alias.name}"
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    imported[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        for node in ast.walk(parsed(path)):
+            if (isinstance(node, ast.Attribute) and _private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in imported):
+                found.append((where, f"{imported[node.value.id]}.{node.attr}",
+                              f"{where}:{node.lineno}: {node.value.id}.{node.attr}"))
+    return found
+
+
+def test_no_module_takes_another_modules_private_name():
+    found = private_imports()
+    new = sorted({how for path, name, how in found if (path, name) not in PRIVATE_IMPORTS_ALLOWED})
+    assert not new, ("a name another module uses is public: rename it (no underscore) or move it to where it is "
+                     "used; a library's private names go in its fence (PRIVATE_FENCES):\n"
+                     + "\n".join(f"  {h}" for h in new))
+    stale = set(PRIVATE_IMPORTS_ALLOWED) - {(path, name) for path, name, _ in found}
+    assert not stale, f"no longer there; remove from PRIVATE_IMPORTS_ALLOWED: {sorted(stale)}"
+
+
+def test_a_private_name_taken_from_another_module_is_found(tmp_path):
+    root = source_tree(tmp_path, {
+        "leases/services/access.py": "from leases.services.history import _record, record_refusal\n",
+        "leases/auth/delegation.py": "from leases.auth import sas\n\n\ndef f(p):\n    return sas._times(p), sas.__name__\n",
+        "serving/uvicorn_internals.py": "from uvicorn.protocols.http.httptools_impl import _get_status_line\n",
+        "serving/asgi.py": "from serving.environ import wsgi_environ as _environ\n"})
+    assert sorted(how for _, _, how in private_imports(root)) == [
+        "leases/auth/delegation.py:5: sas._times",
+        "leases/services/access.py:1: from leases.services.history import _record"]
 
 
 # ------------------------------------------------------------------ the checks catch what they are for

@@ -17,7 +17,7 @@ from .. import hooks  # what the engine reports: the writer lock's wait, the fsy
 from ..django_internals import SQLiteDatabaseWrapper
 
 from ..writer_wait import WouldWait, WriterBusy, is_writer_busy, must_not_wait, time_left
-from .checkpoints import Checkpointer, _checkpointers, ensure_checkpointer  # noqa: F401  (imported from here)
+from .checkpoints import Checkpointer, checkpointers, ensure_checkpointer  # noqa: F401  (imported from here)
 from .writer_lock import FlockWaiter, open_lock_file, writer_lock_path
 
 DEFAULT_WRITE_WAIT = 5.0

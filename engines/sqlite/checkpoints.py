@@ -176,15 +176,15 @@ def _closed(con) -> None:
             pass
 
 
-_checkpointers: dict[tuple[int, str], Checkpointer] = {}  # (pid, path): one thread per process and file
-_checkpointers_lock = threading.Lock()
+checkpointers: dict[tuple[int, str], Checkpointer] = {}  # (pid, path): one thread per process and file
+checkpointers_lock = threading.Lock()
 
 
 def ensure_checkpointer(path: str, interval: float, synchronous: str) -> Checkpointer:
     key = (os.getpid(), path)  # a forked child starts its own
-    with _checkpointers_lock:
-        thread = _checkpointers.get(key)
+    with checkpointers_lock:
+        thread = checkpointers.get(key)
         if thread is None or not thread.is_alive():
-            thread = _checkpointers[key] = Checkpointer(path, interval, synchronous)
+            thread = checkpointers[key] = Checkpointer(path, interval, synchronous)
             thread.start()
         return thread

@@ -29,6 +29,7 @@ from leases.operations import metrics
 
 REMEMBER_SECONDS = 1.0  # bound on how long a change made by another process goes unseen
 REMEMBER_MAX = 10_000  # bound on the tokens remembered (past it, all are forgotten)
+CHALLENGE = 'Bearer realm="leasehold"'  # WWW-Authenticate of a request refused for its credentials
 _monotonic = time.monotonic  # the remembering clock (tests move it)
 _remembered: dict[str, tuple[float, ApiToken]] = {}  # digest -> (until, token with user and permissions)
 _lock = threading.Lock()
@@ -164,7 +165,7 @@ class BearerTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request):
         # Its presence makes DRF answer 401 rather than 403 (first authenticator wins).
-        return 'Bearer realm="leasehold"'
+        return CHALLENGE
 
 
 class ApiSharedKeyAuthentication(SharedKeyAuthentication):

@@ -77,9 +77,16 @@ def api_exception_handler(exc, context) -> JsonResponse:
     return response
 
 
+def error_body(code: str, message: str, request_id: str, **extra) -> dict:
+    """The JSON API's error body: the one shape of this door's errors."""
+    return {"code": code, "message": message, "request_id": request_id, **extra}
+
+
+SEPARATORS = (",", ":")  # compact, as DRF's JSONRenderer
+
+
 def _response(status: int, code: str, message: str, request_id: str, **extra) -> JsonResponse:
-    return JsonResponse({"code": code, "message": message, "request_id": request_id, **extra}, status=status,
-                        json_dumps_params={"separators": (",", ":")})  # compact, as DRF's JSONRenderer
+    return JsonResponse(error_body(code, message, request_id, **extra), status=status, json_dumps_params={"separators": SEPARATORS})
 
 
 def _domain_error(err: LeaseholdError, request_id: str) -> JsonResponse:

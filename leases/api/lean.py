@@ -190,7 +190,8 @@ class ApiLeaseCall(services.QueuedLeaseCall):
         who = lease_request.actor(environ, actor_name, request.request_id)
         asked = lease_request.lease_request(environ, lease.action, lease_request.resource(
             lease.account, lease.container, lease.blob), who, checked, lease.data)
-        if not PrincipalRateThrottle().allow_request(request, None):
+        # Never waits for the counter file (the event loop may run this): busy, it is the view's to count.
+        if not PrincipalRateThrottle(waits=False).allow_request(request, None):
             return None
         environ[COUNTED] = True  # checked again (the loop could not write it at once): not counted again
         return asked

@@ -21,11 +21,17 @@ from django.db import connection, transaction
 from rest_framework.settings import api_settings
 from rest_framework.throttling import SimpleRateThrottle
 
-from engines import writer_wait, postgres
+from engines import postgres
 from leases.domain import clock
 from leases.api.authentication import principal_name
 
-BUSY_TIMEOUT_MS = 10_000  # a lane thread's wait for the counter file's lock
+BUSY_TIMEOUT_MS = 10_000  # a count's wait for the counter file's lock, where it may wait
+
+
+class CounterBusy(Exception):
+    """A count that may not wait (``waits=False``: the JSON API's lean path, which the
+    event loop may run) found the counter file's lock taken: nothing counted; the
+    request is the DRF view's, whose count waits in a lane thread."""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS hits (
@@ -72,12 +78,10 @@ class SlidingWindowCounter:
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn
 
-    def _begun(self) -> sqlite3.Connection:
-        """This thread's connection in a write transaction. On the event loop's
-        thread (``writer_wait.at_once()``, a lease batch it writes itself) nothing
-        may wait: the file's lock not free this moment is WouldWait, and the
-        request goes to the write queue's thread (leases/storage/queue_intake.py)."""
-        if not writer_wait.must_not_wait():
+    def _begun(self, *, waits: bool) -> sqlite3.Connection:
+        """This thread's connection in a write transaction; if it may not wait
+        (``waits`` false), the file's lock not free this moment is CounterBusy."""
+        if waits:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             return conn
@@ -90,25 +94,26 @@ class SlidingWindowCounter:
                 conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
-                raise writer_wait.WouldWait("the rate limit's counter file is being written") from None
+                raise CounterBusy("the rate limit's counter file is being written") from None
             raise
         return conn
 
-    def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None:
+    def hit(self, key: str, *, limit: int, period: int, now: float, waits: bool = True) -> float | None:
         """Count one request for ``key`` if it is within ``limit`` per
         ``period`` seconds. Returns None if it was admitted, else the seconds
-        until a request would be admitted (refused requests do not count)."""
-        return self.counted(key, limit=limit, period=period, now=now)[0]
+        until a request would be admitted (refused requests do not count).
+        ``waits`` false: CounterBusy rather than a wait for the file's lock."""
+        return self.counted(key, limit=limit, period=period, now=now, waits=waits)[0]
 
     def counted(self, key: str, *, limit: int, period: int, now: float,
-                carried: int = 0) -> tuple[float | None, int, int]:
+                carried: int = 0, waits: bool = True) -> tuple[float | None, int, int]:
         """``hit``, after counting ``carried`` hits this process admitted on
         its own (LocalShares); also the previous and current window's counts
         after it."""
         window, into = divmod(now, period)
         window = int(window)
         overlap = 1 - into / period  # share of the previous window still inside the sliding one
-        conn = self._begun()
+        conn = self._begun(waits=waits)
         try:
             counts = dict(conn.execute("SELECT window, count FROM hits WHERE key = ? AND window >= ?",
                                        (key, window - 1)))
@@ -130,13 +135,15 @@ class SlidingWindowCounter:
 
 
 class DatabaseCounter:
-    """The same sliding window, counted in the lease database (PostgreSQL)."""
+    """The same sliding window, counted in the lease database (PostgreSQL),
+    where no event loop writes (``waits`` changes nothing: a lane or queue
+    thread may wait for a key's row)."""
 
-    def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None:
+    def hit(self, key: str, *, limit: int, period: int, now: float, waits: bool = True) -> float | None:
         return self.counted(key, limit=limit, period=period, now=now)[0]
 
     def counted(self, key: str, *, limit: int, period: int, now: float,
-                carried: int = 0) -> tuple[float | None, int, int]:
+                carried: int = 0, waits: bool = True) -> tuple[float | None, int, int]:
         window, into = divmod(now, period)
         window = int(window)
         overlap = 1 - into / period
@@ -188,10 +195,10 @@ class _Share:
 class SharedCounter(Protocol):
     """What LocalShares hands hits to: a SlidingWindowCounter or a DatabaseCounter."""
 
-    def hit(self, key: str, *, limit: int, period: int, now: float) -> float | None: ...
+    def hit(self, key: str, *, limit: int, period: int, now: float, waits: bool = True) -> float | None: ...
 
     def counted(self, key: str, *, limit: int, period: int, now: float,
-                carried: int = 0) -> tuple[float | None, int, int]: ...
+                carried: int = 0, waits: bool = True) -> tuple[float | None, int, int]: ...
 
 
 class LocalShares:
@@ -203,10 +210,10 @@ class LocalShares:
         self.lock = threading.Lock()
 
     def hit(self, shared: SharedCounter, key: str, *, limit: int, period: int,
-            now: float) -> float | None:
+            now: float, waits: bool = True) -> float | None:
         slack = int(limit * SLACK)
         if slack < 1:
-            return shared.hit(key, limit=limit, period=period, now=now)
+            return shared.hit(key, limit=limit, period=period, now=now, waits=waits)
         window, into = divmod(now, period)
         window = int(window)
         name, key = key, f"{getattr(shared, 'path', '')}\0{key}"  # a share per counter file (tests have one each)
@@ -221,8 +228,9 @@ class LocalShares:
             if share is not None:
                 share.pending = 0
         try:
-            wait, previous, current = shared.counted(name, limit=limit, period=period, now=now, carried=carried)
-        except BaseException:  # nothing counted (on the loop's thread: the counter busy): the hits kept for later
+            wait, previous, current = shared.counted(name, limit=limit, period=period, now=now, carried=carried,
+                                                     waits=waits)
+        except BaseException:  # nothing counted (CounterBusy, a count that may not wait): the hits kept for later
             with self.lock:
                 share = self.shares.get(key)
                 if share is not None:
@@ -265,6 +273,10 @@ class PrincipalRateThrottle(SimpleRateThrottle):
 
     scope = "api"
 
+    def __init__(self, *, waits: bool = True):
+        super().__init__()
+        self.waits = waits  # False: the counter file busy is CounterBusy, not a wait (the lean path's)
+
     def get_rate(self):
         # Read at request time: DRF's class attribute is frozen at import.
         # No rate (LEASEHOLD_API_RATE set empty) means no limit.
@@ -282,7 +294,7 @@ class PrincipalRateThrottle(SimpleRateThrottle):
         if request.META.get(COUNTED):
             return True
         self.retry_after = _shares.hit(counter(), self.get_cache_key(request, view), limit=self.num_requests,
-                                       period=self.duration, now=clock.now().timestamp())
+                                       period=self.duration, now=clock.now().timestamp(), waits=self.waits)
         return self.retry_after is None
 
     def wait(self):

@@ -128,7 +128,7 @@ def verify(params: dict, account: str, container: str | None, blob: str | None, 
             get("skv", "")):
         raise sas.authentication_failed(sas.NOT_WELL_FORMED)
     sas.check_fields(params)
-    start, expiry = sas._times(params)
+    start, expiry = sas.validity(params)
     path = f"/{account}/{container}" + (f"/{blob}" if resource == "b" and blob is not None else "")
     if container is None or (resource == "b" and blob is None):
         path = f"/{account}"  # a SAS for one resource, used on another: its signature cannot match
@@ -142,8 +142,8 @@ def verify(params: dict, account: str, container: str | None, blob: str | None, 
     now = clock.now()
     if not key_start <= now < key_expiry:
         raise sas.authentication_failed(
-            f"The user delegation key is not valid at this time: Start [{sas._http(key_start)}] - "
-            f"Expiry [{sas._http(key_expiry)}] - Current [{sas._http(now)}]")
+            f"The user delegation key is not valid at this time: Start [{sas.http_time(key_start)}] - "
+            f"Expiry [{sas.http_time(key_expiry)}] - Current [{sas.http_time(now)}]")
     role = found.roles.get(container or "*", found.roles.get("*")) if container else found.roles.get("*")
     grant = sas.Grant(account=account, kind="service", version=version, permissions=frozenset(get("sp", "")),
                       resource=resource, signature=get("sig", ""), delegated=True, role=role, delegator=found.actor,

@@ -146,7 +146,7 @@ def parse_time(value: str) -> datetime | None:
         return None
 
 
-def _http(when: datetime | None) -> str:
+def http_time(when: datetime | None) -> str:
     return when.strftime("%a, %d %b %Y %H:%M:%S GMT") if when else ""
 
 
@@ -188,8 +188,8 @@ def verify(environ: dict, account: str, container: str | None, blob: str | None,
         raise authentication_failed("Signed expiry time must be given by the signature or its stored access policy.")
     if (start is not None and now < start) or now >= expiry:
         raise authentication_failed(
-            f"Signature not valid in the specified time frame: Start [{_http(start)}] - "
-            f"Expiry [{_http(expiry)}] - Current [{_http(now)}]")
+            f"Signature not valid in the specified time frame: Start [{http_time(start)}] - "
+            f"Expiry [{http_time(expiry)}] - Current [{http_time(now)}]")
     _check_address(params.get("sip", ""), environ.get("REMOTE_ADDR", ""))
     protocol = params.get("spr", "")
     if protocol == "https" and environ.get("wsgi.url_scheme", "http") != "https":
@@ -197,7 +197,7 @@ def verify(environ: dict, account: str, container: str | None, blob: str | None,
     return grant
 
 
-def _times(params: dict) -> tuple[datetime | None, datetime | None]:
+def validity(params: dict) -> tuple[datetime | None, datetime | None]:
     start = expiry = None
     if params.get("st"):
         start = parse_time(params["st"])
@@ -222,7 +222,7 @@ def _account(params: dict, account: str):
     if version < ACCOUNT_SAS_SINCE or not params.get("ss") or not params.get("srt") or not params.get("sp"):
         raise authentication_failed(NOT_WELL_FORMED)
     check_fields(params)
-    start, expiry = _times(params)
+    start, expiry = validity(params)
     get = params.get
     fields = [account, get("sp", ""), get("ss", ""), get("srt", ""), get("st", ""), get("se", ""),
               get("sip", ""), get("spr", ""), version]
@@ -240,7 +240,7 @@ def _service(params: dict, account: str, container: str | None, blob: str | None
     if version < SERVICE_SAS_SINCE or resource not in ("b", "c"):
         raise authentication_failed(NOT_WELL_FORMED)
     check_fields(params)
-    start, expiry = _times(params)
+    start, expiry = validity(params)
     path = f"/{account}/{container}" + (f"/{blob}" if resource == "b" and blob is not None else "")
     if container is None or (resource == "b" and blob is None):
         path = f"/{account}"  # a SAS for one resource, used on another: its signature cannot match

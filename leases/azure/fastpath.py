@@ -23,7 +23,7 @@ from leases.services import ResourceRef
 from leases.storage import queue_intake
 from leases.auth import sharedkey
 from leases.auth.sas import SAS_PARAMETERS
-from leases.azure import inputs, lease_request, wire
+from leases.azure import inputs, lease_request
 from leases.azure.auth import actor_name, credentials, lease_operation, permit
 from leases.azure.exceptions import azure_exception_handler
 from leases.operations import handling
@@ -37,7 +37,6 @@ QUERY_NAMES = frozenset({"comp", "restype", "timeout"})
 # A SAS parameter as the SDKs send it (percent-encoded); its decoded value
 # must be printable ASCII, which check_query accepts as it is.
 SAS_VALUE = re.compile(r"[A-Za-z0-9%:.,+_~/=-]{1,512}\Z")
-DEFAULT_VERSION = wire.DEFAULT_VERSION  # the x-ms-version of an answer the server builds itself (serving/admission.py)
 
 
 def _query(query_string: str) -> dict | None:
@@ -216,13 +215,3 @@ def answer_together(requests: list[tuple[dict, tuple[str, str, str | None]]]) ->
     queue_intake.write_now(calls)
     return [call.answer() for call in calls]
 
-
-def refused(environ: dict, error: Exception):
-    """The Azure door's answer (an HttpResponse) to a request the server
-    refused before it queued (leases/auth/principals.py: its credentials), by the
-    one exception handler, as the door itself would answer it. Not logged
-    here: the server logs such refusals once in a while per address."""
-    request = LeanRequest(environ.get("REQUEST_METHOD", "PUT"), get_path_info(environ), environ)
-    request.request_id = guids.request_id()
-    response = azure_exception_handler(error, {"view": request, "request": request})
-    return lease_request.finish(response, environ, request_id=request.request_id, method=request.method)

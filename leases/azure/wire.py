@@ -82,7 +82,8 @@ class Bodiless(HttpResponse):
         del self["Content-Type"]
 
 
-def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head: bool) -> HttpResponse:
+def error_document(err: LeaseholdError, *, request_id: str, now: datetime) -> str:
+    """The XML error body of ``err``, as Azure sends it: the one shape of this door's errors."""
     parts = [f"<Error><Code>{err.code}</Code><Message>{xml_text(err.message)}\n"
              f"RequestId:{request_id}\nTime:{error_time(now)}</Message>"]
     if err.field in QUERY_FIELDS or (err.field and err.detail.get("query")):
@@ -96,10 +97,14 @@ def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head:
         if key[:1].isupper():  # Azure-shaped extra elements only
             parts.append(f"<{key}>{xml_text(str(value))}</{key}>")
     parts.append("</Error>")
+    return XML_DECLARATION + "".join(parts)
+
+
+def error_response(err: LeaseholdError, *, request_id: str, now: datetime, head: bool) -> HttpResponse:
     if head or err.status == 304:
         response = Bodiless(status=err.status)
     else:
-        response = HttpResponse(XML_DECLARATION + "".join(parts), status=err.status,
+        response = HttpResponse(error_document(err, request_id=request_id, now=now), status=err.status,
                                 content_type="application/xml")
     response["x-ms-error-code"] = err.code
     return response

@@ -13,12 +13,14 @@ import re
 import time
 
 from leases.domain.errors import LeaseholdError
+from leases.domain.paths import API_LEASES
 
 ENVIRON = "leasehold.wait"
 HEADER_KEY = "HTTP_X_LEASEHOLD_WAIT"  # x-leasehold-wait
 MAX_WAIT = 60
 _NUMBER = re.compile(r"\d{1,2}(\.\d{1,6})?\Z")
 MESSAGE = f"wait must be a number of seconds from 0 to {MAX_WAIT}."
+ACQUIRE_PATH = API_LEASES + "acquire/"  # the JSON API's one lease action that may wait
 
 
 def too_many(code: str) -> LeaseholdError:
@@ -46,6 +48,28 @@ class Wait:
         self.seq = 0  # the server's signal count before the attempt
         self.woken = None  # the server's future
         self.queued: str | None = None  # the key of the queue it waits in
+
+
+def asked_by_header(environ: dict, body: bytes) -> bool:
+    """Whether an Azure lease request asks to wait: it sends ``x-leasehold-wait``
+    (its value checked by the door). The server's question before the door's."""
+    return bool(environ.get(HEADER_KEY))
+
+
+def asked_in_json(environ: dict, body: bytes) -> bool:
+    """Whether a JSON lease request asks to wait: an acquire whose body is an
+    object with a ``"wait"`` key, however the key is written (``"\\u0077ait"``
+    too: decoded, as the door decodes it; a body it cannot decode the door
+    answers 400). The server's question before the door's."""
+    if not environ.get("PATH_INFO", "").startswith(ACQUIRE_PATH):
+        return False
+    import json
+
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+    return isinstance(data, dict) and "wait" in data
 
 
 def seconds_from_header(meta: dict) -> float | None:

@@ -315,7 +315,7 @@ class FencingGeneration(models.Model):
     from the history, which retention prunes, so that a name's tokens keep
     growing across delete, re-create and pruning: a token is never handed out
     twice. Written in the lease transaction of every new lease
-    (services.lease_actions._next_generation); read when a resource is created."""
+    (services.lease_rows.next_generation); read when a resource is created."""
 
     # sha256 of the names: a short fixed-size key, where the names themselves
     # (up to 1,024 characters of blob name) could outgrow an index entry.

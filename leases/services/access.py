@@ -14,14 +14,14 @@ from leases.services import tenures, wakeups
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob
 from leases.services.common import Actor, ResourceRef
-from leases.services.history import _event_start, _record, record_refusal
+from leases.services.history import event_start, record_event, record_refusal
 from leases.storage import statements
 from leases.storage.transactions import write_transaction
 
 
 # ------------------------------------------------------------------ use under a lease
 
-def _check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_id, write: bool,
+def check_access(obj, *, ref: ResourceRef, actor: Actor, now: datetime, lease_id, write: bool,
                   operation: str) -> None:
     """Raise the 412 a lease imposes on this read or write; a refusal caused
     by a lease is an event auditors want ("who tried to write while X held
@@ -39,9 +39,9 @@ def refuse(error: LeaseholdError, *, ref: ResourceRef, actor: Actor, operation: 
     """Record ``error`` in a savepoint of the caller's transaction (inside a
     write service; for a read, the only write transaction it opens) and
     raise it so that the service's transaction commits the event before
-    the error goes out (``_committing_refusals``, ``_reading``)."""
+    the error goes out (``committing_refusals``, ``reading``)."""
     with transaction.atomic():
-        values = _event_start(ref=ref, actor=actor, action=operation, now=now, conn=transaction.get_connection())
+        values = event_start(ref=ref, actor=actor, action=operation, now=now, conn=transaction.get_connection())
         record_refusal(error, values, **outcome)
     raise _Recorded(error) from None
 
@@ -53,7 +53,7 @@ class _Recorded(Exception):
         self.error = error
 
 
-def _committing_refusals(fn):
+def committing_refusals(fn):
     """Run ``fn`` as one write transaction (through the write queue); if it
     refuses with an event already written, commit that event and then raise
     the refusal."""
@@ -73,7 +73,7 @@ def _committing_refusals(fn):
     return wrapper
 
 
-def _reading(fn):
+def reading(fn):
     """A read takes no write lock; a refusal it records has committed by the
     time the error goes out."""
     def wrapper(*args, **kwargs):
@@ -86,26 +86,26 @@ def _reading(fn):
     return wrapper
 
 
-def _after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: datetime) -> list[str]:
+def after_blob_write(blob: Blob, *, ref: ResourceRef, actor: Actor, now: datetime) -> list[str]:
     """A blob write ends an expired or broken lease; record that it did."""
     before = blob.effective_lease_state(now)
     record = machine.after_write(blob.lease_record, now, noun=machine.BLOB)
     if record == blob.lease_record:
         return []
-    _record(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
+    record_event(ref=ref, actor=actor, action="ended-by-write", now=now, status=200, lease_id=blob.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=blob.lease_generation)
     _tenure_after(blob, record, ref=ref, actor=actor, action="ended-by-write", state_before=before, now=now)
     transaction.on_commit(partial(metrics.lease_ended, ref.noun, before))
     return list(blob.set_lease_record(record))
 
 
-def _ended_by_delete(obj, *, ref: ResourceRef, actor: Actor, now: datetime) -> None:
+def ended_by_delete(obj, *, ref: ResourceRef, actor: Actor, now: datetime) -> None:
     """A delete ends the lease of what it deletes (held, breaking, or one
     remembered after expiry or a break): record that it did, with the actor."""
     before = obj.effective_lease_state(now)
     if before == machine.AVAILABLE:
         return
-    _record(ref=ref, actor=actor, action="ended-by-delete", now=now, status=202, lease_id=obj.lease_id,
+    record_event(ref=ref, actor=actor, action="ended-by-delete", now=now, status=202, lease_id=obj.lease_id,
             state_before=before, state_after=machine.AVAILABLE, generation=obj.lease_generation)
     _tenure_after(obj, machine.LeaseRecord(generation=obj.lease_generation), ref=ref, actor=actor,
                   action="ended-by-delete", state_before=before, now=now)

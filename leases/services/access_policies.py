@@ -13,8 +13,8 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Container, StoredAccessPolicy
 from leases.storage import dbclock
-from leases.services.access import _check_access, _committing_refusals, _reading
-from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
+from leases.services.access import check_access, committing_refusals, reading
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, load_resource, now_etag
 
 PUBLIC_ACCESS = ("", "container", "blob")
 
@@ -27,7 +27,7 @@ class SignedIdentifier:
     permission: str
 
 
-@_committing_refusals
+@committing_refusals
 def container_set_acl(*, ref: ResourceRef, actor: Actor, identifiers: list[SignedIdentifier],
                       public_access: str = "", lease_id: uuid.UUID | None = None,
                       conditions: Conditions = NO_CONDITIONS) -> Container:
@@ -43,26 +43,26 @@ def container_set_acl(*, ref: ResourceRef, actor: Actor, identifiers: list[Signe
                              "each signed identifier's Id must be unique and 1 to 64 characters.")
     if public_access not in PUBLIC_ACCESS:
         raise LeaseholdError("InvalidHeaderValue", field="x-ms-blob-public-access", value=public_access[:200])
-    obj = _load(ref, for_update=True)
+    obj = load_resource(ref, for_update=True)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
     # A container lease does not guard its ACL; an id, if given, must match.
-    _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="set-acl")
+    check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="set-acl")
     StoredAccessPolicy.objects.filter(container=obj).delete()
     StoredAccessPolicy.objects.bulk_create(
         StoredAccessPolicy(container=obj, identifier=item.identifier, start=item.start, expiry=item.expiry,
                            permission=item.permission) for item in identifiers)
     obj.public_access = public_access
-    obj.save(update_fields=["public_access", *_now_etag(obj, now)])
+    obj.save(update_fields=["public_access", *now_etag(obj, now)])
     return obj
 
 
-@_reading
+@reading
 def container_get_acl(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None
                       ) -> tuple[Container, list[StoredAccessPolicy]]:
-    obj = _load(ref, for_update=False)
+    obj = load_resource(ref, for_update=False)
     if lease_id is not None:
-        _check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id, write=False,
+        check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id, write=False,
                       operation="read-acl")
     return obj, list(StoredAccessPolicy.objects.filter(container=obj).order_by("id"))
 

@@ -17,10 +17,10 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, BlobContent, BlobPart
 from leases.storage import dbclock
-from leases.services.access import _after_blob_write, _check_access, _committing_refusals
-from leases.services.blobs import _blob_for_write, validate_blob_name
-from leases.services.blocks import COPY_CLEARED, MAX_COMMITTED, NeedsStaging, _write_checks, stage_and_record, write_blob
-from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
+from leases.services.access import after_blob_write, check_access, committing_refusals
+from leases.services.blobs import blob_for_write, validate_blob_name
+from leases.services.blocks import COPY_CLEARED, MAX_COMMITTED, NeedsStaging, write_checks, stage_and_record, write_blob
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, container_must_exist, now_etag
 
 APPEND_BLOB = "AppendBlob"
 
@@ -39,12 +39,12 @@ def append_blob_create(*, ref: ResourceRef, actor: Actor, content_type: str = ""
     return blob
 
 
-@_committing_refusals
+@committing_refusals
 def _create(*, ref: ResourceRef, actor: Actor, content_type, metadata, properties, lease_id, conditions) -> Blob:
-    container = _container_must_exist(ref)
-    blob = _blob_for_write(container, ref)
+    container = container_must_exist(ref)
+    blob = blob_for_write(container, ref)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
-    _write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions, operation="put-blob")
+    write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions, operation="put-blob")
     version = uuid.uuid4()
     BlobContent.objects.create(id=version, state=BlobContent.LIVE, size=0, chunk_bytes=0, staged_at=now)
     props = {k: v for k, v in (properties or {}).items() if v is not None}
@@ -88,15 +88,15 @@ def _refused_now(ref: ResourceRef, lease_id) -> bool:
     return False
 
 
-@_committing_refusals
+@committing_refusals
 def _append(*, ref: ResourceRef, actor: Actor, length: int, lease_id, conditions: Conditions, max_size,
             append_position, staged) -> tuple[Blob, int, int]:
-    container = _container_must_exist(ref)
-    blob = _blob_for_write(container, ref)
+    container = container_must_exist(ref)
+    blob = blob_for_write(container, ref)
     if blob is None:
         raise LeaseholdError("BlobNotFound")
     now = dbclock.transaction_now()
-    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="append-block")
+    check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="append-block")
     if blob.blob_type != APPEND_BLOB or blob.content_version is None:
         raise LeaseholdError("InvalidBlobType")
     conditions.check_write(blob.etag, blob.last_modified)
@@ -116,8 +116,8 @@ def _append(*, ref: ResourceRef, actor: Actor, length: int, lease_id, conditions
                             source=staged)
     BlobContent.objects.filter(id=blob.content_version).update(size=offset + length)
     blob.size = offset + length
-    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
-    blob.save(update_fields=["size", *_now_etag(blob, now), *changed])
+    changed = after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=["size", *now_etag(blob, now), *changed])
     return blob, offset, count + 1
 
 

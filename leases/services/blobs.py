@@ -15,8 +15,8 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, Container, FencingGeneration, new_etag
 from leases.storage import dbclock
-from leases.services.access import _after_blob_write, _check_access, _committing_refusals, _ended_by_delete, _reading
-from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _load, _now_etag
+from leases.services.access import after_blob_write, check_access, committing_refusals, ended_by_delete, reading
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, container_must_exist, load_resource, now_etag
 
 
 def validate_blob_name(name: str) -> None:
@@ -74,7 +74,7 @@ def _put_refused_now(ref: ResourceRef, lease_id: uuid.UUID | None, conditions: C
             if conditions.if_match is not None:
                 return True
             conditions.check_write(None, None)
-            _container_must_exist(ref)
+            container_must_exist(ref)
             return False
         machine.check_access(blob.lease_record, now, lease_id=lease_id, write=True, noun=machine.BLOB)
         if conditions.if_none_match == ["*"] and conditions.if_match is None:
@@ -85,15 +85,15 @@ def _put_refused_now(ref: ResourceRef, lease_id: uuid.UUID | None, conditions: C
     return False
 
 
-@_committing_refusals
+@committing_refusals
 def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, content_type: str,
                    metadata: dict, properties: dict | None, lease_id: uuid.UUID | None, conditions: Conditions,
                    staged) -> Blob:
     """Put Blob's one transaction: load the blob row locked, check the lease
     and conditions, write the content (inline) or point at the ``staged``
     version, append the history event."""
-    container = _container_must_exist(ref)
-    blob = _blob_for_write(container, ref)
+    container = container_must_exist(ref)
+    blob = blob_for_write(container, ref)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     props = {k: v for k, v in (properties or {}).items() if v is not None}
     large = not blob_content.inline(len(content))
@@ -113,7 +113,7 @@ def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, 
         conditions.check_write(None, None)
         if large and staged is None:
             raise _NeedsStaging
-        generation = _last_generation(ref)
+        generation = last_generation(ref)
         stamp = now.replace(microsecond=0)
         try:
             with transaction.atomic():  # a savepoint: a concurrent create of the name may get there first
@@ -128,11 +128,11 @@ def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, 
             # (PostgreSQL; SQLite's write lock excludes that). Its row has
             # committed, so a new read sees it: as on Azure, the later write
             # wins, and this one goes on as an overwrite.
-            blob = _blob_for_write(container, ref)
+            blob = blob_for_write(container, ref)
             if blob is None:  # the container went instead
-                _container_must_exist(ref)
+                container_must_exist(ref)
                 raise
-    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="put-blob")
+    check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="put-blob")
     if conditions.if_none_match == ["*"] and conditions.if_match is None:
         raise LeaseholdError("BlobAlreadyExists")
     conditions.check_write(blob.etag, blob.last_modified)
@@ -141,15 +141,15 @@ def _blob_put_swap(*, ref: ResourceRef, actor: Actor, content: bytes, md5: str, 
     replaced = blob.content_version
     for name, value in fields.items():
         setattr(blob, name, value)
-    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
-    blob.save(update_fields=[*fields, *_now_etag(blob, now), *changed])
+    changed = after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=[*fields, *now_etag(blob, now), *changed])
     if staged is not None:
         blob_content.make_live(staged)
     blob_content.release_unreferenced([replaced], now=now)
     return blob
 
 
-def _blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
+def blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
     """The base blob, row-locked (PostgreSQL; SQLite's write transaction
     already excludes other writers) so that lease columns saved from this read
     cannot overwrite a lease granted meanwhile; its old content is not read."""
@@ -157,48 +157,48 @@ def _blob_for_write(container: Container, ref: ResourceRef) -> Blob | None:
         "content").filter(container_id=container_id, name=name, snapshot=""), container.pk, ref.blob or "")
 
 
-def _last_generation(ref: ResourceRef) -> int:
+def last_generation(ref: ResourceRef) -> int:
     """A re-created blob continues its name's fencing-token sequence, so a
     token is never handed out twice for the same name."""
     return FencingGeneration.last(ref.account, ref.container, ref.blob)
 
 
-@_reading
+@reading
 def blob_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
               content: bool = True) -> Blob:
     """Get Blob / Get Blob Properties: an optional lease id must match.
     ``content=False`` when only properties are answered."""
-    obj = _load(ref, for_update=False, content=content)
+    obj = load_resource(ref, for_update=False, content=content)
     if lease_id is not None:
-        _check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id,
+        check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id,
                       write=False, operation="read-blob")
     return obj
 
 
-@_committing_refusals
+@committing_refusals
 def blob_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
                       lease_id: uuid.UUID | None = None,
                       conditions: Conditions = NO_CONDITIONS) -> Blob:
     metadata = metadata_rules.validate(metadata)
     if ref.snapshot:
         raise LeaseholdError("InvalidQueryParameterValue", field="snapshot", value=ref.snapshot)
-    blob = _load(ref, for_update=True)
+    blob = load_resource(ref, for_update=True)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
-    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="set-metadata")
+    check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="set-metadata")
     blob.metadata = metadata
-    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
-    blob.save(update_fields=["metadata", *_now_etag(blob, now), *changed])
+    changed = after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=["metadata", *now_etag(blob, now), *changed])
     return blob
 
 
-@_committing_refusals
+@committing_refusals
 def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
                 delete_snapshots: str | None = None,
                 conditions: Conditions = NO_CONDITIONS) -> None:
     if delete_snapshots not in (None, "include", "only"):
         raise LeaseholdError("InvalidHeaderValue", field="delete_snapshots", value=delete_snapshots)
-    blob = _load(ref, for_update=True, content=False)
+    blob = load_resource(ref, for_update=True, content=False)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     if ref.snapshot:  # a snapshot carries no lease of its own
@@ -208,25 +208,25 @@ def blob_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = 
     snapshots = Blob.objects.filter(container_id=blob.container_id, name=blob.name).exclude(snapshot="")
     if delete_snapshots is None and snapshots.exists():
         raise LeaseholdError("SnapshotsPresent")
-    _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-blob")
+    check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-blob")
     versions = {blob.content_version, *snapshots.values_list("content_version", flat=True)}
     snapshots.delete()
     if delete_snapshots != "only":
-        _ended_by_delete(blob, ref=ref, actor=actor, now=now)
+        ended_by_delete(blob, ref=ref, actor=actor, now=now)
         blob.delete()
         blob_content.discard_blocks(container_id=blob.container_id, name=blob.name, now=now)  # uncommitted ones
     blob_content.release_unreferenced(versions, now=now)
 
 
-@_committing_refusals
+@committing_refusals
 def blob_snapshot(*, ref: ResourceRef, actor: Actor, metadata: dict | None = None, lease_id: uuid.UUID | None = None,
                   conditions: Conditions = NO_CONDITIONS) -> Blob:
     metadata = None if metadata is None else metadata_rules.validate(metadata)
-    blob = _load(ref, for_update=True)
+    blob = load_resource(ref, for_update=True)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.check_write(blob.etag, blob.last_modified)
     if lease_id is not None:
-        _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="snapshot")
+        check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="snapshot")
     stamp = now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond:06d}0Z"
     # A large content's chunks are shared, not copied: a version never changes.
     snap = Blob(container_id=blob.container_id, name=blob.name, snapshot=stamp, content=blob.content,

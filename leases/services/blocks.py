@@ -24,9 +24,9 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob, BlobBlock, BlobContent, BlobPart, Container, new_etag
 from leases.storage import dbclock
-from leases.services.access import _after_blob_write, _check_access, _committing_refusals, _reading, refuse
-from leases.services.blobs import _blob_for_write, _last_generation, validate_blob_name
-from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist, _now_etag
+from leases.services.access import after_blob_write, check_access, committing_refusals, reading, refuse
+from leases.services.blobs import blob_for_write, last_generation, validate_blob_name
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, container_must_exist, now_etag
 
 from leases.domain.block_limits import MAX_COMMITTED, MAX_ID_BYTES, MAX_LIST_BYTES, MAX_UNCOMMITTED  # noqa: F401
 
@@ -112,7 +112,7 @@ def _refused_now(ref: ResourceRef, block_id: str, lease_id) -> bool:
     """Whether Put Block's checks refuse it now, read without a lock: then
     nothing is staged (the record transaction checks again and records)."""
     try:
-        container = _container_must_exist(ref)
+        container = container_must_exist(ref)
         blob = Blob.objects.defer("content").filter(container=container, name=ref.blob, snapshot="").first()
         if blob is not None:
             machine.check_access(blob.lease_record, clock.now(), lease_id=lease_id, write=True, noun=machine.BLOB)
@@ -143,14 +143,14 @@ def _block_blob_only(blob: Blob | None) -> None:
         raise LeaseholdError("InvalidBlobType")
 
 
-@_committing_refusals
+@committing_refusals
 def _block_record(*, ref: ResourceRef, actor: Actor, block_id: str, size: int, lease_id, staged) -> None:
     """Put Block's one transaction: the lease checked, the staged version
     named as the block (replacing an uncommitted block of the same id)."""
-    container = _container_must_exist(ref)
-    blob = _blob_for_write(container, ref)
+    container = container_must_exist(ref)
+    blob = blob_for_write(container, ref)
     now = dbclock.transaction_now()
-    _lease_for_write(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, operation="put-block")
+    lease_for_write(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, operation="put-block")
     _block_blob_only(blob)
     existing = _block_checks(container, ref, block_id)
     if staged is None:
@@ -171,12 +171,12 @@ def _block_record(*, ref: ResourceRef, actor: Actor, block_id: str, size: int, l
     existing.save(update_fields=["version", "size", "staged_at"])
 
 
-def _lease_for_write(blob: Blob | None, *, ref: ResourceRef, actor: Actor, now, lease_id, operation: str) -> None:
+def lease_for_write(blob: Blob | None, *, ref: ResourceRef, actor: Actor, now, lease_id, operation: str) -> None:
     """A write onto ``blob`` (None: no committed blob yet) under its lease;
     a refusal is recorded. A lease id for a blob that does not exist is
     412 LeaseNotPresentWithBlobOperation."""
     if blob is not None:
-        _check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation=operation)
+        check_access(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation=operation)
     elif lease_id is not None:
         refuse(LeaseholdError("LeaseNotPresentWithBlobOperation"), ref=ref, actor=actor, operation=operation,
                now=now, lease_id=lease_id, state_before="available", state_after="available")
@@ -202,13 +202,13 @@ def block_list_put(*, ref: ResourceRef, actor: Actor, entries: list[tuple[str, s
     return blob
 
 
-@_committing_refusals
+@committing_refusals
 def _commit(*, ref: ResourceRef, actor: Actor, entries, content_type, metadata, properties, content_md5, lease_id,
             conditions: Conditions) -> Blob:
-    container = _container_must_exist(ref)
-    blob = _blob_for_write(container, ref)
+    container = container_must_exist(ref)
+    blob = blob_for_write(container, ref)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
-    _write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
+    write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
                   operation="put-block-list")
     _block_blob_only(blob)
     uncommitted = {b: (size, v) for b, size, v in BlobBlock.objects.filter(container=container, name=ref.blob)
@@ -243,9 +243,9 @@ def _commit(*, ref: ResourceRef, actor: Actor, entries, content_type, metadata, 
                       conditions=conditions, operation="put-block-list")
 
 
-def _write_checks(blob: Blob | None, *, ref, actor, now, lease_id, conditions: Conditions, operation: str) -> None:
+def write_checks(blob: Blob | None, *, ref, actor, now, lease_id, conditions: Conditions, operation: str) -> None:
     """The lease, then the conditions, as Put Blob checks them."""
-    _lease_for_write(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, operation=operation)
+    lease_for_write(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, operation=operation)
     if blob is None:
         if conditions.if_match is not None:  # nothing to match
             raise LeaseholdError("ConditionNotMet")
@@ -266,20 +266,20 @@ def write_blob(container: Container, blob: Blob | None, *, ref: ResourceRef, act
         try:
             with transaction.atomic():  # a savepoint: a concurrent create of the name may get there first
                 return Blob.objects.create(container=container, name=ref.blob, etag=new_etag(), last_modified=stamp,
-                                           created_at=stamp, lease_generation=_last_generation(ref), **fields)
+                                           created_at=stamp, lease_generation=last_generation(ref), **fields)
         except IntegrityError:
             # Another instance created the name meanwhile (PostgreSQL): the
             # later write wins, as on Azure, after this one's checks on it.
-            blob = _blob_for_write(container, ref)
+            blob = blob_for_write(container, ref)
             if blob is None:
                 raise
-            _write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
+            write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
                           operation=operation)
     replaced = blob.content_version
     for name, value in fields.items():
         setattr(blob, name, value)
-    changed = _after_blob_write(blob, ref=ref, actor=actor, now=now)
-    blob.save(update_fields=[*fields, *_now_etag(blob, now), *changed])
+    changed = after_blob_write(blob, ref=ref, actor=actor, now=now)
+    blob.save(update_fields=[*fields, *now_etag(blob, now), *changed])
     if replaced != blob.content_version:
         blob_content.release_unreferenced([replaced], now=now)
     return blob
@@ -298,16 +298,16 @@ def committed_blocks(version: uuid.UUID | None, *, as_dict: bool = False):
     return block_lists.in_order(version)
 
 
-@_reading
+@reading
 def block_list_get(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None, committed: bool = True,
                    uncommitted: bool = False) -> tuple[Blob | None, list, list]:
     """The blob (None: only uncommitted blocks), its committed and
     uncommitted blocks as asked; 404 BlobNotFound if it has neither."""
-    container = _container_must_exist(ref)
+    container = container_must_exist(ref)
     blob = (Blob.objects.defer("content").select_related("container__account")
             .filter(container=container, name=ref.blob, snapshot=ref.snapshot).first())
     if blob is not None and lease_id is not None and not ref.snapshot:
-        _check_access(blob, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id, write=False,
+        check_access(blob, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id, write=False,
                       operation="get-block-list")
     blocks = BlobBlock.objects.filter(container=container, name=ref.blob).order_by("pk")
     if blob is None and (ref.snapshot or not blocks.exists()):

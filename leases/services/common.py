@@ -49,7 +49,7 @@ class Actor:
 
 # ------------------------------------------------------------------ loading
 
-def _load(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Container | Blob:
+def load_resource(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Container | Blob:
     """The row named by ``ref``, or 404 ContainerNotFound / BlobNotFound;
     ``content=False`` leaves a blob's body (up to 64 MiB) unread."""
     if ref.blob is None:
@@ -70,7 +70,7 @@ def _load(ref: ResourceRef, *, for_update: bool, content: bool = True) -> Contai
     obj = compiled_reads.load_one(("blob", for_update, content), blobs, ref.account, ref.container, ref.blob,
                               ref.snapshot)
     if obj is None:
-        _container_must_exist(ref)
+        container_must_exist(ref)
         raise LeaseholdError("BlobNotFound")
     return obj
 
@@ -80,7 +80,7 @@ def _containers(for_update: bool):
     return qs.select_for_update(of=("self",)) if for_update else qs
 
 
-def _container_must_exist(ref: ResourceRef) -> Container:
+def container_must_exist(ref: ResourceRef) -> Container:
     container = compiled_reads.load_one(("container", False), lambda account, name: _containers(False).filter(
         account__name=account, name=name), ref.account, ref.container)
     if container is None:
@@ -88,7 +88,7 @@ def _container_must_exist(ref: ResourceRef) -> Container:
     return container
 
 
-def _now_etag(obj, now: datetime) -> list[str]:
+def now_etag(obj, now: datetime) -> list[str]:
     obj.etag = new_etag()
     obj.last_modified = now.replace(microsecond=0)
     return ["etag", "last_modified"]

@@ -15,8 +15,8 @@ from leases.domain.errors import LeaseholdError
 from leases.models import Account, Blob, Container, FencingGeneration, new_etag
 from leases.storage import dbclock
 from leases.storage.transactions import write_transaction
-from leases.services.access import _check_access, _committing_refusals, _ended_by_delete, _reading
-from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _load, _now_etag
+from leases.services.access import check_access, committing_refusals, ended_by_delete, reading
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, load_resource, now_etag
 
 
 CONTAINER_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-")
@@ -51,17 +51,17 @@ def container_create(*, account: str, name: str, metadata: dict | None = None, p
         raise LeaseholdError("ContainerAlreadyExists", noun=machine.CONTAINER) from None
 
 
-@_committing_refusals
+@committing_refusals
 def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None,
                      conditions: Conditions = NO_CONDITIONS) -> None:
-    obj = _load(ref, for_update=True)
+    obj = load_resource(ref, for_update=True)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     conditions.dates_only().check_write(obj.etag, obj.last_modified, noun=machine.CONTAINER)
-    _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
-    _ended_by_delete(obj, ref=ref, actor=actor, now=now)
+    check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=True, operation="delete-container")
+    ended_by_delete(obj, ref=ref, actor=actor, now=now)
     # Blob leases do not protect a container: its blobs go with it, and their leases end with it.
     for blob in Blob.objects.filter(container=obj, snapshot="").exclude(lease_state=machine.AVAILABLE).defer("content"):
-        _ended_by_delete(blob, ref=ResourceRef(ref.account, ref.container, blob.name), actor=actor, now=now)
+        ended_by_delete(blob, ref=ResourceRef(ref.account, ref.container, blob.name), actor=actor, now=now)
     versions = set(Blob.objects.filter(container=obj, content_version__isnull=False)
                    .values_list("content_version", flat=True))
     blob_content.discard_blocks(container_id=obj.pk, name=None, now=now)  # its names' uncommitted blocks
@@ -69,30 +69,30 @@ def container_delete(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | No
     blob_content.release_unreferenced(versions, now=now)
 
 
-@_reading
+@reading
 def container_read(*, ref: ResourceRef, actor: Actor, lease_id: uuid.UUID | None = None) -> Container:
     """Get Container Properties/Metadata: an optional lease id must match."""
-    obj = _load(ref, for_update=False)
+    obj = load_resource(ref, for_update=False)
     if lease_id is not None:
-        _check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(),
+        check_access(obj, ref=ref, actor=actor, now=dbclock.transaction_now(),
                       lease_id=lease_id, write=False,
                       operation="read-container")
     return obj
 
 
-@_committing_refusals
+@committing_refusals
 def container_set_metadata(*, ref: ResourceRef, actor: Actor, metadata: dict,
                            lease_id: uuid.UUID | None = None,
                            conditions: Conditions = NO_CONDITIONS) -> Container:
     metadata = metadata_rules.validate(metadata)
-    obj = _load(ref, for_update=True)
+    obj = load_resource(ref, for_update=True)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     Conditions(if_modified_since=conditions.if_modified_since).check_write(
         obj.etag, obj.last_modified, noun=machine.CONTAINER)
     # A container lease does not guard container writes; an id, if given, must match.
-    _check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="set-metadata")
+    check_access(obj, ref=ref, actor=actor, now=now, lease_id=lease_id, write=False, operation="set-metadata")
     obj.metadata = metadata
-    obj.save(update_fields=["metadata", *_now_etag(obj, now)])
+    obj.save(update_fields=["metadata", *now_etag(obj, now)])
     return obj
 
 

@@ -11,11 +11,11 @@ from leases.domain.conditions import Conditions
 from leases.domain.errors import LeaseholdError
 from leases.models import Blob
 from leases.storage import dbclock
-from leases.services.access import _check_access, _committing_refusals
+from leases.services.access import check_access, committing_refusals
 from leases.services.appends import APPEND_BLOB, clone_list
-from leases.services.blobs import _blob_for_write, validate_blob_name
-from leases.services.blocks import _lease_for_write, _write_checks, write_blob
-from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, _container_must_exist
+from leases.services.blobs import blob_for_write, validate_blob_name
+from leases.services.blocks import lease_for_write, write_checks, write_blob
+from leases.services.common import NO_CONDITIONS, Actor, ResourceRef, container_must_exist
 
 
 def blob_copy(*, ref: ResourceRef, actor: Actor, source: ResourceRef, source_url: str, metadata: dict | None = None,
@@ -31,11 +31,11 @@ def blob_copy(*, ref: ResourceRef, actor: Actor, source: ResourceRef, source_url
                  source_lease_id=source_lease_id, conditions=conditions)
 
 
-@_committing_refusals
+@committing_refusals
 def _copy(*, ref: ResourceRef, actor: Actor, source: ResourceRef, source_url: str, metadata, lease_id,
           source_lease_id, conditions: Conditions) -> Blob:
-    container = _container_must_exist(ref)
-    blob = _blob_for_write(container, ref)
+    container = container_must_exist(ref)
+    blob = blob_for_write(container, ref)
     now = dbclock.transaction_now()  # read once the row is locked (services.lease_actions says why)
     src = (Blob.objects.select_related("container__account")
            .filter(container__account__name=source.account, container__name=source.container, name=source.blob,
@@ -43,9 +43,9 @@ def _copy(*, ref: ResourceRef, actor: Actor, source: ResourceRef, source_url: st
     if src is None:
         raise LeaseholdError("CannotVerifyCopySource")
     if source_lease_id is not None and not source.snapshot:
-        _check_access(src, ref=source, actor=actor, now=now, lease_id=source_lease_id, write=False,
+        check_access(src, ref=source, actor=actor, now=now, lease_id=source_lease_id, write=False,
                       operation="copy-source")
-    _write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
+    write_checks(blob, ref=ref, actor=actor, now=now, lease_id=lease_id, conditions=conditions,
                   operation="copy-blob")
     version = src.content_version
     if src.blob_type == APPEND_BLOB:  # a list of its own, which appends to either never touch in the other
@@ -68,12 +68,12 @@ def copy_abort(*, ref: ResourceRef, actor: Actor, copy_id: str, lease_id: uuid.U
     _abort(ref=ref, actor=actor, lease_id=lease_id)
 
 
-@_committing_refusals
+@committing_refusals
 def _abort(*, ref: ResourceRef, actor: Actor, lease_id) -> None:
-    container = _container_must_exist(ref)
-    blob = _blob_for_write(container, ref)
+    container = container_must_exist(ref)
+    blob = blob_for_write(container, ref)
     if blob is None:
         raise LeaseholdError("BlobNotFound")
-    _lease_for_write(blob, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id,
+    lease_for_write(blob, ref=ref, actor=actor, now=dbclock.transaction_now(), lease_id=lease_id,
                      operation="abort-copy")
     raise LeaseholdError("NoPendingCopyOperation")

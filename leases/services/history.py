@@ -18,7 +18,7 @@ from leases.services.common import Actor, ResourceRef
 EVENTS = RowInsert(LeaseEvent)  # the history's one INSERT, compiled once per connection
 
 
-def _event_start(*, ref: ResourceRef, actor: Actor, action: str | None, now: datetime | None, reason: str = "",
+def event_start(*, ref: ResourceRef, actor: Actor, action: str | None, now: datetime | None, reason: str = "",
                  conn) -> list:
     """A history row's values known before the resource is read -- what, on
     what, by whom, and when if ``now`` is given -- prepared for the database,
@@ -32,11 +32,11 @@ def _event_start(*, ref: ResourceRef, actor: Actor, action: str | None, now: dat
         user_agent=actor.user_agent[:USER_AGENT_MAX])
 
 
-def _event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
+def event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
                   proposed_id=None, duration=None, break_period=None, lease_time=None, state_before="",
                   state_after="", generation=None, expires_at=None, cursor=None, conn=None,
                   saving: tuple | None = None) -> None:
-    """Complete a row from ``_event_start`` with the outcome and append it in
+    """Complete a row from ``event_start`` with the outcome and append it in
     the caller's transaction (on ``cursor`` of ``conn`` if given); ``saving``:
     (resource, changed columns), saved with it (statements.RowInsert.insert).
     The lease ids are kept as their fingerprints only."""
@@ -57,24 +57,24 @@ def _event_finish(values: list, *, status: int, error: LeaseholdError | None = N
 
 
 def record_refusal(error: LeaseholdError, values: list, **outcome) -> None:
-    """Append a refused action's event (``values`` from ``_event_start``) in
+    """Append a refused action's event (``values`` from ``event_start``) in
     the caller's transaction: the one way every service records a refusal.
     If it cannot be written (a full disk, ...) the database's error goes
     out, which the doors answer as a storage fault, with a note naming the
     refusal it hid."""
     try:
-        _event_finish(values, status=error.status, error=error, **outcome)
+        event_finish(values, status=error.status, error=error, **outcome)
     except Exception as exc:  # the driver's own error on the hot path, Django's elsewhere
         exc.add_note(f"while recording the refusal {error.status} {error.code}, which is not in the history")
         raise
 
 
-def _record(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
+def record_event(*, ref: ResourceRef, actor: Actor, action: str, now: datetime, reason: str = "",
             **outcome) -> None:
     """Append one history event in the caller's transaction."""
-    values = _event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
+    values = event_start(ref=ref, actor=actor, action=action, now=now, reason=reason,
                           conn=transaction.get_connection())
-    _event_finish(values, **outcome)
+    event_finish(values, **outcome)
 
 
 def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: str = "") -> None:

@@ -20,8 +20,8 @@ from leases.models import Blob, Container
 from leases.storage import dbclock, statements
 from leases.storage.transactions import write_together, write_transaction
 from leases.services.common import NO_CONDITIONS, Actor, ResourceRef
-from leases.services.lease_rows import KeyGone, _lease_saved, _load_for_lease, _next_generation, key_still_valid
-from leases.services.history import EVENTS, _event_finish, _event_start, record_refusal
+from leases.services.lease_rows import KeyGone, lease_saved, load_for_lease, next_generation, key_still_valid
+from leases.services.history import EVENTS, event_finish, event_start, record_refusal
 
 
 @dataclass(frozen=True)
@@ -144,13 +144,13 @@ def _decide(plan: _Plan, attempt: _Attempt, *, ref: ResourceRef, legacy: bool, c
     request that waited for the lock does not decide with a stale clock.
     ``signed_with``: the key checked first (lease_rows.KeyGone)."""
     assert plan.action is not None  # the checks before the write passed
-    attempt.obj, attempt.now = obj, now = _load_for_lease(ref, conn, cursor, signed_with)
+    attempt.obj, attempt.now = obj, now = load_for_lease(ref, conn, cursor, signed_with)
     plan.facts.update(state_before=obj.effective_lease_state(now), generation=obj.lease_generation)
     plan.conditions.check_write(obj.etag, obj.last_modified, noun=ref.noun)
     outcome = machine.apply(plan.action, obj.lease_record, now, noun=ref.noun, new_id=plan.new_id, legacy=legacy,
                             **plan.params)
     if outcome.record.generation != obj.lease_generation:  # a new lease: a new token
-        outcome = _with_generation(outcome, _next_generation(ref, outcome.record.generation, conn=conn, cursor=cursor))
+        outcome = _with_generation(outcome, next_generation(ref, outcome.record.generation, conn=conn, cursor=cursor))
     attempt.outcome = outcome
 
 
@@ -190,8 +190,8 @@ def _granted(plan: _Plan, attempt: _Attempt, event: list, *, ref: ResourceRef, a
                       lease_time=outcome.lease_time, expires_at=machine.deadline(outcome.record, now),
                       lease_id=plan.params["lease_id"] or outcome.lease_id or attempt.previous_id,
                       duration=outcome.record.duration if action != "break" else None)
-    _event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn,
-                  saving=_lease_saved(obj, outcome.record, *holder), **plan.facts)
+    event_finish(event, status=SUCCESS_STATUS[action], cursor=cursor, conn=conn,
+                  saving=lease_saved(obj, outcome.record, *holder), **plan.facts)
     tenures.after_write(ref=ref, actor=actor, action=action, state_before=outcome.state_before, before=before,
                         after=outcome.record, now=now, conn=conn, cursor=cursor)
     if action in wakeups.FREEING:
@@ -211,7 +211,7 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
     or recorded."""
     plan = _plan(action, ref=ref, conditions=conditions, legacy=legacy, unparsed=unparsed, lease_id=lease_id,
                  proposed_id=proposed_id, duration=duration, break_period=break_period)
-    event = _event_start(ref=ref, actor=actor, action=plan.action, now=None, reason=reason,
+    event = event_start(ref=ref, actor=actor, action=plan.action, now=None, reason=reason,
                          conn=transaction.get_connection())
 
     def write():

@@ -11,7 +11,7 @@ from leases.domain.errors import LeaseholdError
 from leases.models import Account, Blob, Container, FencingGeneration
 from leases.storage import dbclock, statements
 from leases.storage.compiled_reads import values_one
-from leases.services.common import ResourceRef, _container_must_exist
+from leases.services.common import ResourceRef, container_must_exist
 
 _LOOKUPS = {Container: ("account__name", "name"),
             Blob: ("container__account__name", "container__name", "name", "snapshot")}
@@ -21,8 +21,8 @@ _KEYS = {Container: ("account__key1", "account__key2"),
          Blob: ("container__account__key1", "container__account__key2")}
 
 
-def _load_for_lease(ref: ResourceRef, conn, cursor, signed_with: str | None = None):
-    """``_load(ref, for_update=True)`` in one compiled statement, and the
+def load_for_lease(ref: ResourceRef, conn, cursor, signed_with: str | None = None):
+    """``load_resource(ref, for_update=True)`` in one compiled statement, and the
     time of the decision, read once the row is locked (on PostgreSQL by
     that same statement: leases.storage.dbclock): (row, time).
     ``signed_with``: the key that signed the request, which must still be
@@ -43,7 +43,7 @@ def _load_for_lease(ref: ResourceRef, conn, cursor, signed_with: str | None = No
     if obj is None:
         if ref.blob is None:
             raise LeaseholdError("ContainerNotFound", noun=machine.CONTAINER)
-        _container_must_exist(ref)
+        container_must_exist(ref)
         raise LeaseholdError("BlobNotFound")
     return obj, dbclock.decided(extra, floor=_decided_at_least(obj))
 
@@ -92,15 +92,15 @@ def _locked(model, values: tuple, also: tuple[str, ...], related: tuple[str, ...
                                   conn=conn, cursor=cursor), ()
 
 
-def _lease_saved(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> tuple | None:
+def lease_saved(obj: Container | Blob, record: machine.LeaseRecord, *extra: str) -> tuple | None:
     """``record`` set on ``obj``; what its history event saves with it
-    (history._event_finish's ``saving``): ``obj.save(update_fields=[changed
+    (history.event_finish's ``saving``): ``obj.save(update_fields=[changed
     lease columns, *extra])`` as one compiled UPDATE; None if nothing changed."""
     columns = (*obj.set_lease_record(record), *extra)
     return (obj, columns) if columns else None
 
 
-def _next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
+def next_generation(ref: ResourceRef, proposed: int, *, conn, cursor) -> int:
     """The fencing token of a new lease on ``ref``, recorded for its name in
     the lease transaction: one statement, run only when a lease is new (not
     on renew, change, release or break)."""

@@ -60,7 +60,7 @@ def driver_cursor(conn):
             cursor.close()
 
 
-def _preparers(fields, conn) -> list:
+def value_preparers(fields, conn) -> list:
     """Per field: None (pass the value as it is), a shortcut that gives what
     get_db_prep_save gives, or its get_db_prep_save."""
     return [None if f.get_internal_type() in _PASSTHROUGH_TYPES else _shortcut(f, conn) or f.get_db_prep_save
@@ -87,7 +87,7 @@ def _shortcut(field, conn):
     return None
 
 
-def _prepared(preparers, values, conn) -> list:
+def prepared_values(preparers, values, conn) -> list:
     return [v if p is None or v is None else p(v, conn) for p, v in zip(preparers, values)]
 
 
@@ -222,7 +222,7 @@ def _compile_update(model, columns, conn):
     sql, params = query.get_compiler(connection=conn).as_sql()
     if len(params) != len(fields) + 1:
         raise AssertionError(f"unexpected UPDATE shape: {sql}")
-    return native_sql(sql, conn), [f.attname for f in fields], _preparers(fields, conn)
+    return native_sql(sql, conn), [f.attname for f in fields], value_preparers(fields, conn)
 
 
 def save_columns(obj, columns: tuple[str, ...], *, conn, cursor) -> None:
@@ -234,7 +234,7 @@ def save_columns(obj, columns: tuple[str, ...], *, conn, cursor) -> None:
 def _update_params(obj, columns: tuple[str, ...], conn) -> tuple[str, list]:
     model = type(obj)
     sql, names, preparers = compiled(conn, ("update", model, columns), lambda c: _compile_update(model, columns, c))
-    return sql, [*_prepared(preparers, [getattr(obj, n) for n in names], conn), obj.pk]
+    return sql, [*prepared_values(preparers, [getattr(obj, n) for n in names], conn), obj.pk]
 
 
 # ------------------------------------------------------------------ insert history rows
@@ -252,8 +252,8 @@ def _compile_insert(model, conn):
     per_row = [f.name for f in fields if f.has_default() and callable(f.default)]
     if per_row:  # the defaults below are computed once, not per row
         raise AssertionError(f"columns with callable defaults need their callers to set them: {per_row}")
-    preparers = _preparers(fields, conn)
-    defaults = _prepared(preparers, [f.get_default() for f in fields], conn)
+    preparers = value_preparers(fields, conn)
+    defaults = prepared_values(preparers, [f.get_default() for f in fields], conn)
     return native_sql(sql, conn), preparers, {f.attname: i for i, f in enumerate(fields)}, defaults
 
 

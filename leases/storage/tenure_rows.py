@@ -31,7 +31,7 @@ class TenureRows:
                   f"AND {q('account')} = %s ORDER BY {q('began_at')} DESC, {q('id')} DESC LIMIT 1")
         sql = (f"UPDATE {table} SET {', '.join(sets)} WHERE {q('id')} = ({newest}) "
                f"AND {q('generation')} = %s AND {q('ended_at')} IS NULL")
-        return statements.native_sql(sql, conn), statements._preparers(fields, conn)
+        return statements.native_sql(sql, conn), statements.value_preparers(fields, conn)
 
     def update_open(self, conn, cursor, *, account: str, container: str, blob: str, generation: int,
                     **columns) -> int:
@@ -40,6 +40,6 @@ class TenureRows:
         names = tuple(columns)
         sql, preparers = statements.compiled(conn, ("tenure-update", self.model, names),
                                              lambda c: self._compile_update(names, c))
-        values = statements._prepared(preparers, list(columns.values()), conn)
+        values = statements.prepared_values(preparers, list(columns.values()), conn)
         cursor.execute(sql, [*values, blob, container, account, generation])
         return cursor.rowcount

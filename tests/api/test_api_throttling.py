@@ -243,36 +243,33 @@ def test_shares_are_handed_over_within_a_second(tmp_path):
     assert spy.shared.counted("k", limit=1000, period=60, now=now + SYNC_SECONDS)[2] == 5  # 4, and this one
 
 
-def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wait(tmp_path):
-    """A lease batch the event loop writes itself (writer_wait.at_once()) counts
-    the JSON API's rate limit on the loop's thread: another holder of the
-    counter file's lock is WouldWait at once, whether that thread has its
-    connection yet or not (the request then goes to a lane thread, which may
-    wait), never a wait of the busy timeout that would stall the loop. Off
-    the loop, the count waits for the lock and goes on; on it, a free file
-    is counted at once."""
+def test_a_count_that_may_not_wait_finds_a_locked_counter_file_busy_at_once(tmp_path):
+    """A count that may not wait (the lean path's, which the event loop may
+    run) finds another holder of the counter file's lock CounterBusy at once,
+    whether its thread has a connection yet or not, and counts nothing; a
+    count that may wait (the view's, in a lane thread) waits for the lock and
+    goes on; a free file is counted at once either way."""
     import sqlite3
 
-    from engines import writer_wait
+    from leases.api.throttling import CounterBusy
 
     path = str(tmp_path / "t.sqlite3")
     SlidingWindowCounter(path).hit("made", limit=10, period=60, now=1000.0)  # the file, as another process made it
     counter = SlidingWindowCounter(path)
     other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
 
-    def refused_on_the_loop() -> None:
+    def refused_without_waiting() -> None:
         other.execute("BEGIN IMMEDIATE")  # another process's count in progress
         try:
-            with writer_wait.at_once(), pytest.raises(writer_wait.WouldWait):
-                counter.hit("p", limit=10, period=60, now=1000.0)
+            with pytest.raises(CounterBusy):
+                counter.hit("p", limit=10, period=60, now=1000.0, waits=False)
         finally:
             other.execute("ROLLBACK")
 
     try:
-        refused_on_the_loop()  # no connection in this thread yet
-        with writer_wait.at_once():
-            assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # the lock free: counted at once
-        refused_on_the_loop()  # with its connection
+        refused_without_waiting()  # no connection in this thread yet
+        assert counter.hit("p", limit=10, period=60, now=1000.0, waits=False) is None  # the lock free: counted
+        refused_without_waiting()  # with its connection
         other.execute("BEGIN IMMEDIATE")
         released_at: list[float] = []
 
@@ -280,9 +277,9 @@ def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wai
             released_at.append(time.monotonic())
             other.execute("COMMIT")
 
-        released = threading.Timer(0.2, release)
+        released = threading.Timer(0.2, release)  # the other count's length, not a check
         released.start()
-        assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # off the loop: waits for the lock
+        assert counter.hit("p", limit=10, period=60, now=1000.0) is None  # may wait: waits for the lock
         answered_at = time.monotonic()
         released.join()
         assert released_at[0] <= answered_at  # it was answered only once the lock was let go
@@ -295,13 +292,12 @@ def test_on_the_event_loops_thread_a_locked_counter_file_is_would_wait_not_a_wai
 
 def test_hits_a_process_admitted_on_its_own_are_kept_when_the_counter_is_busy(tmp_path):
     """The hits a process admits within its share of the limit are handed
-    to the shared counter at the next sync. A sync refused on the event
-    loop's thread (the counter file busy: WouldWait) loses none of them:
-    the next sync counts them all."""
+    to the shared counter at the next sync. A sync that may not wait and
+    finds the counter file busy (CounterBusy) loses none of them: the next
+    sync counts them all."""
     import sqlite3
 
-    from engines import writer_wait
-    from leases.api.throttling import LocalShares
+    from leases.api.throttling import CounterBusy, LocalShares
 
     path = str(tmp_path / "t.sqlite3")
     counter, shares = SlidingWindowCounter(path), LocalShares()
@@ -312,8 +308,8 @@ def test_hits_a_process_admitted_on_its_own_are_kept_when_the_counter_is_busy(tm
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")
     try:
-        with writer_wait.at_once(), pytest.raises(writer_wait.WouldWait):  # a second later: a sync, refused
-            shares.hit(counter, "p", limit=limit, period=period, now=1001.5)
+        with pytest.raises(CounterBusy):  # a second later: a sync, refused
+            shares.hit(counter, "p", limit=limit, period=period, now=1001.5, waits=False)
     finally:
         other.execute("ROLLBACK")
     assert shares.hit(counter, "p", limit=limit, period=period, now=1001.6) is None  # synced again

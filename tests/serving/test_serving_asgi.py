@@ -324,7 +324,10 @@ def test_a_lean_call_its_door_declines_is_answered_by_the_general_path(leasehold
         return await queue_intake.written(checked, (environ, names), principal=principal,
                                           received_at=environ["leasehold.received_at"], idle=idle, finish=finish)
 
-    path = LeanDoor(name="api", takes=lambda environ, body: "names", answer=answer)
+    from leases.api import refusals
+
+    path = LeanDoor(name="api", takes=lambda environ, body: "names", answer=answer, refusal=refusals.refusal,
+                    asks_wait=lambda environ, body: False)
     azure = next(door for door in DOORS if door.name == "azure")
     front = LeaseholdASGI(app, doors=[azure, path], database=DATABASE)
     environ = {"PATH_INFO": "/api/v1/leases/renew/devstoreaccount1/c/b", "REQUEST_METHOD": "POST",

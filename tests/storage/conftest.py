@@ -16,11 +16,11 @@ def no_background_checkpoints(monkeypatch):
     transaction's own lock whatever the machine's load; started again after."""
     from django.db import connection
 
-    from engines.sqlite.checkpoints import _checkpointers, _checkpointers_lock, ensure_checkpointer
+    from engines.sqlite.checkpoints import checkpointers, checkpointers_lock, ensure_checkpointer
 
     monkeypatch.setitem(connection.settings_dict["OPTIONS"], "checkpoint_interval", 0)
-    with _checkpointers_lock:
-        thread = _checkpointers.pop((os.getpid(), str(connection.settings_dict["NAME"])), None)
+    with checkpointers_lock:
+        thread = checkpointers.pop((os.getpid(), str(connection.settings_dict["NAME"])), None)
     if thread is not None:
         thread.stop()
     yield

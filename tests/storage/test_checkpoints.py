@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
-from engines.sqlite.base import Checkpointer, _checkpointers
+from engines.sqlite.base import Checkpointer, checkpointers
 from tests.storage import lock_is_free
 
 
@@ -136,7 +136,7 @@ def test_request_connections_leave_checkpoints_to_one_thread_per_process():
         cursor.execute("PRAGMA wal_autocheckpoint")
         # a bound should the thread fall behind, far above its interval's worth
         assert cursor.fetchone()[0] == 10000
-    thread = _checkpointers[(os.getpid(), str(connection.settings_dict["NAME"]))]
+    thread = checkpointers[(os.getpid(), str(connection.settings_dict["NAME"]))]
     assert thread.is_alive() and thread.interval == 0.1
 
 

@@ -220,7 +220,7 @@ def test_the_compiled_history_insert_is_the_sql_create_sends_and_round_trips(lea
     for field in LeaseEvent._meta.concrete_fields:
         if field.primary_key:
             continue
-        # The ORM's save hashes the row; a bare RowInsert does not (the history's _event_finish does).
+        # The ORM's save hashes the row; a bare RowInsert does not (the history's event_finish does).
         expected = {"generation": 4, "request_id": "second", "row_hash": None}.get(field.attname,
                                                                                    getattr(first, field.attname))
         assert getattr(second, field.attname) == expected, f"{field.attname} did not round-trip"
@@ -409,7 +409,7 @@ def test_a_row_loaded_with_its_related_rows_is_the_one_the_orm_builds(leased, co
     """compiled_reads.load_one (the row every request on a resource loads): the
     SQL and parameters ``.first()`` sends, and an instance, with its
     container and account, as QuerySet iteration builds it; None for no row."""
-    from leases.services.common import _load
+    from leases.services.common import load_resource
 
     def blobs(account, container, name, snapshot):
         qs = Blob.objects.select_related("container__account")
@@ -424,7 +424,7 @@ def test_a_row_loaded_with_its_related_rows_is_the_one_the_orm_builds(leased, co
     assert compiled == sent, "the compiled load is no longer the SQL the ORM sends"
     assert _fields(loaded[0]) == _fields(orm[0]) and _fields(orm[0])["related"]["container"]["related"]["account"]
     assert ("content" in loaded[0].__dict__) == content
-    assert _fields(_load(REF, for_update=False, content=content)) == _fields(orm[0])  # the services' own
+    assert _fields(load_resource(REF, for_update=False, content=content)) == _fields(orm[0])  # the services' own
     assert compiled_reads.load_one(("contract", content), blobs, REF.account, REF.container, "none", "") is None
 
 
@@ -432,7 +432,7 @@ def test_a_row_loaded_by_an_id_with_a_constant_in_its_query_is_the_orms(leased):
     """compiled_reads.load_one with an integer lookup value (a container's
     id) and a constant of the query's own (Put Blob's read of the row it
     replaces): the SQL and parameters ``.first()`` sends, the same row."""
-    from leases.services.blobs import _blob_for_write
+    from leases.services.blobs import blob_for_write
 
     def by_id(container_id, name):
         return Blob.objects.select_for_update().defer("content").filter(container_id=container_id, name=name,
@@ -447,5 +447,5 @@ def test_a_row_loaded_by_an_id_with_a_constant_in_its_query_is_the_orms(leased):
             compiled_reads.load_one("contract by id", by_id, container.pk, str(REF.blob))))
         assert compiled == sent, "the compiled load is no longer the SQL the ORM sends"
         assert _fields(loaded[0]) == _fields(orm[0]) and "content" not in loaded[0].__dict__
-        assert _fields(_blob_for_write(container, REF)) == _fields(orm[0])  # the service's own
+        assert _fields(blob_for_write(container, REF)) == _fields(orm[0])  # the service's own
         assert compiled_reads.load_one("contract by id", by_id, container.pk + 1000, str(REF.blob)) is None

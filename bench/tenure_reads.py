@@ -13,6 +13,7 @@ import argparse
 import os
 import random
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,49 +24,68 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 STEP = 60  # seconds between a blob's tenures; each held 30 s, renewed at 15 s
 
 
-def generate(cursor, *, tenures: int, blobs: int) -> None:
+def generate(path: Path, *, tenures: int, blobs: int) -> None:
     """``tenures`` tenures over ``blobs`` blobs, a round of one per blob every STEP seconds, and their
     three events each (acquire, renew, then the release, break or a second renewal of one left to
     expire), as the lease writes leave them: one in 50 broken, one in 10 expired (settled by the next
-    acquire), one in 1,000 changed its lease, the newest round held (infinite). The secondary indexes
-    are dropped and made again after the inserts (far faster than keeping them on the way)."""
-    cursor.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+    acquire), one in 1,000 changed its lease (and its change event), the newest round held (infinite),
+    each tenure what its events make of it (so verify's tenure check passes). Written on a connection
+    of its own, as a throwaway file is: no journal, no syncs, one transaction, the triggers and secondary
+    indexes dropped for the inserts and made again after (``migrate`` re-creates the triggers)."""
+    import sqlite3
+
+    db = sqlite3.connect(path, isolation_level=None)
+    for pragma in ("journal_mode = OFF", "synchronous = OFF", "locking_mode = EXCLUSIVE", "temp_store = MEMORY",
+                   "cache_size = -1000000"):
+        db.execute(f"PRAGMA {pragma}")
+    db.execute("BEGIN")
+    cursor = db.cursor()
+    cursor.execute("SELECT name, sql FROM sqlite_master WHERE type IN ('index', 'trigger') AND sql IS NOT NULL "
                    "AND tbl_name IN ('leases_leaseevent', 'leases_tenure')")
-    indexes = cursor.fetchall()
-    for name, _ in indexes:
-        cursor.execute(f'DROP INDEX "{name}"')
+    made = cursor.fetchall()
+    for name, sql in made:
+        cursor.execute(f'DROP {"TRIGGER" if sql.upper().startswith("CREATE TRIGGER") else "INDEX"} "{name}"')
     begin = f"strftime('%Y-%m-%d %H:%M:%S', '{START:%Y-%m-%d %H:%M:%S}', '+' || ((i / {blobs}) * {STEP} + {{o}}) || ' seconds')"
     blob = f"printf('workers/queue-%05d/lock', i % {blobs})"
     gen = f"WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < {tenures})"
     held = f"i >= {tenures - blobs}"
     end = f"CASE WHEN {held} THEN '' WHEN i % 50 = 0 THEN 'broken' WHEN i % 10 = 1 THEN 'expired' ELSE 'released' END"
-    cursor.execute(f"""{gen} INSERT INTO leases_tenure (resource_type, account, container, blob, generation,
+    steps = [f"""{gen} INSERT INTO leases_tenure (resource_type, account, container, blob, generation,
         lease_fingerprint, fingerprints, holder, holder_address, client_request_id, via, began_by, began_at,
-        deadline, breaking_since, ended_at, "end", ended_by, settled_by)
+        deadline, breaking_since, ended_at, "end", ended_by, settled_by, length_class)
         SELECT 'blob', 'devstoreaccount1', 'jobs', {blob}, i / {blobs} + 1, printf('%012x', i),
             printf('%012x', i) || CASE WHEN i % 1000 = 7 THEN printf(' %012x@', i + 281474976710656)
-                                        || {begin.format(o=20)} ELSE '' END,
-            printf('account:app%02d', i % 37), '10.1.2.3', lower(hex(randomblob(16))), 'azure', 'acquire',
+                || {begin.replace("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S+00:00").format(o=20)} ELSE '' END,
+            printf('account:app%02d', i % 37), '10.1.2.3', printf('req-%d', i), 'azure', 'acquire',
             {begin.format(o=0)}, CASE WHEN {held} THEN NULL ELSE {begin.format(o=45)} END,
             CASE WHEN i % 50 = 0 AND NOT {held} THEN {begin.format(o=30)} END,
             CASE WHEN {held} THEN NULL WHEN i % 10 = 1 THEN {begin.format(o=45)} ELSE {begin.format(o=30)} END,
             {end}, CASE WHEN {held} OR i % 10 = 1 THEN '' ELSE printf('account:app%02d', i % 37) END,
-            CASE WHEN {held} THEN '' WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'acquire' ELSE 'release' END
-        FROM n""")
+            CASE WHEN {held} THEN '' WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'acquire' ELSE 'release' END,
+            CASE WHEN {held} THEN NULL ELSE 3 END  -- held 30 or 45 s: at most 4**3
+        FROM n"""]
     third = "CASE WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'renew' ELSE 'release' END"
-    for action, offset, before, after in (("'acquire'", 0, "'available'", "'leased'"),
-                                          ("'renew'", 15, "'leased'", "'leased'"),
-                                          (third, 30, "'leased'", "CASE WHEN i % 10 = 1 THEN 'leased' "
-                                                                  "ELSE 'available' END")):
-        cursor.execute(f"""{gen} INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource_type, account,
-            container, blob, lease_fingerprint, duration, expires_at, state_before, state_after, generation,
+    found = f"CASE WHEN i >= {blobs} AND (i - {blobs}) % 10 = 1 THEN 'expired' ELSE 'available' END"
+    for action, offset, before, after, where in (
+            ("'acquire'", 0, found, "'leased'", ""), ("'renew'", 15, "'leased'", "'leased'", ""),
+            ("'change'", 20, "'leased'", "'leased'", " WHERE i % 1000 = 7"),  # the changed ones' change
+            (third, 30, "'leased'", "CASE WHEN i % 10 = 1 THEN 'leased' ELSE 'available' END", "")):
+        steps.append(f"""{gen} INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource_type, account,
+            container, blob, lease_fingerprint, proposed_lease_fingerprint, duration, expires_at, state_before, state_after, generation,
             status_code, error_code, actor, via, reason, request_id, client_request_id, remote_addr, user_agent)
             SELECT {begin.format(o=offset)}, {action}, 'success', 'blob', 'devstoreaccount1', 'jobs', {blob},
-                printf('%012x', i), 30, {begin.format(o=offset + 30)}, {before}, {after}, i / {blobs} + 1, 200,
+                printf('%012x', i), CASE WHEN {action} = 'change' THEN printf('%012x', i + 281474976710656) END, 30, {begin.format(o=offset + 30)}, {before}, {after}, i / {blobs} + 1, 200,
                 '', printf('account:app%02d', i % 37), 'azure', '', lower(hex(randomblob(16))),
-                lower(hex(randomblob(16))), '10.1.2.3', 'azsdk-python-storage-blob/12.24.0 Python/3.11.2' FROM n""")
-    for _, sql in indexes:
+                printf('req-%d', i), '10.1.2.3', 'azsdk-python-storage-blob/12.24.0 Python/3.11.2' FROM n{where}""")
+    steps += [sql for _, sql in made if not sql.upper().startswith("CREATE TRIGGER")]
+    began = time.monotonic()
+    for n, sql in enumerate(steps, 1):
         cursor.execute(sql)
+        print(f"  step {n}/{len(steps)} done at {time.monotonic() - began:.0f} s, load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+    db.execute("COMMIT")
+    db.execute("PRAGMA journal_mode = WAL")
+    db.close()
 
 
 def timed(fn, rounds: int) -> tuple[float, float]:
@@ -89,26 +109,24 @@ def main() -> None:
     reuse = database.exists()
     os.environ.update(LEASEHOLD_DATABASE=str(database), LEASEHOLD_VAR_DIR=workdir.name)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    tenures = args.events // 3
+    began = time.monotonic()
+    if not reuse:  # the schema in a process of its own, whose connections (and checkpointer) are gone after
+        subprocess.run([sys.executable, str(root / "manage.py"), "migrate", "--verbosity", "0"], check=True)
+        generate(database, tenures=tenures, blobs=args.blobs)
     import django
 
     django.setup()
     from django.core.management import call_command
-    from django.db import connection, transaction
+    from django.db import connection
 
     from leases.api.tenures import TenureFilter, TenureSerializer
     from leases.models import Tenure
     from leases.services.selectors import holder_at
 
-    call_command("migrate", verbosity=0)
-    tenures = args.events // 3
-    began = time.monotonic()
-    if not reuse:
-        with connection.cursor() as cursor:  # a throwaway file: no syncs
-            cursor.execute("PRAGMA synchronous = OFF")
-            cursor.execute("PRAGMA cache_size = -1000000")
-        with transaction.atomic(), connection.cursor() as cursor:
-            generate(cursor, tenures=tenures, blobs=args.blobs)
+    call_command("migrate", verbosity=0)  # the triggers again (and the schema of a kept file)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     span = (tenures // args.blobs) * STEP

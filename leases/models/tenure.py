@@ -7,7 +7,7 @@ settled tenure and to a tenure's fixed columns, and deletes but by retention (mi
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import models
 from django.db.models import F, Q
@@ -31,6 +31,26 @@ class TenureQuerySet(models.QuerySet):
     def _raw_delete(self, using):
         raise PermissionError("tenures are kept (only retention prunes settled ones)")
 
+    def bulk_create(self, objs, *args, **kwargs):
+        for obj in objs:  # as the lease writes set it when a tenure ends
+            if obj.length_class is None and obj.ended_at is not None:
+                obj.length_class = length_class(obj.ended_at - obj.began_at)
+        return super().bulk_create(objs, *args, **kwargs)
+
+
+# A settled tenure's length class k: it held its resource at most 4**k seconds (0 <= k < LONG_CLASS).
+# None: open (not ended yet), or held longer than 4**(LONG_CLASS - 1) s (8.5 years). "Held at T" is then
+# one index range per class (began in (T - 4**k, T]) and one over the open and long ones (decision 0040).
+LONG_CLASS = 15
+
+
+def class_bound(k: int) -> timedelta:
+    return timedelta(seconds=4 ** k)
+
+
+def length_class(length: timedelta) -> int | None:
+    return next((k for k in range(LONG_CLASS) if length <= class_bound(k)), None)
+
 
 def end_q(value: str, now: datetime) -> Q:
     """Tenures that ended so as known at ``now`` ("held": not ended), as ``Tenure.end_at`` says;
@@ -47,10 +67,19 @@ def end_q(value: str, now: datetime) -> Q:
 
 def held_at_q(when: datetime) -> Q:
     """Tenures holding their resource at ``when`` (``Tenure.held_at``): begun by then, and ended
-    after it, or not ended with a deadline after it or none."""
+    after it, or not ended with a deadline after it or none. Where they began is bounded by their
+    length class: a range of the index tenure_length_idx per class, and the open and long ones."""
     until = Q(ended_at__gt=when) | Q(ended_at__isnull=True, deadline__gt=when) | Q(
         ended_at__isnull=True, deadline__isnull=True)
-    return Q(began_at__lte=when) & until
+    ranges = [Q(length_class__isnull=True)]
+    for k in range(LONG_CLASS):
+        try:
+            ranges.append(Q(length_class=k, began_at__gt=when - class_bound(k)))
+        except OverflowError:  # T within 4**k s of the year 1: no lower bound
+            ranges.append(Q(length_class=k))
+    began = Q(*ranges, _connector=Q.OR) & Q(began_at__lte=when)  # one flat OR, not 16 nested
+    # As ids: the ranges then drive the query (ordered by id, the databases scanned the table instead).
+    return Q(id__in=Tenure.objects.filter(began & until).values("id"))
 
 
 def fingerprint_q(value: str) -> Q:
@@ -96,6 +125,8 @@ class Tenure(models.Model):
     end = models.CharField(max_length=16, blank=True, choices=End.choices)
     ended_by = models.CharField(max_length=200, blank=True)  # who released, broke or deleted
     settled_by = models.CharField(max_length=16, blank=True)  # the action whose write recorded the end
+    # Written with ended_at (leases/storage/tenure_rows.py): see LONG_CLASS. Never by a renewal.
+    length_class = models.PositiveSmallIntegerField(null=True, blank=True)
 
     objects = TenureQuerySet.as_manager()
 
@@ -111,6 +142,8 @@ class Tenure(models.Model):
             models.Index(fields=["end"], name="tenure_end_idx"),
             models.Index(fields=["generation"], name="tenure_generation_idx"),
             models.Index(fields=["id"], condition=~Q(fingerprints=F("lease_fingerprint")), name="tenure_changed_idx"),
+            # "Held at T" (migration 0020): a range of began_at per length class.
+            models.Index(fields=["length_class", "began_at"], name="tenure_length_idx"),
         ]
 
     def __str__(self) -> str:

@@ -1,7 +1,7 @@
 """Verifying the ledger: every retained event's hash recomputed from its content, every block's chains
 recomputed from its events (and, where retention removed some, from its prune records), every
-block's hash recomputed and chained to the one before, and each digest an auditor kept held to the
-block it names. The first thing that does not match is named; nothing is written but the record of
+block's hash recomputed and chained to the one before, every tenure held to the events that made it
+(ledger_tenures.py), and each digest an auditor kept held to the block it names. The first thing that does not match is named; nothing is written but the record of
 the run (``record``)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from django.db import connection
 
 from leases.domain import clock, ledger
 from leases.models import LedgerBlock, LedgerCheck, LedgerPrune
+from leases.operations import ledger_tenures
 from leases.storage.ledger_rows import TABLE, columns
 
 CHUNK = 50_000
@@ -24,8 +25,7 @@ class DigestError(Exception):
     """A digest that cannot be checked against this database (exit 2)."""
 
 
-class Mismatch(Exception):
-    """The first thing that does not match (exit 1)."""
+Mismatch = ledger_tenures.Mismatch  # the first thing that does not match (exit 1)
 
 
 @dataclass
@@ -35,6 +35,8 @@ class Report:
     events: int = 0
     unsealed: int = 0
     digests: int = 0
+    tenures: int = 0
+    tenures_unproven: int = 0  # older than the oldest event kept of their begin's kind
     through_block: int | None = None
     problem: str = ""
     notes: list[str] = field(default_factory=list)
@@ -97,6 +99,7 @@ def verify(digests: list[dict] | None = None) -> Report:
     report = Report(started_at=clock.now())
     try:
         _walk(report)
+        ledger_tenures.check(report)  # the events proved, the tenures are held to them
         for digest in digests or ():
             stored = LedgerBlock.objects.filter(position=digest["block"]).values_list("block_hash", flat=True).first()
             if stored != digest["hash"]:

@@ -1,10 +1,12 @@
 """The SQL of tenures (leases.models.Tenure) on the lease hot path: a new tenure's INSERT, and the
 UPDATE of a resource's open tenure (its newest, if not ended), compiled once per connection and per
 set of columns, run on the lease transaction's driver cursor, as statements.py does for the lease row
-and its history event."""
+and its history event. The UPDATE that ends a tenure also sets its length class (Tenure.length_class)
+from the row's began_at, by comparisons with times passed in, the same on every engine."""
 
 from __future__ import annotations
 
+from leases.models.tenure import LONG_CLASS, class_bound
 from leases.storage import statements
 
 APPEND = "+"  # a column name ending so is appended to (``fingerprints``), not replaced
@@ -27,6 +29,10 @@ class TenureRows:
             column = name.rstrip(APPEND)
             fields.append(self.model._meta.get_field(column))
             sets.append(f"{q(column)} = {q(column)} || %s" if name.endswith(APPEND) else f"{q(column)} = %s")
+        if "ended_at" in columns:  # k when began_at >= ended_at - 4**k s; else None (long)
+            ladder = " ".join(f"WHEN {q('began_at')} >= %s THEN {k}" for k in range(LONG_CLASS))
+            sets.append(f"{q('length_class')} = CASE {ladder} ELSE NULL END")
+            fields += [self.model._meta.get_field("began_at")] * LONG_CLASS
         newest = (f"SELECT {q('id')} FROM {table} WHERE {q('blob')} = %s AND {q('container')} = %s "
                   f"AND {q('account')} = %s ORDER BY {q('began_at')} DESC, {q('id')} DESC LIMIT 1")
         sql = (f"UPDATE {table} SET {', '.join(sets)} WHERE {q('id')} = ({newest}) "
@@ -40,6 +46,9 @@ class TenureRows:
         names = tuple(columns)
         sql, preparers = statements.compiled(conn, ("tenure-update", self.model, names),
                                              lambda c: self._compile_update(names, c))
-        values = statements.prepared_values(preparers, list(columns.values()), conn)
+        values = list(columns.values())
+        if "ended_at" in columns:
+            values += [columns["ended_at"] - class_bound(k) for k in range(LONG_CLASS)]
+        values = statements.prepared_values(preparers, values, conn)
         cursor.execute(sql, [*values, blob, container, account, generation])
         return cursor.rowcount

@@ -1,9 +1,9 @@
 """The tenure filters that scanned the table (issue 49: 0.3-0.5 s at 1,000,000 events) are answered
 from an index (migration 0017): by fingerprint (first or after a change), end=held and generation.
 On a table of released tenures with a few held, broken and changed ones, as a busy history has, each
-filter's SQL, as the API builds it, is planned without a full scan of the table (SQLite, after
-ANALYZE; PostgreSQL with sequential scans priced out, so the plan shows whether an index can serve
-it), and the API answers the right tenures."""
+filter's SQL, as the API builds it, is planned without a full scan of the table (SQLite, after ANALYZE;
+PostgreSQL with sequential scans priced out, so the plan shows whether an index can serve it), and the
+API answers the right tenures. held_at too, by its length-class ranges (migration 0020)."""
 
 from __future__ import annotations
 
@@ -63,7 +63,8 @@ def _scans(plan: str) -> bool:
     {"lease_fingerprint": f"{42:012x}"},
     {"end": "held"},
     {"generation": "7"},
-], ids=["fingerprint-after-change", "fingerprint-first", "end-held", "generation"])
+    {"held_at": (START + timedelta(seconds=1500)).isoformat()},
+], ids=["fingerprint-after-change", "fingerprint-first", "end-held", "generation", "held-at"])
 def test_slow_tenure_filters_use_an_index(many, query):
     plan = _plan(query)
     assert not _scans(plan), plan
@@ -74,7 +75,8 @@ def test_slow_tenure_filters_use_an_index(many, query):
     ({"lease_fingerprint": f"{1007:012x}"}, [1007]),
     ({"end": "held"}, [TENURES - 1, TENURES - 2, TENURES - 3]),
     ({"end": "broken"}, [2500, 2000, 1500, 1000, 500, 0]),
-], ids=["after-change", "first", "held", "broken"])
+    ({"held_at": (START + timedelta(seconds=1500)).isoformat()}, list(range(1500, 1480, -1))),
+], ids=["after-change", "first", "held", "broken", "held-at"])
 def test_indexed_filters_find_the_right_tenures(api, many, query, expected):
     found = api.get("/api/v1/tenures/", query)
     assert found.status_code == 200, found.content

@@ -84,7 +84,8 @@ class Command(BaseCommand):
         report = ledger_verify.verify(digests)
         ledger_verify.record(report)
         summary = (f"{report.blocks} blocks, {report.events} sealed events and {report.unsealed} not yet sealed "
-                   f"recomputed; {report.digests} digests held to their blocks")
+                   f"recomputed; {report.tenures} tenures held to their events ({report.tenures_unproven} older "
+                   f"than the events kept); {report.digests} digests held to their blocks")
         if not report.ok:
             raise CommandError(f"verify failed: {report.problem} ({summary} before it)", returncode=1)
         self.stdout.write(f"The ledger verifies: {summary}.")

@@ -2,11 +2,12 @@
 UPDATE of a resource's open tenure (its newest, if not ended), compiled once per connection and per
 set of columns, run on the lease transaction's driver cursor, as statements.py does for the lease row
 and its history event. The UPDATE that ends a tenure also sets its length class (Tenure.length_class)
-from the row's began_at, by comparisons with times passed in, the same on every engine."""
+from the row's began_at and the end passed in, as migration 0020 classed the tenures before it: with a
+millisecond's margin (a class one too high is still right), the length computed by the engine."""
 
 from __future__ import annotations
 
-from leases.models.tenure import LONG_CLASS, class_bound
+from leases.models.tenure import LONG_CLASS
 from leases.storage import statements
 
 APPEND = "+"  # a column name ending so is appended to (``fingerprints``), not replaced
@@ -29,10 +30,11 @@ class TenureRows:
             column = name.rstrip(APPEND)
             fields.append(self.model._meta.get_field(column))
             sets.append(f"{q(column)} = {q(column)} || %s" if name.endswith(APPEND) else f"{q(column)} = %s")
-        if "ended_at" in columns:  # k when began_at >= ended_at - 4**k s; else None (long)
-            ladder = " ".join(f"WHEN {q('began_at')} >= %s THEN {k}" for k in range(LONG_CLASS))
+        if "ended_at" in columns:  # k when held at most 4**k s (less a millisecond); else None (long)
+            seconds = (f"(julianday(%s) - julianday({q('began_at')})) * 86400.0" if conn.vendor == "sqlite"
+                       else f"EXTRACT(EPOCH FROM (%s - {q('began_at')}))")
+            ladder = " ".join(f"WHEN {seconds} <= {4 ** k - 0.001} THEN {k}" for k in range(LONG_CLASS))
             sets.append(f"{q('length_class')} = CASE {ladder} ELSE NULL END")
-            fields += [self.model._meta.get_field("began_at")] * LONG_CLASS
         newest = (f"SELECT {q('id')} FROM {table} WHERE {q('blob')} = %s AND {q('container')} = %s "
                   f"AND {q('account')} = %s ORDER BY {q('began_at')} DESC, {q('id')} DESC LIMIT 1")
         sql = (f"UPDATE {table} SET {', '.join(sets)} WHERE {q('id')} = ({newest}) "
@@ -46,9 +48,8 @@ class TenureRows:
         names = tuple(columns)
         sql, preparers = statements.compiled(conn, ("tenure-update", self.model, names),
                                              lambda c: self._compile_update(names, c))
-        values = list(columns.values())
-        if "ended_at" in columns:
-            values += [columns["ended_at"] - class_bound(k) for k in range(LONG_CLASS)]
-        values = statements.prepared_values(preparers, values, conn)
+        values = statements.prepared_values(preparers, list(columns.values()), conn)
+        if "ended_at" in columns:  # the end again, once for each class's comparison
+            values += [values[names.index("ended_at")]] * LONG_CLASS
         cursor.execute(sql, [*values, blob, container, account, generation])
         return cursor.rowcount

@@ -28,7 +28,7 @@ MIGRATION = importlib.import_module("leases.migrations.0020_tenure_length_class"
 
 
 def _lengths(rng: random.Random) -> timedelta | None:
-    """A length at a class's bound or a microsecond either side, a random one, or None (open)."""
+    """A length at a class's bound, a microsecond either side or 2 ms short, a random one, or None (open)."""
     pick = rng.random()
     if pick < 0.1:
         return None
@@ -36,7 +36,8 @@ def _lengths(rng: random.Random) -> timedelta | None:
         return timedelta(seconds=rng.uniform(0, 4 ** 6))
     if pick < 0.25:
         return class_bound(LONG_CLASS - 1) + US * rng.choice((1, 10 ** 6))  # longer than every class
-    return class_bound(rng.randrange(LONG_CLASS)) + US * rng.choice((-1, 0, 1))
+    # 2 ms short: within the class below (the write path classes with a millisecond's margin)
+    return class_bound(rng.randrange(LONG_CLASS)) + US * rng.choice((-2000, -1, 0, 1))
 
 
 def _write(rng: random.Random, resources: int, per: int) -> list[datetime]:
@@ -48,7 +49,7 @@ def _write(rng: random.Random, resources: int, per: int) -> list[datetime]:
         for r in range(resources):
             when = START + timedelta(seconds=rng.randrange(4 ** 7))
             for generation in range(1, per + 1):
-                length = _lengths(rng)
+                length = timedelta(milliseconds=500) if r == 0 and generation == 1 else _lengths(rng)  # class 0
                 infinite = length is None and rng.random() < 0.5
                 ROWS.insert(conn, cursor, resource_type="blob", account="acct", container="c", blob=f"b{r}",
                             generation=generation, lease_fingerprint="f", fingerprints="f", holder="h",

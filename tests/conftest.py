@@ -72,9 +72,17 @@ def _flush_as_the_tests_need_it():
       is sent (our one receiver puts back the history's triggers, which a
       flush does not drop);
     * on PostgreSQL the tables are emptied with DELETE, not TRUNCATE, which
-      makes new files for every table and slows the whole PostgreSQL pass."""
+      makes new files for every table and slows the whole PostgreSQL pass;
+    * the flush's statements are run without the flush command around them,
+      and made once for each set of tables the database holds: the command
+      builds its parser, imports every app's management package and goes
+      through every model after each test, more CPU than the statements
+      themselves (docs/decisions/0046)."""
+    from django.core.management.color import no_style
     from django.core.management.commands import flush
+    from django.core.management.sql import sql_flush as flush_statements
     from django.db import connections
+    from django.test import TransactionTestCase
 
     from leases.models import HistoryHorizon, LeaseEvent, Tenure
 
@@ -106,7 +114,21 @@ def _flush_as_the_tests_need_it():
 
         ops.sql_flush = sql_flush
     emit, flush.emit_post_migrate_signal = flush.emit_post_migrate_signal, lambda *args, **kwargs: None
+
+    statements: dict = {}  # the flush's, per database and the tables it holds
+
+    def fixture_teardown(self):  # what Django's runs, call_command("flush", ...), less the command
+        cascade = self.available_apps is not None
+        for alias in self._databases_names(include_mirrors=False):
+            conn = connections[alias]
+            key = (alias, cascade, tuple(conn.introspection.table_names()))
+            if key not in statements:
+                statements[key] = flush_statements(no_style(), conn, reset_sequences=False, allow_cascade=cascade)
+            conn.ops.execute_sql_flush(statements[key])
+
+    teardown, TransactionTestCase._fixture_teardown = TransactionTestCase._fixture_teardown, fixture_teardown
     yield
+    TransactionTestCase._fixture_teardown = teardown
     flush.emit_post_migrate_signal = emit
     for ops, original in patched.items():
         ops.sql_flush = original

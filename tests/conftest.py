@@ -31,6 +31,7 @@ on PostgreSQL.
 from __future__ import annotations
 
 import faulthandler
+import gc
 import itertools
 import os
 import queue
@@ -78,9 +79,17 @@ def _flush_as_the_tests_need_it():
       flush does not drop);
     * on PostgreSQL the tables are emptied with DELETE, not TRUNCATE, which
       makes new files for every table and slows the whole PostgreSQL pass,
-      and in one round trip (the statements joined), not one per table."""
+      and in one round trip (the statements joined), not one per table;
+    * the flush's statements are run without the flush command around them,
+      and made once for each set of tables the database holds: the command
+      builds its parser, imports every app's management package and goes
+      through every model after each test, more CPU than the statements
+      themselves (docs/decisions/0046)."""
+    from django.core.management.color import no_style
     from django.core.management.commands import flush
+    from django.core.management.sql import sql_flush as flush_statements
     from django.db import connections
+    from django.test import TransactionTestCase
 
     from leases.models import HistoryHorizon, LeaseEvent, Tenure
 
@@ -112,7 +121,21 @@ def _flush_as_the_tests_need_it():
 
         ops.sql_flush = sql_flush
     emit, flush.emit_post_migrate_signal = flush.emit_post_migrate_signal, lambda *args, **kwargs: None
+
+    statements: dict = {}  # the flush's, per database and the tables it holds
+
+    def fixture_teardown(self):  # what Django's runs, call_command("flush", ...), less the command
+        cascade = self.available_apps is not None
+        for alias in self._databases_names(include_mirrors=False):
+            conn = connections[alias]
+            key = (alias, cascade, tuple(conn.introspection.table_names()))
+            if key not in statements:
+                statements[key] = flush_statements(no_style(), conn, reset_sequences=False, allow_cascade=cascade)
+            conn.ops.execute_sql_flush(statements[key])
+
+    teardown, TransactionTestCase._fixture_teardown = TransactionTestCase._fixture_teardown, fixture_teardown
     yield
+    TransactionTestCase._fixture_teardown = teardown
     flush.emit_post_migrate_signal = emit
     for ops, original in patched.items():
         ops.sql_flush = original
@@ -416,6 +439,7 @@ def pytest_configure(config):
                             "these, make test leaves them out")
     config.addinivalue_line("markers", "ha: PostgreSQL failover under Patroni and etcd (tests/patroni_cluster.py); "
                             "make test-ha runs these, make test leaves them out")
+    gc.disable()  # until the suite is collected: pytest_collection below
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:
         if getattr(config.option, "numprocesses", None):  # the controller of an xdist run
@@ -423,6 +447,22 @@ def pytest_configure(config):
     elif os.environ.get(RUN_DIR):
         _crash_log = open(os.path.join(os.environ[RUN_DIR], f"{worker}.log"), "w", buffering=1)
         faulthandler.enable(file=_crash_log, all_threads=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session):
+    """The collector's garbage collection: none while the suite is imported and
+    collected (its cyclic collections scanned the growing heap again and again,
+    about a third of a test process's collection), then one, and what is left,
+    the modules, their items and Django's set-up, frozen out of every later one
+    (gc.freeze: never scanned again, never freed). Collection is otherwise
+    unchanged, and so is every test's: the collector runs as usual from here."""
+    try:
+        return (yield)
+    finally:
+        gc.collect()
+        gc.freeze()
+        gc.enable()
 
 
 def pytest_runtest_logstart(nodeid, location):

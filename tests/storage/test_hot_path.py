@@ -94,8 +94,9 @@ def test_acquire_renew_release_are_one_read_one_write_one_event(blob, statements
     # a renew moves the deadline only: the state, lease id and break indexes are not rewritten;
     # the tenure's deadline moves with it (no index of the tenures has it)
     assert renew == _transaction("UPDATE lease_expires_at", tenure=("UPDATE deadline",))
+    # a release ends the tenure, and classes its length (migration 0020)
     assert release == _transaction("UPDATE lease_duration,lease_expires_at,lease_id,lease_state",
-                                   tenure=("UPDATE end,ended_at,ended_by,settled_by",))
+                                   tenure=("UPDATE end,ended_at,ended_by,length_class,settled_by",))
     row = Blob.objects.get(name=blob.blob)
     assert (row.lease_state, row.lease_id, row.lease_expires_at, row.lease_generation) == ("available", None, None, 1)
     assert list(LeaseEvent.objects.order_by("id").values_list("action", "outcome")) == [

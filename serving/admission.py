@@ -25,7 +25,8 @@ from typing import NamedTuple
 from django import db
 
 from serving import answers
-from serving.doors import Door, door_of
+from leases.domain.paths import door_of
+from serving.doors import Door
 from leases.auth import principals
 from leases.operations import metrics
 from leases.domain.refusals import Refusal

@@ -22,7 +22,7 @@ from django.http.response import HttpResponseBase
 from serving import answers, bodies, front, long_reads
 from serving.environ import wsgi_environ as _environ
 from serving.admission import Admission
-from serving.doors import Database, Door, door_of
+from serving.doors import Database, Door
 from serving.lanes import PRINCIPAL, FairGate, Lane, OnePerRow, row_of
 from serving.waiting import Waiters, serve_waiting
 from leases.operations import clockwatch, ledger, retention
@@ -144,7 +144,7 @@ class LeaseholdASGI:
         except bodies.BodyRefused as refused:
             front.refused_at_front(refused.status, refused.reason.decode())
             if refused.status == 413:  # in its door's shape: SDKs read the code
-                status, headers, content = answers.refused(self.doors[door_of(scope["path"])],
+                status, headers, content = answers.refused(self.doors[paths.door_of(scope["path"])],
                                                            Refusal(413, "RequestBodyTooLarge"), None, close=True)
                 await send({"type": "http.response.start", "status": status, "headers": headers})
                 await send({"type": "http.response.body", "body": content})
@@ -171,7 +171,7 @@ class LeaseholdASGI:
         taken = self.lean(scope, environ, body) if lane is self.lanes["lease"] else None
         # A request a lean path took that asks no wait (its takes_waits) is not looked at again.
         if lane is self.lanes["lease"] and isinstance(body, bytes) and (taken is None or taken[0].takes_waits) \
-                and self.doors[door_of(scope["path"])].asks_wait(environ, body):
+                and self.doors[paths.door_of(scope["path"])].asks_wait(environ, body):
             await serve_waiting(self, scope, receive, send, body, length, environ, taken, lane)
             return
         if taken is not None and self.batching:
@@ -188,7 +188,7 @@ class LeaseholdASGI:
     def lean(self, scope, environ, body) -> tuple[Door, Any] | None:
         """The lean path of the request's door and what it takes of the
         request (its ``takes``), or None."""
-        path = self.lean_paths.get(door_of(scope["path"]))
+        path = self.lean_paths.get(paths.door_of(scope["path"]))
         if path is None:
             return None
         names = path.takes(environ, body)
@@ -269,7 +269,7 @@ class LeaseholdASGI:
 
     def body_cap(self, scope, lane: str | None = None) -> int:
         path = scope["path"]
-        if (lane or self.lane_name(scope)) == "lease" or (door_of(path) == "api" and not path.startswith(API_BLOBS)):
+        if (lane or self.lane_name(scope)) == "lease" or (paths.door_of(path) == "api" and not path.startswith(API_BLOBS)):
             return self.small_body
         if scope["method"] == "PUT" and paths.AZURE_PATH.match(path):
             # An XML body is parsed whole before anything is done with it:

@@ -12,18 +12,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from leases.domain import paths
 from leases.domain.refusals import Refusal
-
-API_SITE = "/" + paths.API_PREFIX.partition("/")[0] + "/"  # every path of the JSON API's door
-
-
-def door_of(path: str) -> str:
-    """The door a request is for, by its path (or its URL, query and all): ``"api"`` under the JSON
-    API's prefix, else ``"azure"``. The one rule, for a lease request's lean path and credentials and
-    for a request refused before routing (the front's limits, a body too large): the door whose shape
-    its answer takes."""
-    return "api" if path.startswith(API_SITE) else "azure"
 
 
 class Door(Protocol):

@@ -22,7 +22,8 @@ from leases import conf
 from leases.domain.refusals import Refusal
 from leases.operations.logformat import LeaseIdsOut
 from leases.operations.metrics import count_front_refusal
-from serving.doors import Door, door_of
+from leases.domain.paths import door_of
+from serving.doors import Door
 from serving.uvicorn_internals import HttpToolsProtocol
 
 RAW_HEADERS = "leasehold.raw_headers"

@@ -15,24 +15,21 @@ import socket
 import threading
 import time
 
-from django.conf import settings
-from django.db import connection
 
-from serving import long_reads
-from serving.lanes import PRINCIPAL
-from serving.environ import wsgi_environ
-from leases.domain import clock, waiting
-from leases.services import wakeups
 from leases import conf
 from leases.auth.sharedkey import VERIFIED
+from leases.domain import clock, waiting
 from leases.operations.metrics import WAITING
+from leases.services import wakeups
+from serving import long_reads
+from serving.environ import wsgi_environ
+from serving.lanes import PRINCIPAL
 
 log = logging.getLogger("leasehold.waiting")
 
 RECENT = 4096  # signals remembered for waiters between attempts
 TIMER_MARGIN = 0.002  # seconds after a deadline before trying (the deadline itself still blocks)
-LISTEN_LINGER = 30.0  # PostgreSQL: seconds a worker keeps listening after its last waiter left
-LISTEN_CHECK = 5.0  # PostgreSQL: how often a listening worker looks whether it still has waiters
+LISTEN_LINGER = 30.0  # seconds a worker keeps listening to the database after its last waiter left
 
 
 class _Queue:
@@ -62,7 +59,7 @@ class Waiters:
         self.seq = 0  # signals received
         self.recent: collections.deque = collections.deque(maxlen=RECENT)  # (seq, key)
         self.listening: asyncio.Task | None = None
-        self.on_postgres = False  # listens for releases only while it holds waiters (_listen_postgres)
+        self.on_database = False  # listens for releases only while it holds waiters (_listen_database)
         self.last_waiter = 0.0  # monotonic time a waiter last waited or left
         self.sock: socket.socket | None = None
         self.marker: str | None = None
@@ -128,8 +125,8 @@ class Waiters:
             queue.waits.append(wait)
             wait.queued = wait.key
         self.last_waiter = time.monotonic()
-        if self.on_postgres and self.listening is None:
-            self.listening = loop.create_task(self._listen_postgres())
+        if self.on_database and self.listening is None:
+            self.listening = loop.create_task(self._listen_database())
         self._set_timer(loop, queue, wait.ends_at)  # the latest word on when the blocking state ends
         if self._signalled_since(wait.key, wait.seq):
             return "woken"
@@ -178,8 +175,8 @@ class Waiters:
         folder = wakeups.marker_dir()
         if folder is not None:
             self._listen_datagrams(folder)
-        elif connection.vendor == "postgresql":  # no connection opened: listened for while waiters wait
-            self.on_postgres = True
+        elif wakeups.through_database():  # listened for while waiters wait
+            self.on_database = True
 
     def close(self) -> None:
         if self.listening is not None:
@@ -222,31 +219,17 @@ class Waiters:
     def _wants_signals(self) -> bool:
         return bool(self.queues) or time.monotonic() - self.last_waiter < LISTEN_LINGER
 
-    async def _listen_postgres(self) -> None:
-        """LISTEN for releases on any instance while this worker holds waiters
-        (and LISTEN_LINGER after the last left). PostgreSQL sends each NOTIFY
-        to every listening session and each one wakes its worker, so a fleet
-        whose workers all listened would pay for every release once per
-        worker; idle workers do not listen. A release before the LISTEN took
-        effect is covered by wake_all: each waiter tries once more."""
-        import psycopg
-
-        conninfo, params = wakeups.listener(settings.DATABASES["default"])
-        while self._wants_signals():
-            try:
-                # to whichever host answers as primary (NOTIFY is sent there), keepalives bounding a hung one
-                conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **params)
-                async with conn:
-                    await conn.execute(f"LISTEN {wakeups.CHANNEL}")
-                    self.wake_all()  # whatever was released while nobody listened
-                    while self._wants_signals():
-                        async for note in conn.notifies(timeout=LISTEN_CHECK):
-                            self.signal(note.payload)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001  (the database restarting: listen again)
-                log.warning("waiting acquires: listening for releases failed, again in 1 s: %s", exc)
-                await asyncio.sleep(1)
+    async def _listen_database(self) -> None:
+        """Releases on any instance, heard while this worker holds waiters (and
+        LISTEN_LINGER after the last left): idle workers do not listen, so a
+        fleet does not pay for every release once per worker. Whatever was
+        released while nobody listened is covered by wake_all: each waiter
+        tries once more."""
+        async for key in wakeups.released(self._wants_signals):
+            if key is None:
+                self.wake_all()
+            else:
+                self.signal(key)
         self.listening = None  # no await since the last look: a new waiter starts listening again
 
 

@@ -883,6 +883,39 @@ def test_routing_spelled_twice_is_found(tmp_path):
                                                "leases/azure/handler.py:2: '{3,24}'"]
 
 
+# ------------------------------------------------------------------ which engine: one test
+
+ENGINE_TEST = "engines/postgres/__init__.py"  # postgres.in_use(): Leasehold's one test of "is it PostgreSQL"
+
+
+def engine_tested_elsewhere(root: Path = REPO) -> list[str]:
+    """(path:line) of every comparison with a connection's ``vendor`` in the
+    running code, outside ``postgres.in_use()``; migrations, frozen as they
+    were written, keep theirs."""
+    found = []
+    for path in source_files(root, "leases", "engines", "serving", "config"):
+        where = rel(path, root)
+        if where == ENGINE_TEST or where.startswith("leases/migrations/"):
+            continue
+        found += [f"{where}:{node.lineno}" for node in ast.walk(parsed(path)) if isinstance(node, ast.Compare)
+                  and any(isinstance(side, ast.Attribute) and side.attr == "vendor"
+                          for side in (node.left, *node.comparators))]
+    return found
+
+
+def test_is_it_postgresql_is_asked_one_way():
+    found = engine_tested_elsewhere()
+    assert not found, f"ask engines.postgres.in_use(connection), not connection.vendor:\n" + "\n".join(
+        f"  {hit}" for hit in found)
+
+
+def test_a_vendor_comparison_is_found(tmp_path):
+    root = source_tree(tmp_path, {"leases/admin/queries.py": 'def f(c):\n    return c.vendor == "sqlite"\n',
+                                  "leases/migrations/0001_x.py": 'def f(c):\n    return c.vendor == "sqlite"\n',
+                                  ENGINE_TEST: 'def in_use(c):\n    return c.vendor == "postgresql"\n'})
+    assert engine_tested_elsewhere(root) == ["leases/admin/queries.py:2"]
+
+
 # ------------------------------------------------------------------ the diagram in docs/development/architecture.md
 
 DIAGRAM_DOC = REPO / "docs" / "development" / "architecture.md"

@@ -32,7 +32,7 @@ class AdminHostsMiddleware:
 
 
 def refusal(path: str) -> HttpResponse:
-    if path.startswith(f"/{paths.API_PREFIX}") or path in ("/api", "/api/"):
+    if paths.door_of(path) == "api" or path == "/api":
         # The JSON API's error object (leases/api/exceptions.py), compact as its renderer writes it.
         response: HttpResponse = JsonResponse(
             {"code": "ResourceNotFound", "message": MESSAGES["ResourceNotFound"], "request_id": guids.request_id(),

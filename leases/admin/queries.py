@@ -26,6 +26,7 @@ from django.db.utils import OperationalError
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
+from engines import postgres
 from leases.admin.writer_busy import write_wait
 
 SEARCH_WORDS = 20  # more words is a 400: a list of rows matching only some of them would mislead
@@ -60,7 +61,7 @@ def bounded_reads(seconds: float | None = None, *, request=None):
     request's client has gone or the server is stopping (what the server
     puts in ``leasehold.abandoned``). Nothing to do on PostgreSQL: the
     server's statement_timeout bounds each statement there."""
-    if connection.vendor != "sqlite":
+    if postgres.in_use():
         yield
         return
     deadline = time.monotonic() + (read_seconds() if seconds is None else seconds)

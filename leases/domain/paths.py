@@ -14,6 +14,8 @@ CONTAINER = r"\$root|\$logs|\$web|[a-z0-9](?:-?[a-z0-9])*"  # what a container n
 SITE_SEGMENTS = ("admin", "api", "static", "health", "metrics")  # first segments of the site's own pages
 SITE_FILES = ("favicon.ico",)
 API_PREFIX = "api/v1/"  # the JSON API, under the site's "api"
+API_SITE = "/" + API_PREFIX.partition("/")[0] + "/"  # every path of the JSON API's door
+ADMIN_SITE = "/admin/"
 # The admin's side: with LEASEHOLD_ADMIN_HOSTS, served on those hosts alone, and the Azure door never there.
 ADMIN_SEGMENTS = frozenset(("admin", "api", "static", "favicon.ico"))
 
@@ -73,6 +75,19 @@ def is_lease_request(path: str, query: str) -> bool:
     if path.startswith(API_LEASES):
         return True
     return AZURE_PATH.match(path) is not None and query_value(query, "comp") == "lease"
+
+
+def door_of(path: str) -> str:
+    """The door a request is for, by its path (or its URL, query and all): ``"api"`` under the JSON
+    API's site, else ``"azure"``. The one rule, for a lease request's lean path and credentials, for
+    a request refused before routing (the front's limits, a body too large): the door whose shape
+    its answer takes."""
+    return "api" if path.startswith(API_SITE) else "azure"
+
+
+def site_of(path: str) -> str:
+    """``door_of``, with the admin's pages named apart: where /metrics counts an answer."""
+    return "admin" if path.startswith(ADMIN_SITE) else door_of(path)
 
 
 def admin_side(path: str) -> bool:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 
+from engines import postgres
+
 TRIGGERS = {
     "sqlite": ("leases_leaseevent_no_update", "leases_leaseevent_no_delete", "leases_leaseevent_no_replace",
                "leases_historyhorizon_forwards", "leases_historyhorizon_forwards_insert"),
@@ -25,12 +27,10 @@ TENURE_TABLE = "leases_tenure"
 
 
 def present(conn, cursor) -> set[str]:
-    if conn.vendor == "sqlite":
-        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
-    elif conn.vendor == "postgresql":
+    if postgres.in_use(conn):
         cursor.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal")
     else:
-        return set()
+        cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")
     return {row[0] for row in cursor.fetchall()}
 
 

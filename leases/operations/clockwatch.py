@@ -18,10 +18,9 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.db.models import F, Q
 
 from engines import postgres
-
 from leases.domain import clock
-from leases.operations import faults, metrics
 from leases.models import LeaseClock
+from leases.operations import faults, metrics
 from leases.storage import dbclock
 
 log = logging.getLogger("leasehold.clock")
@@ -120,7 +119,7 @@ class Watcher(threading.Thread):
         if self.down is None:
             self.down = fault.detail if fault else str(exc)
             self.down_since = time.monotonic()
-            if connection.vendor == "postgresql":
+            if postgres.in_use(connection):
                 postgres.drop_all(f"the database's clock could not be read ({self.down})")
         log.debug("clock: no reading: %s", exc)
 
@@ -128,7 +127,7 @@ class Watcher(threading.Thread):
         if self.down is None:
             return
         where = ""
-        if connection.vendor == "postgresql" and connection.connection is not None:
+        if postgres.in_use(connection) and connection.connection is not None:
             where = f" (primary {connection.connection.info.host}:{connection.connection.info.port})"
         took = time.monotonic() - self.down_since
         metrics.DB_OUTAGES.observe(took)

@@ -17,6 +17,8 @@ import time
 
 from django.db import DatabaseError, connections
 
+from engines import postgres
+
 log = logging.getLogger("leasehold.duties")
 
 # The advisory lock's key: any bigint the database's other users do not take;
@@ -57,7 +59,7 @@ class DutyLock:
 
     def _try(self) -> bool:
         conn = connections[self.using]
-        if conn.vendor == "postgresql":
+        if postgres.in_use(conn):
             with conn.cursor() as cursor:
                 cursor.execute("SELECT pg_try_advisory_lock(%s)", [self.key])
                 self._pg = bool(cursor.fetchone()[0])

@@ -16,6 +16,9 @@ import time
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
 
+from engines import postgres
+from leases.domain import paths
+
 # Label values come from fixed sets, never from the request: a bogus action
 # name must not create a new time series.
 ACTIONS = frozenset({"acquire", "renew", "change", "release", "break"})
@@ -138,8 +141,7 @@ def observe_fsync(seconds: float) -> None:
 
 def count_unavailable(path: str) -> None:
     """One 503 answered on ``path``, by door."""
-    UNAVAILABLE.labels("api" if path.startswith("/api/") else "admin" if path.startswith("/admin/")
-                       else "azure").inc()
+    UNAVAILABLE.labels(paths.site_of(path)).inc()
 
 
 def count_bearer_refusal(door: str, reason: str) -> None:
@@ -194,7 +196,7 @@ class DatabaseCollector:
         oldest_g.add_metric([], oldest.timestamp() if oldest else 0)
         yield oldest_g
         yield from _clock_steps()
-        if connection.vendor == "sqlite":
+        if not postgres.in_use(connection):
             with connection.cursor() as cur:
                 cur.execute("PRAGMA page_count")
                 pages = cur.fetchone()[0]

@@ -18,11 +18,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import connection, transaction
 
-from leases.storage import blob_content
-from leases.domain import clock
-from leases.operations import duties, ledger, ledger_prune, metrics
+from engines import postgres
 from leases import conf
+from leases.domain import clock
 from leases.models import HistoryHorizon, LeaseEvent
+from leases.operations import duties, ledger, ledger_prune, metrics
+from leases.storage import blob_content
 
 log = logging.getLogger("leasehold.retention")
 
@@ -127,7 +128,7 @@ def prune(policy: Policy, *, now: datetime | None = None, pace: bool = True,
     if policy.prunes:
         ledger.seal()  # what has settled, so that it may be pruned: only sealed events are
     most = policy.most_rows(connection.vendor)
-    target = HOLD_TARGET if connection.vendor == "sqlite" else PG_HOLD_TARGET
+    target = PG_HOLD_TARGET if postgres.in_use(connection) else HOLD_TARGET
     size = min(most, 25) if pace else most
     floors: dict = {}
     while not (stop and stop.is_set()):

@@ -14,6 +14,7 @@ import secrets
 from django.db import connection
 from django.utils import timezone
 
+from engines import postgres
 from leases.models import SharedSecret
 
 REFUSED = "Leasehold will not start: "
@@ -53,7 +54,7 @@ def settle(configured: str | None) -> str:
 def for_workers(configured: str | None) -> str | None:
     """At the server's start: on PostgreSQL the settled key (SystemExit with
     one line if refused); on SQLite None (the settings' own key stands)."""
-    if connection.vendor != "postgresql":
+    if not postgres.in_use(connection):
         return None
     try:
         return settle(configured)

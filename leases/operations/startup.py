@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+from engines import postgres
+
 MIGRATE = "run `python manage.py migrate` (or `make run`, which does)"
 HISTORY_TABLE = "leases_leaseevent"
 
@@ -22,7 +24,7 @@ def problems(using: str = "default") -> list[str]:
     from leases.operations import faults
 
     conn = connections[using]
-    if conn.vendor == "sqlite":
+    if not postgres.in_use(conn):
         path = Path(conn.settings_dict["NAME"])
         if str(path) != ":memory:" and not path.exists():
             return [f"the database {path} does not exist: {MIGRATE}"]
@@ -75,21 +77,19 @@ def _unknown_migrations(loader) -> list[str]:
 def _history_guarded(conn) -> bool:
     """Does a database trigger guard the history table (migration 0002)?"""
     with conn.cursor() as cursor:
-        if conn.vendor == "sqlite":
-            cursor.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = %s",
-                           [HISTORY_TABLE])
-        elif conn.vendor == "postgresql":
+        if postgres.in_use(conn):
             cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
                            [HISTORY_TABLE])
         else:
-            return True
+            cursor.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND tbl_name = %s",
+                           [HISTORY_TABLE])
         return cursor.fetchone()[0] > 0
 
 
 def _not_writable(conn) -> str | None:
     """Why nothing could be written, or None: a write that changes nothing,
     rolled back."""
-    if conn.vendor == "postgresql":
+    if postgres.in_use(conn):
         with conn.cursor() as cursor:
             cursor.execute("SELECT current_setting('transaction_read_only'), pg_is_in_recovery()")
             read_only, standby = cursor.fetchone()
@@ -97,7 +97,7 @@ def _not_writable(conn) -> str | None:
             return ("the database is read-only (a standby, or default_transaction_read_only is on):"
                     " point LEASEHOLD_DATABASE at the primary")
         return None
-    if conn.vendor != "sqlite":
+    if postgres.in_use(conn):
         return None
     path = Path(conn.settings_dict["NAME"])
     raw = conn.connection
@@ -119,7 +119,7 @@ def _not_writable(conn) -> str | None:
 def _read_only_place(conn) -> str | None:
     """Why a SQLite database that exists could not be opened, if it is that
     its file, directory or volume is read-only; else None."""
-    if conn.vendor != "sqlite":
+    if postgres.in_use(conn):
         return None
     path = Path(conn.settings_dict["NAME"])
     if not path.exists():

@@ -6,9 +6,12 @@ correctness. docs/development/architecture.md ("Waiting acquires") tells how."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import os
 import socket
+from collections.abc import AsyncIterator, Callable
 
 from django.db import connections
 
@@ -17,6 +20,9 @@ from engines import postgres
 from leases.models import FencingGeneration
 
 CHANNEL = "leasehold_wake"  # the PostgreSQL channel
+LISTEN_CHECK = 5.0  # how often a listener looks whether it is still wanted
+
+log = logging.getLogger("leasehold.waiting")
 FREEING = ("release", "break")  # successful actions after which a waiting acquire may succeed
 
 _sender: socket.socket | None = None
@@ -85,13 +91,38 @@ def marker_dir(using: str = "default") -> str | None:
     return os.path.abspath(name) + ".wake"
 
 
-def listener(settings_dict: dict) -> tuple[str, dict]:
-    """PostgreSQL's (conninfo, params) for a connection of the server's own
-    beside Django's, to LISTEN on ``CHANNEL`` (serving/waiting.py); imports
-    the driver, so only on PostgreSQL."""
+def through_database(using: str = "default") -> bool:
+    """Whether releases are heard from the database (``released``) rather
+    than by datagrams (``marker_dir``); opens no connection."""
+    return postgres.in_use(connections[using])
+
+
+async def released(wanted: Callable[[], bool], using: str = "default") -> AsyncIterator[str | None]:
+    """PostgreSQL: the key of each resource released or broken on any
+    instance, while ``wanted()``, LISTENing on ``CHANNEL`` on a connection of
+    the server's own beside Django's (to whichever host answers as primary,
+    keepalives bounding a hung one); None each time listening (re)starts,
+    since a release may have been missed meanwhile. A database restarting is
+    listened to again a second later."""
+    import psycopg
+
     from engines.postgres.base import side_connection
 
-    return side_connection(settings_dict)
+    conninfo, params = side_connection(connections[using].settings_dict)
+    while wanted():
+        try:
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **params)
+            async with conn:
+                await conn.execute(f"LISTEN {CHANNEL}")
+                yield None
+                while wanted():
+                    async for note in conn.notifies(timeout=LISTEN_CHECK):
+                        yield note.payload
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001  (the database restarting: listen again)
+            log.warning("waiting acquires: listening for releases failed, again in 1 s: %s", exc)
+            await asyncio.sleep(1)
 
 
 def address(folder: str, pid: str | int) -> bytes:

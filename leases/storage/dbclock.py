@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from django.db import connection as default_connection
 
+from engines import postgres
 from leases.domain import clock
 
 _TABLE = "leases_leaseclock"  # leases.models.LeaseClock (not imported: this package loads before the models)
@@ -22,7 +23,7 @@ _HIGH_WATER = f"(SELECT high_water FROM {_TABLE} WHERE id = 1)"
 
 def reads_time(conn) -> bool:
     """Whether the database's clock is lease time on ``conn``: PostgreSQL."""
-    return conn.vendor == "postgresql"
+    return postgres.in_use(conn)
 
 
 def lock_columns(conn) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+from engines import postgres
 from leases.domain import ledger
 from leases.models import LeaseEvent
 
@@ -21,7 +22,7 @@ SQLITE_COLUMNS = f"id, row_hash, {TEXT_COLUMNS}"
 
 def columns(conn) -> str:
     """The columns ``event_rows`` reads, for ``conn``'s database."""
-    return SQLITE_COLUMNS if conn.vendor == "sqlite" else COLUMNS
+    return COLUMNS if postgres.in_use(conn) else SQLITE_COLUMNS
 CHUNK = 10_000
 SETTLE_WAIT = 5.0  # the longest ``settled_through`` waits for the transactions in flight to end
 
@@ -71,7 +72,7 @@ def settled_through(conn) -> int | None:
     sequence, then wait for every transaction that held the table's insert lock then (an inserter
     takes it before it draws an id and keeps it to its end) to end."""
     with conn.cursor() as cursor:
-        if conn.vendor != "postgresql":
+        if not postgres.in_use(conn):
             cursor.execute(f"SELECT coalesce(max(id), 0) FROM {TABLE}")
             return cursor.fetchone()[0]
         cursor.execute(f"SELECT pg_get_serial_sequence('{TABLE}', 'id')")

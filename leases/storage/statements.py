@@ -16,9 +16,9 @@ from datetime import datetime, timezone
 from django.conf import settings
 from django.db import transaction
 from django.db.models import DateTimeField, F, UUIDField
-
 from django.db.models.signals import post_init, pre_init
 
+from engines import postgres
 from leases.storage.django_internals import FORMAT_QMARK_REGEX, InsertQuery, Model, ModelState, UpdateQuery
 
 _statements: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # connection -> {key: compiled}
@@ -43,7 +43,7 @@ def compiled(conn, key, compile_):
 
 def native_sql(sql: str, conn) -> str:
     """``sql`` (Django's %s style) in the parameter style of conn's driver."""
-    if conn.vendor == "sqlite":
+    if not postgres.in_use(conn):
         return FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
     return sql  # psycopg takes %s
 
@@ -79,7 +79,7 @@ def _shortcut(field, conn):
         if conn.features.has_native_uuid_field:
             return lambda value, conn: value if type(value) is uuid.UUID else field.get_db_prep_save(value, conn)
         return lambda value, conn: value.hex if type(value) is uuid.UUID else field.get_db_prep_save(value, conn)
-    if kind is DateTimeField and conn.vendor == "sqlite" and settings.USE_TZ and conn.timezone is timezone.utc:
+    if kind is DateTimeField and not postgres.in_use(conn) and settings.USE_TZ and conn.timezone is timezone.utc:
         # Django: make_naive(value, UTC) then str(); for a value in UTC
         # already, that is str() of the same fields without the zone.
         return lambda value, conn: (str(value.replace(tzinfo=None)) if value.tzinfo is timezone.utc
@@ -298,7 +298,7 @@ class RowInsert:
         sql = compiled(conn, ("insert", self.model), lambda c: _compile_insert(self.model, c))[0]
         if saving is not None:
             obj, columns = saving
-            if conn.vendor == "postgresql":
+            if postgres.in_use(conn):
                 update, params = _update_params(obj, columns, conn)
                 sql = compiled(conn, ("update+insert", type(obj), columns, self.model),
                                lambda c: f"WITH saved AS ({update}) {sql}")

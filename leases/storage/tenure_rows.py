@@ -7,6 +7,7 @@ millisecond's margin (a class one too high is still right), the length computed 
 
 from __future__ import annotations
 
+from engines import postgres
 from leases.models.tenure import LONG_CLASS
 from leases.storage import statements
 
@@ -31,8 +32,8 @@ class TenureRows:
             fields.append(self.model._meta.get_field(column))
             sets.append(f"{q(column)} = {q(column)} || %s" if name.endswith(APPEND) else f"{q(column)} = %s")
         if "ended_at" in columns:  # k when held at most 4**k s (less a millisecond); else None (long)
-            seconds = (f"(julianday(%s) - julianday({q('began_at')})) * 86400.0" if conn.vendor == "sqlite"
-                       else f"EXTRACT(EPOCH FROM (%s - {q('began_at')}))")
+            seconds = (f"EXTRACT(EPOCH FROM (%s - {q('began_at')}))" if postgres.in_use(conn)
+                       else f"(julianday(%s) - julianday({q('began_at')})) * 86400.0")
             ladder = " ".join(f"WHEN {seconds} <= {4 ** k - 0.001} THEN {k}" for k in range(LONG_CLASS))
             sets.append(f"{q('length_class')} = CASE {ladder} ELSE NULL END")
         newest = (f"SELECT {q('id')} FROM {table} WHERE {q('blob')} = %s AND {q('container')} = %s "

@@ -98,7 +98,7 @@ def test_on_postgresql_a_worker_listens_only_while_it_holds_waiters(monkeypatch)
     from leases.services import wakeups
 
     monkeypatch.setattr(waiting, "LISTEN_LINGER", 0.3)
-    monkeypatch.setattr(waiting, "LISTEN_CHECK", 0.05)
+    monkeypatch.setattr(wakeups, "LISTEN_CHECK", 0.05)
     conninfo, params = side_connection(settings.DATABASES["default"])
 
     async def scenario():
@@ -113,7 +113,7 @@ def test_on_postgresql_a_worker_listens_only_while_it_holds_waiters(monkeypatch)
             waiters = Waiters(bound=10)
             waiters.start()
             never = asyncio.get_running_loop().create_future()
-            assert waiters.on_postgres and waiters.listening is None and await listeners() == 0
+            assert waiters.on_database and waiters.listening is None and await listeners() == 0
             w = _waiting(waiters, "k", wait=10)
             assert await asyncio.wait_for(waiters.wait(w, never), 5) == "woken"  # once listening
             assert waiters.listening is not None and await listeners() == 1

@@ -15,6 +15,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
+from engines import postgres
+
 
 class Command(BaseCommand):
     help = "Copy the SQLite database to PATH while the server runs (SQLite's online backup)."
@@ -23,7 +25,7 @@ class Command(BaseCommand):
         parser.add_argument("path", help="the backup file to write (replaced if it exists)")
 
     def handle(self, *args, path, **options):
-        if connection.vendor != "sqlite":
+        if postgres.in_use():
             raise CommandError("leasehold_backup copies SQLite databases; on PostgreSQL use pg_dump")
         source = str(connection.settings_dict["NAME"])
         if not Path(source).exists():

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from engines import postgres
 from leases import conf
 from leases.services import account_ensure
 
@@ -44,7 +45,7 @@ class Command(BaseCommand):
         bench/admin_pages.py). analysis_limit keeps it fast on big files."""
         from django.db import connection
 
-        if connection.vendor == "sqlite":
+        if not postgres.in_use(connection):
             with connection.cursor() as cursor:
                 cursor.execute("PRAGMA analysis_limit=1000")
                 cursor.execute("ANALYZE")

@@ -17,6 +17,7 @@ from django.core.management.base import CommandError
 from django.core.management.commands.migrate import Command as DjangoMigrate
 from django.db import OperationalError, connections
 
+from engines import postgres
 from leases import conf
 
 LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's SQLSTATE for lock_timeout
@@ -39,10 +40,8 @@ class Command(DjangoMigrate):
 
     def handle(self, *args, **options):
         conn = connections[options["database"]]
-        if conn.vendor == "sqlite":
+        if not postgres.in_use(conn):
             return self._with_temporary_files(conn, *args, **options)
-        if conn.vendor != "postgresql":
-            return super().handle(*args, **options)
         wait = lock_wait()
         give_up = time.monotonic() + options["lock_retry_for"]
         while True:

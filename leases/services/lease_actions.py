@@ -215,12 +215,15 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                          conn=transaction.get_connection())
 
     def write():
+        # Made again when its batch was undone: each attempt decides afresh,
+        # from what was known before the database, and records only its own outcome.
         attempt = _Attempt(refusal=plan.refusal)
+        this = dataclasses.replace(plan, facts=dict(plan.facts))
         conn = transaction.get_connection()
         with statements.driver_cursor(conn) as cursor:
             if attempt.refusal is None:
                 try:
-                    _decide(plan, attempt, ref=ref, legacy=legacy, conn=conn, cursor=cursor, signed_with=signed_with)
+                    _decide(this, attempt, ref=ref, legacy=legacy, conn=conn, cursor=cursor, signed_with=signed_with)
                 except LeaseholdError as err:
                     attempt.refusal = err
             elif signed_with is not None:
@@ -229,9 +232,9 @@ def _lease_write(action: str | None, *, ref: ResourceRef, actor: Actor, conditio
                 attempt.now = dbclock.transaction_now(conn, cursor)
             EVENTS.set(event, conn, occurred_at=attempt.now)
             if attempt.refusal is not None:
-                _refused(plan, attempt, event, ref=ref, wait=wait, conn=conn, cursor=cursor)
+                _refused(this, attempt, event, ref=ref, wait=wait, conn=conn, cursor=cursor)
             else:
-                _granted(plan, attempt, event, ref=ref, actor=actor, conn=conn, cursor=cursor)
+                _granted(this, attempt, event, ref=ref, actor=actor, conn=conn, cursor=cursor)
         return attempt.obj, attempt.outcome, attempt.refusal, attempt.previous_id
 
     return write

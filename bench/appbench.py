@@ -259,7 +259,7 @@ def run_batches(args, call, signer, host) -> int:
     the write queue's write_now, the answers (``--door api``: the JSON API's
     lean path, leases/api/lean.py). --batch 1 is a lone request."""
     from leases.api import lean as api_lean
-    from leases.azure import fastpath
+    from leases.azure import lean as azure_lean
     from leases.storage import queue_intake
 
     blobs = [f"/{ACCOUNT}/bench/batch{i}" for i in range(args.batch)]
@@ -278,10 +278,10 @@ def run_batches(args, call, signer, host) -> int:
             if args.door == "api":
                 target: Any = api_lean.takes(environ, environ["wsgi.input"].getvalue())
             else:
-                target = fastpath.takes(environ)
+                target = azure_lean.takes(environ)
             assert target is not None, environ  # a plain lease request: the lean path's
             requests.append((environ, target))
-        calls: list[Any] = api_lean.checked(requests) if args.door == "api" else fastpath.checked(requests)
+        calls: list[Any] = api_lean.checked(requests) if args.door == "api" else azure_lean.checked(requests)
         queue_intake.write_now(calls)
         for call_ in calls:
             response = call_.answer()

@@ -5,7 +5,7 @@ WSGI application (config/wsgi.py), handed the doors' lean lease paths and the da
 from config.wsgi import application as django_application
 from engines import postgres
 from leases.api import lean as api, refusals as api_refusals
-from leases.azure import fastpath as azure, refusals as azure_refusals
+from leases.azure import lean as azure, refusals as azure_refusals
 from leases.domain import waiting
 from leases.operations import timing
 from leases.storage import queue_intake, transactions

@@ -49,7 +49,7 @@ def batched(environ, response) -> tuple[int, list, bytes]:
     # Not closed: an HttpResponse holds nothing to let go of, and closing
     # sends Django's request_finished, whose receivers check every database
     # connection for age and errors -- done once per batch instead, before
-    # its checks (fastpath.checked sends request_started).
+    # its checks (the Azure door's lean.checked sends request_started).
     return rendered(environ, response.status_code, list(response.items()), response, close=False)
 
 

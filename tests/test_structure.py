@@ -779,11 +779,11 @@ def test_an_oversized_module_is_found(tmp_path):
     ({"serving/asgi.py": "from engines import postgres\n", "engines/postgres/__init__.py": ""},
      "serving/asgi.py:1: serving.asgi -> engines.postgres "
      "(serving reaches the storage layer or an engine (the wiring hands it the database: serving/doors.py))"),
-    ({"serving/asgi.py": "from leases.azure import fastpath\n", "leases/azure/fastpath.py": ""},
-     "serving/asgi.py:1: serving.asgi -> leases.azure.fastpath "
+    ({"serving/asgi.py": "from leases.azure import lean\n", "leases/azure/lean.py": ""},
+     "serving/asgi.py:1: serving.asgi -> leases.azure.lean "
      "(serving imports a door (the wiring hands it what it needs: serving/doors.py))"),
-    ({"serving/waiting.py": "def f():\n    from leases.api.fastpath import takes\n", "leases/api/fastpath.py": ""},
-     "serving/waiting.py:2: serving.waiting -> leases.api.fastpath "
+    ({"serving/waiting.py": "def f():\n    from leases.api.lean import takes\n", "leases/api/lean.py": ""},
+     "serving/waiting.py:2: serving.waiting -> leases.api.lean "
      "(serving imports a door (the wiring hands it what it needs: serving/doors.py))"),
     ({"engines/sqlite/base.py": "from leases.operations import timing\n", "leases/operations/timing.py": ""},
      "engines/sqlite/base.py:1: engines.sqlite.base -> leases.operations.timing "
@@ -905,7 +905,7 @@ def engine_tested_elsewhere(root: Path = REPO) -> list[str]:
 
 def test_is_it_postgresql_is_asked_one_way():
     found = engine_tested_elsewhere()
-    assert not found, f"ask engines.postgres.in_use(connection), not connection.vendor:\n" + "\n".join(
+    assert not found, "ask engines.postgres.in_use(connection), not connection.vendor:\n" + "\n".join(
         f"  {hit}" for hit in found)
 
 

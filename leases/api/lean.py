@@ -89,7 +89,7 @@ def takes(environ: dict, body) -> Lease | None:
 def _elsewhere(environ: dict) -> bool:
     """LEASEHOLD_ADMIN_HOSTS named, and the request is for another host, where the view's
     middleware refuses it (leases/admin/hosts.py; docs/decisions/0038). Read once, as the
-    Azure door's lean path reads it (fastpath.on_admin_host there)."""
+    Azure door's lean path reads it (leases/azure/lean.py's on_admin_host)."""
     global _admin_hosts
     if _admin_hosts is None:
         _admin_hosts = settings.LEASEHOLD_ADMIN_HOSTS
@@ -140,7 +140,7 @@ class _Secure:
 
 class ApiLeaseCall(services.QueuedLeaseCall):
     """One lean JSON lease request in the three steps of the Azure door's
-    (leases/azure/fastpath.py LeaseCall): the checks (here), the write in
+    (leases/azure/lean.py LeaseCall): the checks (here), the write in
     a batch of the write queue (``writes``, ``written``), ``answer()``. A check that fails
     declines the request: nothing counted, nothing written, no answer here
     (the DRF view answers it)."""
@@ -291,7 +291,7 @@ setting_changed.connect(_forget_middleware_headers, dispatch_uid="api-lean-middl
 def checked(requests: list[tuple[dict, Lease]]) -> list[ApiLeaseCall]:
     """The calls of JSON lease requests received together; first, as
     Django's handler does at a request's start (request_started), a broken
-    or old database connection closed (as leases/azure/fastpath.checked)."""
+    or old database connection closed (as leases/azure/lean.checked)."""
     handling.started(requests[0][0])
     return [ApiLeaseCall(environ, lease) for environ, lease in requests]
 

@@ -2,7 +2,7 @@
 for the account in the URL, a shared access signature (leases/auth/sas.py), or
 an OAuth bearer token (leases/auth/bearer.py) whose role (leases/auth/roles.py)
 is checked against the operation it is used for, as a SAS's permissions are.
-Both the general view and the lean lease path (fastpath.py) call ``credentials``
+Both the general view and the lean lease path (lean.py) call ``credentials``
 and ``permit``."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from django.core.handlers.exception import response_for_exception
 from django.core.handlers.wsgi import WSGIHandler, WSGIRequest, get_script_name
 from django.urls import resolve, set_script_prefix, set_urlconf
 
-from leases.azure import fastpath
+from leases.azure import lean
 from leases.domain import paths
 from leases.operations import handling
 from leases.azure.fallback import invalid_uri
@@ -81,7 +81,7 @@ class AzureDoorHandler:
 
 class LeaseholdWSGI:
     """Sends Azure paths to the AzureDoorHandler (the usual lease requests
-    to its lean path, fastpath.py), everything else to Django's usual
+    to its lean path, lean.py), everything else to Django's usual
     handler."""
 
     def __init__(self):
@@ -91,10 +91,10 @@ class LeaseholdWSGI:
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "")
         if AZURE_PATH.match(path):
-            if not fastpath.on_admin_host(environ):  # never the Azure door there
-                lease = fastpath.takes(environ)  # a lease request of the usual shape: the lean path
+            if not lean.on_admin_host(environ):  # never the Azure door there
+                lease = lean.takes(environ)  # a lease request of the usual shape: the lean path
                 if lease is not None:
-                    return fastpath.serve(environ, lease, start_response)
+                    return lean.serve(environ, lease, start_response)
                 return self.azure(environ, start_response)
         elif SITE_PATH.match(path):
             return self.site(environ, start_response)

@@ -1,6 +1,6 @@
 """The Azure lease operation (``comp=lease``) and the headers every Azure
 answer carries, from a request's WSGI environ: shared by the general view
-(views.AzureBlobView) and the lean path (fastpath.py), so that both read the
+(views.AzureBlobView) and the lean path (lean.py), so that both read the
 same headers in the same order and answer the very same bytes. No lease
 rules here: the services decide, this only translates."""
 
@@ -74,7 +74,7 @@ def lease(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool,
 def lease_arguments(meta: dict, ref: ResourceRef, who: Actor, *, legacy: bool) -> dict:
     """The service's arguments for a lease request (services.lease_action's
     keywords), its headers parsed. Parsing reads no database, so the lean
-    path's batches (fastpath.answer_together) do it before they take the
+    path's batches (lean.answer_together) do it before they take the
     writer lock."""
     h = lambda key: meta.get(key) or None  # noqa: E731  (as header(): "" is absent)
     checked = conditions(meta)

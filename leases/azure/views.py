@@ -266,7 +266,7 @@ class AzureBlobView(BlockRoutes, APIView):
     # -- leases (containers and blobs)
 
     def lease(self, ref: ResourceRef, refused: LeaseholdError | None = None):
-        # The lean path (fastpath.py) answers most lease requests with the same function.
+        # The lean path (lean.py) answers most lease requests with the same function.
         return lease_request.lease(self.request._request.META, ref, self.actor(), legacy=self.legacy,
                                    refused=refused)
 

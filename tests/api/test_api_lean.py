@@ -20,14 +20,14 @@ from django.core import signals
 from django.db import close_old_connections, transaction
 
 from leases.api import lean as api_lean
-from leases.azure import fastpath
+from leases.azure import lean as azure_lean
 from leases.azure.handler import LeaseholdWSGI
 from leases.domain import clock as lease_clock
 from leases.models import LeaseEvent
 from leases.storage import queue_intake
 
 from leases.models.tokens import ApiToken
-from tests.azure.test_azure_fastpath import _answer, _events_after, seed_ids
+from tests.azure.test_azure_lean import _answer, _events_after, seed_ids
 
 from .helpers import API, DEV_ACCOUNT, make_blob, make_container, make_user
 
@@ -45,7 +45,7 @@ def environ(action: str, path: str, body, *, token: str, query: str = "", header
     from serving.asgi import _environ
 
     content = raw if raw is not None else json.dumps(body).encode()
-    hdrs = {"host": "127.0.0.1:10000", "user-agent": "api-fastpath-test/1.0", "content-type": "application/json",
+    hdrs = {"host": "127.0.0.1:10000", "user-agent": "api-lean-test/1.0", "content-type": "application/json",
             "authorization": f"Bearer {token}", "content-length": str(len(content)), **(headers or {})}
     full = f"{API}/leases/{action}/{path}"
     scope = {"type": "http", "method": "POST", "path": full, "raw_path": full.encode(),
@@ -333,7 +333,7 @@ def test_a_batch_of_both_doors_is_checked_by_each_requests_own_lean_path(lean_st
     monkeypatch.setattr(postgres, "SERVING", postgres.SERVING)
     from config.asgi import build
     from leases.storage.queue_intake import _checked, _Entry
-    from tests.azure.test_azure_fastpath import environ as azure_environ
+    from tests.azure.test_azure_lean import environ as azure_environ
 
     make_blob("box", "azure.txt", b"x")
     azure_acquire = {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15", "x-ms-proposed-lease-id": A}
@@ -343,11 +343,11 @@ def test_a_batch_of_both_doors_is_checked_by_each_requests_own_lean_path(lean_st
     app = build(None)
     taken = [app.lean({"path": env["PATH_INFO"]}, env, env["wsgi.input"].getvalue()) for env in requests]
     assert [pair and pair[0].name for pair in taken] == ["azure", "api", "azure"]
-    doors = {"azure": fastpath.checked, "api": api_lean.checked}
+    doors = {"azure": azure_lean.checked, "api": api_lean.checked}
     entries = [_Entry(doors[pair[0].name], (env, pair[1]), "", 0.0, None)  # type: ignore[arg-type]
                for env, pair in zip(requests, taken) if pair is not None]
     calls = _checked(entries)
-    assert [type(call) for call in calls] == [fastpath.LeaseCall, api_lean.ApiLeaseCall, fastpath.LeaseCall]
+    assert [type(call) for call in calls] == [azure_lean.LeaseCall, api_lean.ApiLeaseCall, azure_lean.LeaseCall]
     assert [getattr(call, "environ") for call in calls] == requests
     queue_intake.write_now(calls)
     answers = [call.answer() for call in calls]

@@ -3,7 +3,7 @@ browser can be sent to -- Get Blob whole, ranged and streamed in chunks, its pro
 its metadata, a 304, listings, errors, a SAS link whose rsct/rscd choose the Content-Type --
 carries ``Content-Security-Policy: sandbox`` and ``X-Content-Type-Options: nosniff``, whatever
 the blob or the SAS says. Lease answers (PUT) carry neither: the lean path answers them as the
-general path does (tests/azure/test_azure_fastpath.py)."""
+general path does (tests/azure/test_azure_lean.py)."""
 
 from __future__ import annotations
 

@@ -15,13 +15,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connection
 
-from leases.azure import fastpath
+from leases.azure import lean as azure_lean
 from leases.models import LeaseEvent
 from leases.services import Actor, LeaseResult, ResourceRef
 from leases.storage.queue_intake import Intake, fair_share
 from leases.storage.write_queue import queue_for
 from tests.storage import writer_lock_file
-from tests.azure.test_azure_fastpath import environ
+from tests.azure.test_azure_lean import environ
 
 REF = ResourceRef("devstoreaccount1", "inline", "b")
 ACTOR = Actor(name="account:devstoreaccount1", via="azure")
@@ -70,7 +70,7 @@ class _Intake:
         self.in_flight = in_flight
 
     def submit(self, environ, names):
-        return self.intake.submit(fastpath.checked, (environ, names), principal="",
+        return self.intake.submit(azure_lean.checked, (environ, names), principal="",
                                   received_at=environ["leasehold.received_at"], idle=lambda: self.in_flight == 1)
 
 
@@ -84,7 +84,7 @@ def _acquire_request(blob: str = "b") -> tuple[dict, tuple[str, str, str | None]
     env = environ(f"/devstoreaccount1/inline/{blob}", {"x-ms-lease-action": "acquire", "x-ms-lease-duration": "15",
                                                  "x-ms-proposed-lease-id": LEASE_ID})
     env["leasehold.received_at"] = time.monotonic()
-    target = fastpath.takes(dict(env))
+    target = azure_lean.takes(dict(env))
     assert target is not None  # a lease request the lean path takes
     return env, target
 
@@ -180,14 +180,14 @@ def test_one_requests_failing_answer_is_its_own(queue_thread, monkeypatch):
     from leases import services
 
     services.blob_put(ref=ResourceRef("devstoreaccount1", "inline", "c"), actor=ACTOR, content=b"x")
-    real = fastpath.LeaseCall.answer
+    real = azure_lean.LeaseCall.answer
 
     def answer(call):
         if call.request.path.endswith("/c"):
             raise RuntimeError("a bug in one answer")
         return real(call)
 
-    monkeypatch.setattr(fastpath.LeaseCall, "answer", answer)
+    monkeypatch.setattr(azure_lean.LeaseCall, "answer", answer)
     # Both arrive in one turn of the loop: one batch, handed to the thread.
     batcher = _Intake(queue_thread, in_flight=1)
 

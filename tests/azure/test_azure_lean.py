@@ -1,4 +1,4 @@
-"""The lean lease path (leases/azure/fastpath.py) answers exactly as the
+"""The lean lease path (leases/azure/lean.py) answers exactly as the
 general Azure path (handler.AzureDoorHandler: Django's request, URL
 resolver, DRF's view) and records exactly the same history.
 
@@ -11,8 +11,8 @@ request ids drawn from the same seed, and both answers (status, every header, bo
 history rows each appended must be identical. The script then goes on from
 the lean path's state, so later steps meet leases in every state. The lean
 path is taken both ways it is entered: by the WSGI application
-(fastpath.serve, a batch of one) and as a worker's batch answers
-(fastpath.answer_together).
+(azure_lean.serve, a batch of one) and as a worker's batch answers
+(azure_lean.answer_together).
 
 The environ is built by serving/asgi.py from an ASGI scope, as served."""
 
@@ -33,7 +33,7 @@ from django.db import close_old_connections, transaction
 
 from leases.domain import clock as lease_clock, guids
 from leases import services
-from leases.azure import fastpath
+from leases.azure import lean as azure_lean
 from leases.azure.handler import AzureDoorHandler, LeaseholdWSGI
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from leases.models import LeaseEvent
@@ -73,7 +73,7 @@ def environ(path: str, headers: dict, *, query: str | None = None, account: str 
              "query_string": query.encode(), "http_version": "1.1", "scheme": "http",
              "server": ("127.0.0.1", 10000), "client": ("10.9.8.7", 40123),
              "headers": [(k.encode(), v.encode("utf-8")) for k, v in
-                         {"host": "127.0.0.1:10000", "user-agent": "fastpath-test/1.0", **hdrs}.items()]}
+                         {"host": "127.0.0.1:10000", "user-agent": "lean-test/1.0", **hdrs}.items()]}
     return _environ(scope, b"", 0)
 
 
@@ -115,13 +115,13 @@ def seed_ids(monkeypatch, seed: int) -> None:
 
 
 class Batched:
-    """The lean path as a worker's lease batch answers: fastpath.answer_together
+    """The lean path as a worker's lease batch answers: azure_lean.answer_together
     (here, inside the test's transaction, one savepoint per request)."""
 
     def __call__(self, env: dict, start_response):
-        names = fastpath.takes(dict(env))
+        names = azure_lean.takes(dict(env))
         assert names is not None, f"not taken by the lean path: {env['PATH_INFO']}"
-        response, = fastpath.answer_together([(env, names)])
+        response, = azure_lean.answer_together([(env, names)])
         start_response(f"{response.status_code} {response.reason_phrase}", list(response.items()))
         return response
 
@@ -136,7 +136,7 @@ def three_ways(monkeypatch, path: str, spec: dict, seed: int):
         point = transaction.savepoint()
         env = environ(path, **spec)
         if isinstance(app, LeaseholdWSGI):
-            assert fastpath.takes(dict(env)) is not None, f"not taken by the lean path: {path} {spec}"
+            assert azure_lean.takes(dict(env)) is not None, f"not taken by the lean path: {path} {spec}"
         results.append((_answer(app, env), _events_after(last)))
         if isinstance(app, Batched):
             transaction.savepoint_commit(point)
@@ -332,16 +332,16 @@ def test_unusual_shapes_go_the_general_way(query, method, body_length):
     env = {"REQUEST_METHOD": method, "PATH_INFO": BLOB, "QUERY_STRING": query, "SCRIPT_NAME": ""}
     if body_length:
         env["CONTENT_LENGTH"] = str(body_length)
-    assert fastpath.takes(env) is None
-    assert fastpath.takes({**env, "REQUEST_METHOD": "PUT", "QUERY_STRING": "comp=lease",
+    assert azure_lean.takes(env) is None
+    assert azure_lean.takes({**env, "REQUEST_METHOD": "PUT", "QUERY_STRING": "comp=lease",
                            "CONTENT_LENGTH": "0"}) == ("devstoreaccount1", "fast", "item.bin")
 
 
 def test_container_lease_needs_restype_to_be_lean():
     env = {"REQUEST_METHOD": "PUT", "PATH_INFO": CONTAINER, "QUERY_STRING": "comp=lease", "SCRIPT_NAME": ""}
-    assert fastpath.takes(env) is None  # answered by the general path: 400 for the missing restype
+    assert azure_lean.takes(env) is None  # answered by the general path: 400 for the missing restype
     env["QUERY_STRING"] = "restype=container&comp=lease"
-    assert fastpath.takes(env) == ("devstoreaccount1", "fast", None)
+    assert azure_lean.takes(env) == ("devstoreaccount1", "fast", None)
 
 
 @pytest.mark.parametrize("path", [BLOB, CONTAINER])
@@ -384,7 +384,7 @@ def test_a_connection_an_outage_broke_is_replaced_before_the_checks():
     connection.ensure_connection()
     assert postgres.drop_all("a test's outage") >= 1
     sharedkey._known_keys.clear()  # the checks read the account's keys from the database
-    target = fastpath.takes(environ(path, headers))
+    target = azure_lean.takes(environ(path, headers))
     assert target is not None  # a lease request the lean path takes
-    response = fastpath.answer(environ(path, headers), target)
+    response = azure_lean.answer(environ(path, headers), target)
     assert response.status_code == 201, response.content

@@ -3,7 +3,7 @@
 (WSGIRequest, URL resolver, DRF's APIView, negotiation, authentication and permission classes) cost
 a lease request about as much CPU as its own work, so here the same steps run as plain calls on the
 WSGI environ, in the same order, through the same functions, for requests of the usual shape only
-(``takes``), whose answers must equal the general path's (tests/azure/test_azure_fastpath.py
+(``takes``), whose answers must equal the general path's (tests/azure/test_azure_lean.py
 compares them). docs/development/architecture.md ("The lean lease path") lists the steps and the
 shape; docs/decisions/0006 says why."""
 
@@ -76,7 +76,7 @@ def _forget_admin_hosts(setting: str, **kwargs) -> None:
         _admin_hosts = None
 
 
-setting_changed.connect(_forget_admin_hosts, dispatch_uid="azure-fastpath-admin-hosts")
+setting_changed.connect(_forget_admin_hosts, dispatch_uid="azure-lean-admin-hosts")
 
 
 def _printable(text: str) -> bool:

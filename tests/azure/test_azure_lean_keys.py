@@ -13,12 +13,12 @@ import re
 import pytest
 
 from leases.auth import sharedkey
-from leases.azure import fastpath
+from leases.azure import lean as azure_lean
 from leases.azure.handler import AzureDoorHandler
 from leases.management.commands.leasehold_setup import DEV_ACCOUNT, DEV_KEY
 from leases.models import Account, Blob, Container, LeaseEvent, Tenure
 from leases.storage import queue_intake
-from tests.azure.test_azure_fastpath import A, B, BLOB, CONTAINER, _answer, environ, fast_state, lease  # noqa: F401
+from tests.azure.test_azure_lean import A, B, BLOB, CONTAINER, _answer, environ, fast_state, lease  # noqa: F401
 
 pytestmark = [pytest.mark.also_postgres, pytest.mark.usefixtures("fast_state")]
 
@@ -32,9 +32,9 @@ def _state() -> tuple:
 
 
 def _lean_checked_then_written(env: dict, change_key) -> tuple[int, dict, bytes]:
-    names = fastpath.takes(dict(env))
+    names = azure_lean.takes(dict(env))
     assert names is not None
-    [call] = fastpath.checked([(env, names)])
+    [call] = azure_lean.checked([(env, names)])
     assert call.error is None and call.arguments is not None
     assert call.arguments.get("signed_with") == DEV_KEY  # checked against the keys last read, not read again
     change_key()
@@ -64,9 +64,9 @@ def test_a_key_changed_before_the_write_refuses_it_as_the_general_path_does(path
     assert _state() == before  # nothing written, nothing recorded
     assert sharedkey.known_account_keys(DEV_ACCOUNT) == ((NEW_KEY,), DEV_ACCOUNT)  # the keys the write read
     new = environ(path, **{**spec, "key": NEW_KEY})
-    names = fastpath.takes(dict(new))
+    names = azure_lean.takes(dict(new))
     assert names is not None
-    assert fastpath.answer(new, names).status_code != 403  # the new key is taken at once
+    assert azure_lean.answer(new, names).status_code != 403  # the new key is taken at once
 
 
 def test_the_other_key_kept_still_signs():

@@ -22,7 +22,8 @@ CLIENT_REQUEST_ID = re.compile(r"[\x20-\x7e]{1,1024}\Z")
 AZURE_CLIENT_REQUEST_ID = "HTTP_X_MS_CLIENT_REQUEST_ID"  # x-ms-client-request-id, on both doors
 API_CLIENT_REQUEST_ID = "HTTP_X_CLIENT_REQUEST_ID"  # X-Client-Request-Id, the JSON API's own (first)
 
-# The history keeps this many characters of a client's User-Agent (LeaseEvent.user_agent's max_length).
+# The history keeps this many characters of a client's User-Agent (LeaseEvent.user_agent's max_length;
+# the history cuts it, leases/services/history.py).
 USER_AGENT_MAX = 512
 METADATA_PREFIX = "HTTP_X_MS_META_"
 RAW_HEADERS = "leasehold.raw_headers"  # set by serving/asgi.py from serving/front.py's scope
@@ -36,8 +37,8 @@ def client_request_id(meta: Mapping[str, str], keys: tuple[str, ...] = (AZURE_CL
 
 
 def user_agent(meta: Mapping[str, str]) -> str:
-    """The client's User-Agent, as the lease history keeps it."""
-    return meta.get("HTTP_USER_AGENT", "")[:USER_AGENT_MAX]
+    """The client's User-Agent ("" if it sent none)."""
+    return meta.get("HTTP_USER_AGENT", "")
 
 
 def metadata_from_environ(environ: Mapping[str, Any]) -> dict:

@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 
 from leases.domain import ledger, machine
+from leases.domain.client_headers import USER_AGENT_MAX
 
 
 class Account(models.Model):
@@ -229,7 +230,7 @@ class LeaseEvent(models.Model):
     request_id = models.CharField(max_length=64, blank=True)
     client_request_id = models.CharField(max_length=1024, blank=True)
     remote_addr = models.CharField(max_length=64, blank=True)
-    user_agent = models.CharField(max_length=512, blank=True)
+    user_agent = models.CharField(max_length=USER_AGENT_MAX, blank=True)
     # SHA-256 of the columns above (leases/domain/ledger.py), written with the row; NULL for events
     # written before the ledger (migration 0016) or by code that predates it.
     row_hash = models.CharField(max_length=64, null=True, blank=True)

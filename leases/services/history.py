@@ -26,10 +26,14 @@ def event_start(*, ref: ResourceRef, actor: Actor, action: str | None, now: date
     while holding it (it sets ``occurred_at`` under the lock)."""
     return EVENTS.start(
         conn, occurred_at=now, action=(action or "")[:16], resource_type=ref.noun, account=ref.account,
-        container=ref.container, blob=ref.blob or "", actor=actor.name[:200], via=actor.via,
-        reason=reason[:500], request_id=actor.request_id,
-        client_request_id=actor.client_request_id[:1024], remote_addr=actor.remote_addr[:64],
-        user_agent=actor.user_agent[:USER_AGENT_MAX])
+        container=ref.container, blob=ref.blob or "", reason=reason[:500], **actor_columns(actor))
+
+
+def actor_columns(actor: Actor) -> dict:
+    """Who asked, as an event's columns: each value cut to its column's length, here only."""
+    return {"actor": actor.name[:200], "via": actor.via, "request_id": actor.request_id,
+            "client_request_id": actor.client_request_id[:1024], "remote_addr": actor.remote_addr[:64],
+            "user_agent": actor.user_agent[:USER_AGENT_MAX]}
 
 
 def event_finish(values: list, *, status: int, error: LeaseholdError | None = None, lease_id=None,
@@ -85,8 +89,6 @@ def history_tamper_refused(*, actor: Actor, attempt: str, status: int, target: s
         LeaseEvent.objects.create(
             occurred_at=dbclock.transaction_now(), action=attempt[:16], outcome=LeaseEvent.Outcome.REFUSED,
             resource_type="history", account="", container="", blob="", status_code=status,
-            error_code="HistoryIsAppendOnly", actor=actor.name[:200], via=actor.via, reason=target[:500],
-            request_id=actor.request_id, client_request_id=actor.client_request_id[:1024],
-            remote_addr=actor.remote_addr[:64], user_agent=actor.user_agent[:USER_AGENT_MAX])
+            error_code="HistoryIsAppendOnly", reason=target[:500], **actor_columns(actor))
 
     write_transaction(write)

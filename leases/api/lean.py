@@ -88,24 +88,8 @@ def takes(environ: dict, body) -> Lease | None:
 
 def _elsewhere(environ: dict) -> bool:
     """LEASEHOLD_ADMIN_HOSTS named, and the request is for another host, where the view's
-    middleware refuses it (leases/admin/hosts.py; docs/decisions/0038). Read once, as the
-    Azure door's lean path reads it (leases/azure/lean.py's on_admin_host)."""
-    global _admin_hosts
-    if _admin_hosts is None:
-        _admin_hosts = settings.LEASEHOLD_ADMIN_HOSTS
-    return bool(_admin_hosts) and not paths.admin_host(environ.get("HTTP_HOST", ""), _admin_hosts)
-
-
-_admin_hosts: frozenset[str] | None = None
-
-
-def _forget_admin_hosts(setting: str, **kwargs) -> None:
-    global _admin_hosts
-    if setting == "LEASEHOLD_ADMIN_HOSTS":
-        _admin_hosts = None
-
-
-setting_changed.connect(_forget_admin_hosts, dispatch_uid="api-lean-admin-hosts")
+    middleware refuses it (leases/admin/hosts.py; docs/decisions/0038)."""
+    return handling.on_admin_host(environ) is False
 
 
 def _plain(data: dict, shape: dict, known: frozenset) -> bool:

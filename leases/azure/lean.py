@@ -13,8 +13,6 @@ import re
 from typing import cast
 from urllib.parse import unquote_plus
 
-from django.conf import settings
-from django.core.signals import setting_changed
 from django.core.handlers.wsgi import get_path_info, get_script_name
 
 from leases import services
@@ -59,24 +57,8 @@ def _query(query_string: str) -> dict | None:
 
 def on_admin_host(environ: dict) -> bool:
     """LEASEHOLD_ADMIN_HOSTS named, and the request is for one of them, where the Azure door answers
-    only 400 InvalidUri (handler.py; docs/decisions/0038): not the lean path's. The setting is
-    read once (a Django setting costs about a microsecond to read), again after it changes."""
-    global _admin_hosts
-    if _admin_hosts is None:
-        _admin_hosts = settings.LEASEHOLD_ADMIN_HOSTS
-    return bool(_admin_hosts) and paths.admin_host(environ.get("HTTP_HOST", ""), _admin_hosts)
-
-
-_admin_hosts: frozenset[str] | None = None
-
-
-def _forget_admin_hosts(setting: str, **kwargs) -> None:
-    global _admin_hosts
-    if setting == "LEASEHOLD_ADMIN_HOSTS":
-        _admin_hosts = None
-
-
-setting_changed.connect(_forget_admin_hosts, dispatch_uid="azure-lean-admin-hosts")
+    only 400 InvalidUri (handler.py; docs/decisions/0038): not the lean path's."""
+    return handling.on_admin_host(environ) is True
 
 
 def _printable(text: str) -> bool:

@@ -3,14 +3,19 @@ doors' lean paths, the Azure door's own handler): one stand-in for a Django requ
 request logger and the doors' exception handlers read one (method, path, META, the request id; the
 fault-logged mark is set on it), ``request_started`` sent as Django's handler sends it (its receivers
 close a database connection that is broken or too old), and a 4xx or 5xx answer logged as Django's
-handler logs it. One place each, so that the lean paths and the general ones cannot drift apart."""
+handler logs it; and whether a request is for one of LEASEHOLD_ADMIN_HOSTS. One place each, so that
+the lean paths and the general ones cannot drift apart."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core import signals
+from django.core.signals import setting_changed
 from django.utils.log import log_response
+
+from leases.domain import paths
 
 
 class LeanRequest:
@@ -34,3 +39,25 @@ def started(environ: dict, sender: type = LeanRequest) -> None:
 def logged(response, request) -> None:
     """A 4xx or 5xx answer logged (WARNING, ERROR) as Django's handler logs it; any other, not."""
     log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
+
+
+def on_admin_host(environ: dict) -> bool | None:
+    """None where LEASEHOLD_ADMIN_HOSTS names no host (the admin's side on every host); else whether
+    the request is for one of them (docs/decisions/0038). The setting is read once (a Django setting
+    costs about a microsecond to read), again after it changes."""
+    global _admin_hosts
+    if _admin_hosts is None:
+        _admin_hosts = settings.LEASEHOLD_ADMIN_HOSTS
+    return paths.admin_host(environ.get("HTTP_HOST", ""), _admin_hosts) if _admin_hosts else None
+
+
+_admin_hosts: frozenset[str] | None = None
+
+
+def _forget_admin_hosts(setting: str, **kwargs) -> None:
+    global _admin_hosts
+    if setting == "LEASEHOLD_ADMIN_HOSTS":
+        _admin_hosts = None
+
+
+setting_changed.connect(_forget_admin_hosts, dispatch_uid="lean-admin-hosts")

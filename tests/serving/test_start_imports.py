@@ -1,6 +1,8 @@
 """What a server process imports to start: on SQLite, not the PostgreSQL driver (DRF's compat would
 import it through django.contrib.postgres; config/settings.py keeps it out), and on PostgreSQL DRF
-still finds django.contrib.postgres as before. Each in a fresh interpreter, as a server starts."""
+still finds django.contrib.postgres; without an OpenID Connect issuer, neither PyJWT
+(leases/auth/bearer.py imports it to verify a token) nor Authlib (leases/admin/sso.py, to sign in).
+Each in a fresh interpreter, as a server starts."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ print(json.dumps(sorted(name for name, module in sys.modules.items() if module i
 """
 
 NOT_AT_START_ON_SQLITE = ("psycopg", "psycopg_c", "psycopg_binary", "django.contrib.postgres.fields",
-                          "django.db.backends.postgresql.psycopg_any")
+                          "django.db.backends.postgresql.psycopg_any", "jwt", "authlib")
 
 
 def _run(code: str, tmp_path: Path, database: str) -> str:
@@ -38,7 +40,7 @@ def _run(code: str, tmp_path: Path, database: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def test_a_server_on_sqlite_starts_without_the_postgresql_driver(tmp_path):
+def test_a_server_on_sqlite_without_sso_starts_without_the_postgresql_driver_or_jwt(tmp_path):
     modules = set(json.loads(_run(SERVER_START, tmp_path, str(tmp_path / "db.sqlite3"))))
     assert "config.asgi" in modules and "leases.api.lean" in modules  # the whole start was imported
     assert sorted(modules.intersection(NOT_AT_START_ON_SQLITE)) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 
 from leases import conf
@@ -207,6 +208,8 @@ def _database(spec: str) -> dict:
 
 
 DATABASES = {"default": _database(LEASEHOLD.database)}
+if not LEASEHOLD.on_postgres:  # DRF's compat imports the PostgreSQL driver through it; no field here needs it
+    sys.modules.setdefault("django.contrib.postgres.fields", None)  # type: ignore[arg-type]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -225,18 +228,14 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 # Served by whitenoise from STATIC_ROOT (make run collects) or, failing that,
 # straight from the apps, so a checkout without collectstatic still works.
 WHITENOISE_USE_FINDERS = True
-STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
-}
+STORAGES = {"default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+            "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"}}
 
 # Blobs are stored in the database; Put Blob bodies up to this size.
 DATA_UPLOAD_MAX_MEMORY_SIZE = LEASEHOLD.max_blob_bytes
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
-    ],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -15,11 +15,14 @@ import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import jwt
 from django.conf import settings
 
 from leases.domain.errors import MESSAGES, LeaseholdError
+
+if TYPE_CHECKING:  # PyJWT is imported where a token is verified: only with an issuer configured
+    import jwt
 
 ALGORITHMS = ("RS256", "ES256")
 AZURE_SINCE = "2017-11-09"  # the Azure door takes bearer tokens from this x-ms-version on
@@ -140,6 +143,8 @@ class KeySet:
         except (OSError, ValueError) as exc:
             raise Refused("keys_unavailable", f"The issuer's signing keys could not be fetched: "
                                               f"{type(exc).__name__}.") from None
+        import jwt
+
         keys: dict[str, jwt.PyJWK] = {}
         for entry in (found.get("keys") or [])[:KEYS_MAX]:
             if not isinstance(entry, dict) or not isinstance(entry.get("kid"), str) or entry.get("use", "sig") != "sig":
@@ -185,6 +190,8 @@ def verify(token: str, *, may_fetch: bool = True) -> Principal:
     config = settings.LEASEHOLD_OIDC
     if config is None:
         raise Refused("not_configured", "Bearer tokens are not accepted: no issuer is configured.")
+    import jwt
+
     keys = key_set(config)
     digest = hashlib.sha256(token.encode()).hexdigest()
     now = time.time()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+import jwt
 import pytest
 
 from leases.auth import bearer
@@ -103,7 +104,7 @@ def test_a_token_that_does_not_hold_is_refused_as_azure_does_and_changes_nothing
     claims = {"sub": "writer", "roles": ["Leases.Write"]}
     good = oidc.token("writer", SCOPE)
     assert call(blob, "GET", BLOB, good).status_code == 200  # the issuer's keys known: each check is reached
-    kid = bearer.jwt.get_unverified_header(good)["kid"]
+    kid = jwt.get_unverified_header(good)["kid"]
     token = {
         "expired": lambda: oidc.mint(AUDIENCE, claims, override={"exp": now - 120, "nbf": now - 900}),
         "not yet valid": lambda: oidc.mint(AUDIENCE, claims, override={"nbf": now + 300}),
@@ -182,12 +183,12 @@ def test_key_rotation_at_the_provider(oidc, blob):
     assert call(blob, "GET", BLOB, old).status_code == 200
     oidc.control("rotate")  # the old key still published
     new = oidc.token("writer", SCOPE)
-    assert bearer.jwt.get_unverified_header(new)["kid"] != bearer.jwt.get_unverified_header(old)["kid"]
+    assert jwt.get_unverified_header(new)["kid"] != jwt.get_unverified_header(old)["kid"]
     assert call(blob, "GET", BLOB, new).status_code == 200  # the new key fetched
     assert call(blob, "GET", BLOB, old).status_code == 200
     oidc.control("rotate", drop=True, alg="ES256")  # only the newest published, an EC key
     newest = oidc.token("writer", SCOPE)
-    assert bearer.jwt.get_unverified_header(newest)["alg"] == "ES256"
+    assert jwt.get_unverified_header(newest)["alg"] == "ES256"
     assert call(blob, "GET", BLOB, newest).status_code == 200
     refused(call(blob, "GET", BLOB, old), "Signature validation failed. The signing key was not found.")
 

@@ -4,7 +4,10 @@ filters, a page of 100 newest first, serialized), on EVENTS lease events and the
 as many: acquire, renew, release each) over BLOBS blobs, generated straight in SQL as the lease
 writes leave them. Prints each read's median and slowest of ROUNDS.
 
-    .venv/bin/python bench/tenure_reads.py [--events 10000000] [--blobs 10000] [--rounds 20]
+    .venv/bin/python bench/tenure_reads.py [--events 10000000] [--blobs 10000] [--rounds 20] [--database FILE]
+
+``--database FILE`` keeps the file: generated if missing, reused as it is otherwise
+(bench/event_reads.py times the events API and the admin's history on it).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ def generate(path: Path, *, tenures: int, blobs: int) -> None:
     three events each (acquire, renew, then the release, break or a second renewal of one left to
     expire), as the lease writes leave them: one in 50 broken, one in 10 expired (settled by the next
     acquire), one in 1,000 changed its lease (and its change event), the newest round held (infinite),
-    each tenure what its events make of it (so verify's tenure check passes). Written on a connection
+    each tenure what its events make of it (so verify's tenure check passes), the events in time order
+    (ids as a real history's: the newest last, the actions interleaved). Written on a connection
     of its own, as a throwaway file is: no journal, no syncs, one transaction, the triggers and secondary
     indexes dropped for the inserts and made again after (``migrate`` re-creates the triggers)."""
     import sqlite3
@@ -64,19 +68,30 @@ def generate(path: Path, *, tenures: int, blobs: int) -> None:
             CASE WHEN {held} THEN '' WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'acquire' ELSE 'release' END,
             CASE WHEN {held} THEN NULL ELSE 3 END  -- held 30 or 45 s: at most 4**3
         FROM n"""]
-    third = "CASE WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'renew' ELSE 'release' END"
+    # The events in the order the lease writes append them (ids follow time, the actions interleaved,
+    # as in a real history): position e of a round's four blocks of ``blobs`` slots (acquire at 0 s,
+    # renew at 15, change at 20 for the changed ones only, the end at 30), tenure i = its round and
+    # blob. Inserted in that order without ids, so the ids are e's order, dense.
+    slot = f"((e / {blobs}) % 4)"
+    i_of_e = f"((e / {4 * blobs}) * {blobs} + e % {blobs})"
+    offset = f"CASE {slot} WHEN 0 THEN 0 WHEN 1 THEN 15 WHEN 2 THEN 20 ELSE 30 END"
+    action = (f"CASE {slot} WHEN 0 THEN 'acquire' WHEN 1 THEN 'renew' WHEN 2 THEN 'change' "
+              "WHEN 3 THEN CASE WHEN i % 50 = 0 THEN 'break' WHEN i % 10 = 1 THEN 'renew' ELSE 'release' END END")
     found = f"CASE WHEN i >= {blobs} AND (i - {blobs}) % 10 = 1 THEN 'expired' ELSE 'available' END"
-    for action, offset, before, after, where in (
-            ("'acquire'", 0, found, "'leased'", ""), ("'renew'", 15, "'leased'", "'leased'", ""),
-            ("'change'", 20, "'leased'", "'leased'", " WHERE i % 1000 = 7"),  # the changed ones' change
-            (third, 30, "'leased'", "CASE WHEN i % 10 = 1 THEN 'leased' ELSE 'available' END", "")):
-        steps.append(f"""{gen} INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource_type, account,
-            container, blob, lease_fingerprint, proposed_lease_fingerprint, duration, expires_at, state_before, state_after, generation,
-            status_code, error_code, actor, via, reason, request_id, client_request_id, remote_addr, user_agent)
-            SELECT {begin.format(o=offset)}, {action}, 'success', 'blob', 'devstoreaccount1', 'jobs', {blob},
-                printf('%012x', i), CASE WHEN {action} = 'change' THEN printf('%012x', i + 281474976710656) END, 30, {begin.format(o=offset + 30)}, {before}, {after}, i / {blobs} + 1, 200,
-                '', printf('account:app%02d', i % 37), 'azure', '', lower(hex(randomblob(16))),
-                printf('req-%d', i), '10.1.2.3', 'azsdk-python-storage-blob/12.24.0 Python/3.11.2' FROM n{where}""")
+    before = f"CASE {slot} WHEN 0 THEN {found} ELSE 'leased' END"
+    after = f"CASE WHEN {slot} = 3 AND i % 10 != 1 THEN 'available' ELSE 'leased' END"
+    positions = 4 * blobs * -(-tenures // blobs)  # the last round's four blocks, whole
+    steps.append(f"""WITH RECURSIVE n(e) AS (SELECT 0 UNION ALL SELECT e + 1 FROM n WHERE e + 1 < {positions}),
+        m(e, i) AS (SELECT e, {i_of_e} FROM n)
+        INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource_type, account,
+        container, blob, lease_fingerprint, proposed_lease_fingerprint, duration, expires_at, state_before, state_after, generation,
+        status_code, error_code, actor, via, reason, request_id, client_request_id, remote_addr, user_agent)
+        SELECT {begin.format(o=offset)}, {action}, 'success', 'blob', 'devstoreaccount1', 'jobs', {blob},
+            printf('%012x', i), CASE WHEN {slot} = 2 THEN printf('%012x', i + 281474976710656) END, 30,
+            {begin.format(o=f"({offset}) + 30")}, {before}, {after}, i / {blobs} + 1, 200,
+            '', printf('account:app%02d', i % 37), 'azure', '', lower(hex(randomblob(16))),
+            printf('req-%d', i), '10.1.2.3', 'azsdk-python-storage-blob/12.24.0 Python/3.11.2'
+        FROM m WHERE i < {tenures} AND ({slot} != 2 OR i % 1000 = 7)""")
     steps += [sql for _, sql in made if not sql.upper().startswith("CREATE TRIGGER")]
     began = time.monotonic()
     for n, sql in enumerate(steps, 1):
@@ -130,7 +145,7 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     span = (tenures // args.blobs) * STEP
-    print(f"{tenures * 3:,} events, {tenures:,} tenures over {args.blobs:,} blobs generated in "
+    print(f"{tenures * 3 + len(range(7, tenures, 1000)):,} events, {tenures:,} tenures over {args.blobs:,} blobs generated in "
           f"{time.monotonic() - began:.0f} s")
     rng = random.Random(49)
 

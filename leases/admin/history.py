@@ -5,7 +5,9 @@ superusers as well."""
 from __future__ import annotations
 
 import csv
+import operator
 from datetime import UTC, datetime
+from functools import reduce
 
 from django.contrib import admin, messages
 from django.contrib.admin.exceptions import DisallowedModelAdminLookup
@@ -32,7 +34,8 @@ from leases.admin.filters import ActionFilter, ActorFilter, EventAccountFilter, 
 from leases.admin.forms import HolderAtForm
 from leases.admin.lookup import holder_lookup
 from leases.admin.paging import CappedCountPaginator
-from leases.admin.queries import DeclaredQueryAdmin, QueryRefused, bounded_pieces, bounded_reads, refused_page
+from leases.admin.queries import (DeclaredQueryAdmin, QueryRefused, bounded_pieces, bounded_reads, matching,
+                                  refused_page)
 
 SUBSTRING_WINDOW = 50_000  # events a substring search reads at most (see get_search_results)
 
@@ -78,7 +81,8 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
 
     def get_search_results(self, request, queryset, search_term):
         """Exact terms first: ids and a resource path, by their indexes over
-        all history. Only if nothing matches exactly, every word as part of
+        all history, the list then narrowed by the columns they matched in
+        alone (``matching``). Only if nothing matches exactly, every word as part of
         a resource, actor or reason, by a bounded scan: the newest
         ``SUBSTRING_WINDOW`` event ids of the filtered list, a rowid range
         (one seek finds its top), so a rare word costs what a common one
@@ -86,14 +90,14 @@ class LeaseEventAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        exact = Q(request_id=term) | Q(client_request_id=term) | Q(blob=term) | Q(container=term)
+        exact = [Q(request_id=term), Q(client_request_id=term), Q(blob=term), Q(container=term)]
         if (by_id := lease_fingerprint_q(term)) is not None:
-            exact |= by_id
+            exact.append(by_id)
         parts = term.split("/", 2)
         if len(parts) > 1:  # "account/container[/blob]", as the resource column shows it
-            exact |= Q(account=parts[0], container=parts[1], blob=parts[2] if len(parts) == 3 else "")
-        if queryset.filter(exact).exists():
-            return queryset.filter(exact), False
+            exact.append(Q(account=parts[0], container=parts[1], blob=parts[2] if len(parts) == 3 else ""))
+        if found := matching(queryset, exact):
+            return queryset.filter(reduce(operator.or_, found)), False
         top = queryset.order_by("-id").values_list("id", flat=True).first()
         if top is None:
             return queryset.none(), False

@@ -144,15 +144,28 @@ class EventFilter(ByResourceAndLease):
     outcome = django_filters.ChoiceFilter(choices=LeaseEvent.Outcome.choices)
     actor = django_filters.CharFilter(help_text='e.g. "token:deployer", "user:alice", "account:devstoreaccount1".')
     via = django_filters.ChoiceFilter(choices=[(v, v) for v in ("azure", "api", "admin", "cli")])
-    error_code = django_filters.CharFilter()
+    error_code = django_filters.CharFilter(method="filter_error_code")
     request_id = django_filters.CharFilter()
     client_request_id = django_filters.CharFilter()
     occurred_at = UtcIsoDateTimeFromToRangeFilter(
         help_text="occurred_at_after / occurred_at_before: ISO 8601, both inclusive.")
+    resource_type = django_filters.ChoiceFilter(choices=[(machine.CONTAINER, machine.CONTAINER),
+                                                         (machine.BLOB, machine.BLOB)],
+                                                method="filter_resource_type")
 
     class Meta:
         model = LeaseEvent
         fields: list[str] = []
+
+    # Neither column is indexed. Each value implies one of an indexed column (services.history writes
+    # them so), said beside it so that the index finds the events: a container's events name no blob
+    # (event_resource_idx is led by the blob), and only a refusal has an error code (event_refused_idx).
+
+    def filter_resource_type(self, queryset, name, value):
+        return queryset.filter(resource_type=value, **({"blob": ""} if value == machine.CONTAINER else {}))
+
+    def filter_error_code(self, queryset, name, value):
+        return queryset.filter(error_code=value, **({"outcome": LeaseEvent.Outcome.REFUSED} if value else {}))
 
     def filter_lease_fingerprint(self, queryset, name, value):
         # The history keeps fingerprints only: a full id is found by its fingerprint.

@@ -8,7 +8,6 @@ each search (bench/README.md)."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from django.db import connection
 
 from leases.models import LeaseEvent
+from tests import query_plans
 
 pytestmark = pytest.mark.also_postgres
 
@@ -55,20 +55,6 @@ def _statements(client, term: str) -> tuple[list[tuple[str, tuple]], Any]:
     return seen, response
 
 
-def _plan(sql: str, params) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-            return "\n".join(row[-1] for row in cursor.fetchall())
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + sql, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
-
-
-def _scans(plan: str) -> bool:
-    if connection.vendor == "sqlite":  # "SCAN leases_leaseevent" alone reads the table; "USING ... INDEX" not
-        return any(re.fullmatch(r"\s*SCAN leases_leaseevent", line) for line in plan.splitlines())
-    return "Seq Scan on leases_leaseevent" in plan
 
 
 TERMS = {
@@ -88,8 +74,8 @@ def test_an_exact_search_reads_by_index(superuser_client, history, name):
     assert listed and all(wanted(e) for e in listed), [(e.request_id, e.blob) for e in listed]
     assert len(listed) == sum(1 for i in range(EVENTS) if wanted(_event(i))) or len(listed) == 100
     for sql, params in statements:
-        plan = _plan(sql, params)
-        assert not _scans(plan), f"{sql}\n{plan}"
+        plan = query_plans.plan(sql, params)
+        assert not query_plans.scans(plan, "leases_leaseevent"), f"{sql}\n{plan}"
 
 
 def test_a_search_for_the_container_lists_its_events_newest_first(superuser_client, history):

@@ -8,7 +8,6 @@ or oldest first (on PostgreSQL too)."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from django.db import connection
 
 from leases.api import events
 from leases.models import LeaseEvent
+from tests import query_plans
 
 pytestmark = pytest.mark.also_postgres
 
@@ -56,20 +56,6 @@ def _page(api, query: dict) -> tuple[list[tuple[str, tuple]], dict]:
     return seen, response.json()
 
 
-def _plan(sql: str, params) -> str:
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-            return "\n".join(row[-1] for row in cursor.fetchall())
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + sql, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
-
-
-def _scans(plan: str) -> bool:
-    if connection.vendor == "sqlite":  # "SCAN leases_leaseevent" alone reads the table; "USING ... INDEX" not
-        return any(re.fullmatch(r"\s*SCAN leases_leaseevent", line) for line in plan.splitlines())
-    return "Seq Scan on leases_leaseevent" in plan
 
 
 @pytest.mark.parametrize("query", [
@@ -83,8 +69,8 @@ def test_a_filter_matching_few_events_reads_no_whole_table(api, history, query):
     statements, _ = _page(api, query)
     assert statements
     for sql, params in statements:
-        plan = _plan(sql, params)
-        assert not _scans(plan), f"{sql}\n{plan}"
+        plan = query_plans.plan(sql, params)
+        assert not query_plans.scans(plan, "leases_leaseevent"), f"{sql}\n{plan}"
 
 
 @pytest.mark.parametrize("query", [
@@ -97,8 +83,8 @@ def test_an_unindexed_filter_is_found_by_the_index_its_value_implies(api, histor
     statements, page = _page(api, query)
     assert page["results"] == []
     for sql, params in statements:
-        plan = _plan(sql, params)
-        assert not _scans(plan), f"{sql}\n{plan}"
+        plan = query_plans.plan(sql, params)
+        assert not query_plans.scans(plan, "leases_leaseevent"), f"{sql}\n{plan}"
 
 
 @pytest.mark.parametrize("ordering", ["-id", "id"])
@@ -113,7 +99,7 @@ def test_a_filter_matching_many_is_read_by_a_walk_of_the_primary_key(api, histor
     assert len(page["results"]) == 75
     listed = [s for s in statements if '"leases_leaseevent"."actor"' in s[0] and "LIMIT 101" in s[0]]
     assert len(listed) == 1, statements
-    plan = _plan(*listed[0])
+    plan = query_plans.plan(*listed[0])
     assert "INTEGER PRIMARY KEY" in plan and "TEMP B-TREE" not in plan, plan
 
 

@@ -14,6 +14,7 @@ from django.db import connection
 
 from leases.api.tenures import TenureFilter
 from leases.models import Tenure
+from tests import query_plans
 
 pytestmark = pytest.mark.also_postgres
 
@@ -40,22 +41,6 @@ def many(db):
         cursor.execute("ANALYZE" if connection.vendor == "sqlite" else "ANALYZE leases_tenure")
 
 
-def _plan(query: dict) -> str:
-    qs = TenureFilter(query, queryset=Tenure.objects.all()).qs.order_by("-id")[:101]
-    sql, params = qs.query.sql_with_params()
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-            return "\n".join(row[-1] for row in cursor.fetchall())
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("EXPLAIN " + sql, params)
-        return "\n".join(row[0] for row in cursor.fetchall())
-
-
-def _scans(plan: str) -> bool:
-    if connection.vendor == "sqlite":  # "SCAN leases_tenure" alone walks the table; "USING ... INDEX" does not
-        return any(line.strip() == "SCAN leases_tenure" for line in plan.splitlines())
-    return "Seq Scan on leases_tenure" in plan
 
 
 @pytest.mark.parametrize("query", [
@@ -66,8 +51,9 @@ def _scans(plan: str) -> bool:
     {"held_at": (START + timedelta(seconds=1500)).isoformat()},
 ], ids=["fingerprint-after-change", "fingerprint-first", "end-held", "generation", "held-at"])
 def test_slow_tenure_filters_use_an_index(many, query):
-    plan = _plan(query)
-    assert not _scans(plan), plan
+    qs = TenureFilter(query, queryset=Tenure.objects.all()).qs.order_by("-id")[:101]
+    plan = query_plans.plan(*qs.query.sql_with_params())
+    assert not query_plans.scans(plan, "leases_tenure"), plan
 
 
 @pytest.mark.parametrize("query, expected", [

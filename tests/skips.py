@@ -33,6 +33,7 @@ POSTGRES_PASS = {  # justified in the PostgreSQL pass: SQLite's own machinery, o
     "the statements as SQLite's driver runs them",
     "SQLite files made by the test",
     "a SQLite file's own test",
+    "a choice of SQLite's planner",
     "a SQLite file's server, as in the SQLite pass",
     "the SQLite counter file only",
     "a setting, not the database: the SQLite pass runs it",

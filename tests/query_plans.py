@@ -5,6 +5,8 @@ turned off for the statement, so a plan that still has one has no index to use."
 
 from __future__ import annotations
 
+import contextlib
+
 from django.db import connection
 
 from engines import postgres
@@ -26,3 +28,25 @@ def scans(found: str, table: str) -> bool:
     if not postgres.in_use(connection):
         return any(line.strip() == f"SCAN {table}" for line in found.splitlines())
     return f"Seq Scan on {table}" in found
+
+
+def analyze(table: str) -> None:
+    """The planner's statistics for ``table`` (as a server's start gives SQLite's, leasehold_setup)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"ANALYZE {table}" if postgres.in_use(connection) else "ANALYZE")
+
+
+@contextlib.contextmanager
+def statements_on(table: str):
+    """The statements naming ``table`` run in the block, each (sql, params), in a list filled as they
+    run; at least one (a plan test over none would pass whatever the plans)."""
+    seen: list[tuple[str, tuple]] = []
+
+    def capture(execute, sql, params, many, context):
+        if table in sql:
+            seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        yield seen
+    assert seen, f"no statement on {table} ran"

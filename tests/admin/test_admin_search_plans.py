@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from leases.models import LeaseEvent
 from tests import query_plans
@@ -36,20 +35,12 @@ def _event(i: int) -> LeaseEvent:
 @pytest.fixture
 def history(db):
     LeaseEvent.objects.bulk_create([_event(i) for i in range(EVENTS)], batch_size=500)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE" if connection.vendor == "sqlite" else "ANALYZE leases_leaseevent")
+    query_plans.analyze("leases_leaseevent")
 
 
 def _statements(client, term: str) -> tuple[list[tuple[str, tuple]], Any]:
     """The statements on the events the search's page runs, with their parameters, and the page."""
-    seen: list[tuple[str, tuple]] = []
-
-    def capture(execute, sql, params, many, context):
-        if "leases_leaseevent" in sql:
-            seen.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(capture):
+    with query_plans.statements_on("leases_leaseevent") as seen:
         response = client.get(HISTORY, {"q": term})
     assert response.status_code == 200
     return seen, response

@@ -37,20 +37,12 @@ def _event(i: int) -> LeaseEvent:
 @pytest.fixture
 def history(db):
     LeaseEvent.objects.bulk_create([_event(i) for i in range(EVENTS)], batch_size=500)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE" if connection.vendor == "sqlite" else "ANALYZE leases_leaseevent")
+    query_plans.analyze("leases_leaseevent")
     return {e.client_request_id: e.pk for e in LeaseEvent.objects.all()}
 
 
 def _page(api, query: dict) -> tuple[list[tuple[str, tuple]], dict]:
-    seen: list[tuple[str, tuple]] = []
-
-    def capture(execute, sql, params, many, context):
-        if "leases_leaseevent" in sql:
-            seen.append((sql, params))
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(capture):
+    with query_plans.statements_on("leases_leaseevent") as seen:
         response = api.get("/api/v1/events/", query)
     assert response.status_code == 200, response.content
     return seen, response.json()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
 
 from leases.api.tenures import TenureFilter
 from leases.models import Tenure
@@ -37,8 +36,7 @@ def _tenure(i: int) -> Tenure:
 @pytest.fixture
 def many(db):
     Tenure.objects.bulk_create([_tenure(i) for i in range(TENURES)], batch_size=500)
-    with connection.cursor() as cursor:
-        cursor.execute("ANALYZE" if connection.vendor == "sqlite" else "ANALYZE leases_tenure")
+    query_plans.analyze("leases_tenure")
 
 
 

@@ -69,7 +69,7 @@ class TenureAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
     fieldsets = (
         ("Resource", {"fields": ("resource_type", "account", "container", "blob", "generation")}),
         ("Holder", {"fields": ("holder", "holder_address", "client_request_id", "via", "began_by", "began_at")}),
-        ("Lease", {"fields": ("lease_fingerprint", "fingerprints", "deadline", "breaking_since")}),
+        ("Lease", {"fields": ("lease_fingerprint", "fingerprints", "deadline_shown", "breaking_since")}),
         ("End", {"fields": ("end_shown", "ended_at", "ended_by", "settled_by")}),
     )
 
@@ -105,7 +105,8 @@ class TenureAdmin(ReadOnlyColumnsMixin, DeclaredQueryAdmin):
 
     @admin.display(description="latest deadline")
     def deadline_shown(self, obj: Tenure) -> str:
-        return display.timestamp(obj.deadline) if obj.deadline else "none (infinite)"
+        deadline = obj.latest_deadline
+        return display.timestamp(deadline) if deadline else "none (infinite)"
 
     @admin.display(description="end")
     def end_shown(self, obj: Tenure) -> str:

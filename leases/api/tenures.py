@@ -31,6 +31,7 @@ TENURE_FIELDS = ["id", "resource_type", "account", "container", "blob", "generat
                  "fingerprints", "holder", "holder_address", "client_request_id", "via", "began_by", "began_at",
                  "deadline", "breaking_since", "ended_at", "end", "ended_by", "settled_by"]
 ENDS = [*Tenure.End.values, "held"]
+EXPORTED = ["latest_deadline" if name == "deadline" else name for name in TENURE_FIELDS]  # read as named
 
 
 class TenureSerializer(serializers.ModelSerializer):
@@ -38,6 +39,9 @@ class TenureSerializer(serializers.ModelSerializer):
         "released, broken, expired, ended-by-delete; \"held\" while it holds. A lease that expired or finished "
         "breaking is recorded by the next write on its resource; until then this says so from its deadline."))
     ended_at = serializers.SerializerMethodField(help_text="When it stopped holding; null while it holds.")
+    deadline = serializers.DateTimeField(source="latest_deadline", read_only=True, allow_null=True, help_text=(
+        "The latest deadline its lease had: its expiry while leased, the break's end while breaking; null: "
+        "infinite."))
 
     class Meta:
         model = Tenure
@@ -138,7 +142,7 @@ class TenureExportView(TenureQueryMixin, ApiGenericView):
                    (200, "application/x-ndjson"): OpenApiTypes.STR,
                    **schema.errors(404, 406)})
     def get(self, request):
-        rows = keyset_rows(self.filter_queryset(self.get_queryset()).order_by("id"), TENURE_FIELDS)
+        rows = keyset_rows(self.filter_queryset(self.get_queryset()).order_by("id"), EXPORTED)
         renderer = request.accepted_renderer
         response = StreamingHttpResponse(renderer.stream(TENURE_FIELDS, rows),
                                          content_type=f"{renderer.media_type}; charset=utf-8")

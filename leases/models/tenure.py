@@ -10,7 +10,26 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db import models
-from django.db.models import F, Q
+from django.db.models import Case, DateTimeField, F, OuterRef, Q, Subquery, When
+from django.db.models.functions import Coalesce
+
+
+def latest_deadline_sql() -> Case:
+    """The latest deadline a tenure's lease had, in SQL (the ``latest_deadline`` annotation): a
+    renewal writes no tenure, so an open tenure's lease row holds it while its lease is leased in
+    the tenure's generation (a renewal only moves it later); otherwise, and once ended, the stored
+    ``deadline`` (written by every other write that moves it, and by the write that ends it)."""
+    from leases.domain import machine
+    from leases.models import Blob, Container
+
+    def live(rows):
+        return Coalesce(Subquery(rows.filter(lease_state=machine.LEASED, lease_generation=OuterRef("generation"))
+                                 .values("lease_expires_at")[:1]), F("deadline"))
+    blob = Blob.objects.filter(container__account__name=OuterRef("account"), container__name=OuterRef("container"),
+                               name=OuterRef("blob"), snapshot="")
+    container = Container.objects.filter(account__name=OuterRef("account"), name=OuterRef("container"))
+    return Case(When(ended_at__isnull=False, then=F("deadline")), When(resource_type="blob", then=live(blob)),
+                default=live(container), output_field=DateTimeField())
 
 
 class TenureQuerySet(models.QuerySet):
@@ -38,6 +57,11 @@ class TenureQuerySet(models.QuerySet):
         return super().bulk_create(objs, *args, **kwargs)
 
 
+class TenureManager(models.Manager.from_queryset(TenureQuerySet)):  # type: ignore[misc]
+    def get_queryset(self):
+        return super().get_queryset().annotate(latest_deadline=latest_deadline_sql())
+
+
 # A settled tenure's length class k: it held its resource at most 4**k seconds (0 <= k < LONG_CLASS).
 # None: open (not ended yet), or held longer than 4**(LONG_CLASS - 1) s (8.5 years). "Held at T" is then
 # one index range per class (began in (T - 4**k, T]) and one over the open and long ones (decision 0040).
@@ -55,9 +79,10 @@ def length_class(length: timedelta) -> int | None:
 def end_q(value: str, now: datetime) -> Q:
     """Tenures that ended so as known at ``now`` ("held": not ended), as ``Tenure.end_at`` says;
     each branch names its ``end`` (the index tenure_end_idx)."""
-    passed = Q(end="", deadline__lte=now)
+    # The stored deadline first: the latest is never earlier, so it is read only where that could differ.
+    passed = Q(end="", deadline__lte=now, latest_deadline__lte=now)
     if value == "held":
-        return Q(end="") & (Q(deadline__isnull=True) | Q(deadline__gt=now))
+        return Q(end="") & (Q(deadline__isnull=True) | Q(deadline__gt=now) | Q(latest_deadline__gt=now))
     if value == Tenure.End.EXPIRED:
         return Q(end=value) | (passed & Q(breaking_since__isnull=True))
     if value == Tenure.End.BROKEN:
@@ -69,8 +94,8 @@ def held_at_q(when: datetime) -> Q:
     """Tenures holding their resource at ``when`` (``Tenure.held_at``): begun by then, and ended
     after it, or not ended with a deadline after it or none. Where they began is bounded by their
     length class: a range of the index tenure_length_idx per class, and the open and long ones."""
-    until = Q(ended_at__gt=when) | Q(ended_at__isnull=True, deadline__gt=when) | Q(
-        ended_at__isnull=True, deadline__isnull=True)
+    until = Q(ended_at__gt=when) | Q(ended_at__isnull=True) & (
+        Q(deadline__isnull=True) | Q(deadline__gt=when) | Q(latest_deadline__gt=when))
     ranges = [Q(length_class__isnull=True)]
     for k in range(LONG_CLASS):
         try:
@@ -91,8 +116,8 @@ def fingerprint_q(value: str) -> Q:
 
 
 class Tenure(models.Model):
-    """One lease lifetime. ``deadline``: the latest deadline its lease had (expiry while leased,
-    the break's moment while breaking; None: infinite). ``fingerprints``: the lease id
+    """One lease lifetime. ``latest_deadline``: the latest deadline its lease had (expiry while
+    leased, the break's moment while breaking; None: infinite); ``deadline``, what is stored of it. ``fingerprints``: the lease id
     fingerprints it had, in order: the first, then each a change gave it as ``fp@time``.
     A lease renewed after it expired resumes (same generation) as a new tenure, begun by that
     renew: between the two, nobody held the resource."""
@@ -128,7 +153,7 @@ class Tenure(models.Model):
     # Written with ended_at (leases/storage/tenure_rows.py): see LONG_CLASS. Never by a renewal.
     length_class = models.PositiveSmallIntegerField(null=True, blank=True)
 
-    objects = TenureQuerySet.as_manager()
+    objects = TenureManager()
 
     class Meta:
         ordering = ["-began_at", "-id"]
@@ -138,7 +163,7 @@ class Tenure(models.Model):
             models.Index(fields=["lease_fingerprint"], name="tenure_lease_fp_idx"),
             # The auditors' filters (migration 0017, decision 0040): how it ended ("": open), the
             # generation, and the few tenures whose lease was changed (a fingerprint given after
-            # a change). No index holds the deadline: a renewal writes it and nothing else.
+            # a change). No index holds the deadline.
             models.Index(fields=["end"], name="tenure_end_idx"),
             models.Index(fields=["generation"], name="tenure_generation_idx"),
             models.Index(fields=["id"], condition=~Q(fingerprints=F("lease_fingerprint")), name="tenure_changed_idx"),
@@ -153,10 +178,25 @@ class Tenure(models.Model):
     def resource_path(self) -> str:
         return "/".join(p for p in (self.account, self.container, self.blob) if p)
 
+    @property
+    def latest_deadline(self) -> datetime | None:
+        """The latest deadline its lease had: as read with the row (the manager's annotation of
+        the same name), else asked now. ``deadline`` is the stored one a renewal leaves behind."""
+        if "_latest_deadline" not in self.__dict__:
+            if self.ended_at is not None or self.pk is None:
+                return self.deadline
+            self._latest_deadline = type(self).objects.filter(pk=self.pk).values_list(
+                "latest_deadline", flat=True).get()
+        return self._latest_deadline
+
+    @latest_deadline.setter
+    def latest_deadline(self, value: datetime | None) -> None:
+        self._latest_deadline = value
+
     def until(self) -> datetime | None:
         """When it stopped holding the resource (or will, or did without anyone having
         written since: its deadline); None while held without a deadline."""
-        return self.ended_at or self.deadline
+        return self.ended_at or self.latest_deadline
 
     def held_at(self, when: datetime) -> bool:
         end = self.until()
@@ -167,9 +207,10 @@ class Tenure(models.Model):
         "broken" at a deadline that has passed, else ("", deadline) while held."""
         if self.end:
             return self.end, self.ended_at
-        if self.deadline is not None and self.deadline <= now:
-            return (self.End.BROKEN if self.breaking_since else self.End.EXPIRED), self.deadline
-        return "", self.deadline
+        deadline = self.latest_deadline
+        if deadline is not None and deadline <= now:
+            return (self.End.BROKEN if self.breaking_since else self.End.EXPIRED), deadline
+        return "", deadline
 
     def fingerprint_at(self, when: datetime) -> str:
         """The fingerprint its lease had at ``when`` (after every change made by then)."""

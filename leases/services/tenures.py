@@ -2,7 +2,8 @@
 writes its tenure (leases.models.Tenure) in the same transaction, on the same cursor, beside the
 history event. The rule is the lease state before and after the write: a lease that was not holding
 the resource and is holding it now begins a tenure; one that holds it before and after moves its
-deadline (or, by a change, its fingerprint); one that held it and no longer does ends it. A lease
+deadline (or, by a change, its fingerprint), but for a renewal, whose deadline its lease row holds
+until the tenure ends (Tenure.latest_deadline); one that held it and no longer does ends it. A lease
 that expired or finished breaking ended at its deadline; the first write that sees so records it."""
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ def after_write(*, ref: ResourceRef, actor: Actor, action: str, state_before: st
     if state_before in (machine.EXPIRED, machine.BROKEN):  # it ended by itself; recorded now
         ended = before.expires_at if state_before == machine.EXPIRED else before.break_at
         if ended is not None:  # a break at once ended it then and there
-            _settle(ref, before.generation, conn, cursor, ended_at=min(ended, now), end=state_before,
+            _settle(ref, before, conn, cursor, ended_at=min(ended, now), end=state_before,
                     ended_by="", settled_by=action)
     if state_before in LOCKED:
-        _settle(ref, before.generation, conn, cursor, ended_at=now, end=_ENDS.get(action, Tenure.End.RELEASED),
+        _settle(ref, before, conn, cursor, ended_at=now, end=_ENDS.get(action, Tenure.End.RELEASED),
                 ended_by=actor.name[:200], settled_by=action)
     elif state_after in LOCKED:
         fp = fingerprints.of(after.lease_id)
@@ -52,13 +53,15 @@ def _held_on(ref: ResourceRef, action: str, before: machine.LeaseRecord, after: 
     if after.state == machine.BREAKING and before.state != machine.BREAKING:
         columns["breaking_since"] = now
     deadline = machine.deadline(after, now)
-    if deadline != machine.deadline(before, now):
-        columns["deadline"] = deadline
+    if deadline != machine.deadline(before, now) and (columns or action != "renew"):
+        columns["deadline"] = deadline  # a renewal alone: its lease row holds it (Tenure.latest_deadline)
     if columns:
         ROWS.update_open(conn, cursor, account=ref.account, container=ref.container, blob=ref.blob or "",
                          generation=after.generation, **columns)
 
 
-def _settle(ref: ResourceRef, generation: int, conn, cursor, **columns) -> None:
+def _settle(ref: ResourceRef, before: machine.LeaseRecord, conn, cursor, **columns) -> None:
+    if before.state == machine.LEASED:  # the deadline its renewals left in the lease row only
+        columns["deadline"] = before.expires_at
     ROWS.update_open(conn, cursor, account=ref.account, container=ref.container, blob=ref.blob or "",
-                     generation=generation, **columns)
+                     generation=before.generation, **columns)

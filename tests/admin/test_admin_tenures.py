@@ -69,3 +69,23 @@ def test_a_resource_page_links_to_its_tenures(superuser_client, estate):
     response = superuser_client.get(TENURES, {"account": ACCOUNT, "container": CONTAINER, "blob": "leased.txt"})
     [row] = response.context["cl"].result_list
     assert (row.holder, row.end) == ("account:opsstore", "")
+
+
+def test_a_renewed_tenure_shows_its_latest_deadline(superuser_client, estate, clock):
+    """Renewals write no tenure (decision 0052): the list, its end filter and the tenure's page read
+    the deadline its renewals left in the lease row."""
+    from datetime import timedelta
+
+    from leases.admin import display
+    from leases.services import lease_renew
+
+    ref = ResourceRef(ACCOUNT, CONTAINER, "leased.txt")
+    clock.advance(50)
+    lease_renew(ref=ref, actor=app(), lease_id=estate.blobs["leased"].lease_id)  # its deadline: now + 60
+    renewed = display.timestamp(clock.now() + timedelta(seconds=60))
+    clock.advance(30)  # past the acquire's deadline
+    response = superuser_client.get(TENURES, {"end": "held", "account": ACCOUNT, "container": CONTAINER,
+                                              "blob": "leased.txt"})
+    [row] = response.context["cl"].result_list
+    assert renewed in response.content.decode()
+    assert renewed in superuser_client.get(f"{TENURES}{row.pk}/change/").content.decode()

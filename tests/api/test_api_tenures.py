@@ -190,3 +190,23 @@ def test_holder_after_pruning_the_renewals(api, accounts, clock):
     response = api.get(f"{API}/events/holder/", {"account": DEV_ACCOUNT, "container": "box",
                                                  "at": (t0 + timedelta(seconds=17)).isoformat()})
     assert response.json()["holder"]["holder"] == "token:root"
+
+
+def test_a_renewed_tenure_shows_its_latest_deadline(api, accounts, clock):
+    """Renewals write no tenure (decision 0052): the list, its filters and the export read the
+    deadline from the lease row."""
+    t0 = clock.freeze()
+    make_container("box")
+    lease(api, "acquire", BOX, {"duration": 15, "proposed_lease_id": ID1})
+    for _ in range(3):
+        clock.advance(10)
+        lease(api, "renew", BOX, {"lease_id": ID1})
+    clock.advance(5)
+    renewed = (t0 + timedelta(seconds=45)).isoformat().replace("+00:00", "Z")
+    at = (t0 + timedelta(seconds=40)).isoformat()
+    for query in ({}, {"end": "held"}, {"held_at": at}):
+        [row] = api.get(f"{API}/tenures/", query).json()["results"]
+        assert (row["deadline"], row["end"]) == (renewed, "held"), query
+    assert api.get(f"{API}/tenures/", {"end": "expired"}).json()["results"] == []
+    [row] = csv.DictReader(io.StringIO(export(api, format="csv")[1]))
+    assert row["deadline"] == renewed

@@ -45,6 +45,7 @@ def _write(rng: random.Random, resources: int, per: int) -> list[datetime]:
     returns the times to ask at."""
     asks = []
     conn = transaction.get_connection()
+    conn.ensure_connection()  # a test before may have closed it (a migration test does)
     with statements.driver_cursor(conn) as cursor:
         for r in range(resources):
             when = START + timedelta(seconds=rng.randrange(4 ** 7))

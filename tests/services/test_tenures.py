@@ -18,6 +18,7 @@ from leases import services
 from leases.domain import fingerprints
 from leases.models import HistoryHorizon, LeaseEvent, Tenure
 from leases.services import Actor, LeaseholdError, ResourceRef
+from leases.models.tenure import end_q, held_at_q
 from leases.services.selectors import holder_at
 
 pytestmark = pytest.mark.also_postgres
@@ -238,3 +239,50 @@ def test_only_retention_deletes_and_only_settled_tenures_past_the_horizon(box, c
     with pytest.raises(DatabaseError, match="tenures are kept"):
         _sql("DELETE FROM leases_tenure")  # the open one stays
     assert [t.blob for t in Tenure.objects.all()] == [""]
+
+
+@pytest.mark.parametrize("ref", [BOX, JOB], ids=["container", "blob"])
+def test_renewals_write_no_tenure_and_every_reader_sees_their_deadline(box, clock, ref):
+    """A renewal writes no tenure (decision 0052): its lease row holds the latest deadline, which
+    every reader takes (the rows, held_at_q, end_q, holder_at), and the write that ends the tenure
+    stores it."""
+    t0 = box
+    lease = services.lease_acquire(ref=ref, actor=APP, duration=15).lease_id
+    for _ in range(3):
+        clock.advance(10)
+        services.lease_renew(ref=ref, actor=APP, lease_id=lease)
+    clock.advance(5)  # t0 + 35; its deadline t0 + 45, the acquire's t0 + 15 long gone
+    [t] = tenures(ref)
+    assert (t.deadline, t.latest_deadline, t.until(), t.end_at(at(t0, 35))) == (
+        at(t0, 15), at(t0, 45), at(t0, 45), ("", at(t0, 45)))
+    assert Tenure._base_manager.get(pk=t.pk).latest_deadline == at(t0, 45)  # read without the annotation
+    names = {"account": ref.account, "container": ref.container, "blob": ref.blob or ""}
+    assert holder_at(**names, when=at(t0, 44))["until"] == at(t0, 45)
+    assert holder_at(**names, when=at(t0, 45)) is None
+    mine = Tenure.objects.filter(**names)
+    assert [mine.filter(held_at_q(at(t0, s))).exists() for s in (-1, 0, 30, 44, 45)] == [False, True, True, True, False]
+    assert [mine.filter(end_q("held", at(t0, s))).exists() for s in (35, 44, 45)] == [True, True, False]
+    assert [mine.filter(end_q("expired", at(t0, s))).exists() for s in (35, 44, 45)] == [False, False, True]
+    clock.advance(25)
+    services.lease_acquire(ref=ref, actor=OTHER, duration=15)  # t0 + 60: the expiry recorded, at t0 + 45
+    first, _ = tenures(ref)
+    assert (first.end, first.ended_at, first.deadline, first.latest_deadline) == (
+        "expired", at(t0, 45), at(t0, 45), at(t0, 45))
+
+
+@pytest.mark.parametrize("ends", ["release", "break", "delete"])
+def test_a_tenure_ended_after_renewals_stores_their_deadline(box, clock, ends):
+    lease = services.lease_acquire(ref=JOB, actor=APP, duration=20).lease_id
+    clock.advance(10)
+    services.lease_renew(ref=JOB, actor=APP, lease_id=lease)  # its deadline: now + 20
+    renewed = clock.now() + timedelta(seconds=20)
+    clock.advance(3)
+    if ends == "release":
+        services.lease_release(ref=JOB, actor=APP, lease_id=lease)
+    elif ends == "break":
+        services.lease_break(ref=JOB, actor=OTHER, break_period=0)
+    else:
+        services.blob_delete(ref=JOB, actor=APP, lease_id=lease)
+    [ended] = tenures(JOB)
+    assert (ended.end, ended.ended_at, ended.deadline, ended.latest_deadline) == (
+        {"release": "released", "break": "broken", "delete": "ended-by-delete"}[ends], clock.now(), renewed, renewed)

@@ -91,12 +91,12 @@ def test_acquire_renew_release_are_one_read_one_write_one_event(blob, statements
     # and begins a tenure
     assert acquire == _transaction("INSERT fencing", "UPDATE " + ",".join(sorted(new_lease)),
                                    tenure=("INSERT tenure",))
-    # a renew moves the deadline only: the state, lease id and break indexes are not rewritten;
-    # the tenure's deadline moves with it (no index of the tenures has it)
-    assert renew == _transaction("UPDATE lease_expires_at", tenure=("UPDATE deadline",))
-    # a release ends the tenure, and classes its length (migration 0020)
+    # a renew moves the deadline only: the state, lease id and break indexes are not rewritten,
+    # and its tenure not at all (the lease row holds its latest deadline: Tenure.latest_deadline)
+    assert renew == _transaction("UPDATE lease_expires_at")
+    # a release ends the tenure, classes its length (migration 0020) and stores the deadline it had
     assert release == _transaction("UPDATE lease_duration,lease_expires_at,lease_id,lease_state",
-                                   tenure=("UPDATE end,ended_at,ended_by,length_class,settled_by",))
+                                   tenure=("UPDATE deadline,end,ended_at,ended_by,length_class,settled_by",))
     row = Blob.objects.get(name=blob.blob)
     assert (row.lease_state, row.lease_id, row.lease_expires_at, row.lease_generation) == ("available", None, None, 1)
     assert list(LeaseEvent.objects.order_by("id").values_list("action", "outcome")) == [

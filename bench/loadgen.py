@@ -304,6 +304,27 @@ def cycle_worker(host: str, port: int, reqs: list[LeaseRequests], stop_at: float
         conn.close()
 
 
+def holder_worker(host: str, port: int, reqs: list[LeaseRequests], stop_at: float, rec: Recorder) -> None:
+    """A holder, as most lease clients are: acquire a 60-s lease on its own blob once, then renew it
+    back to back; released at the end, so the blob is left available."""
+    conn = Connection(host, port)
+    r = reqs[0]
+    try:
+        lid = str(uuid.uuid4())
+        st, _ = _timed(conn, r.acquire(lid, duration=60), ACQUIRE, rec)
+        if st != 201:
+            _timed(conn, r.break_now(), BREAK, rec)
+            _timed(conn, r.acquire(lid, duration=60), ACQUIRE, rec)
+        while time.perf_counter() < stop_at:
+            try:
+                _timed(conn, r.renew(lid), RENEW, rec)
+            except (OSError, ConnectionError, ValueError) as exc:
+                _failed(rec, conn, exc)
+        _timed(conn, r.release(lid), RELEASE, rec)
+    finally:
+        conn.close()
+
+
 class Arena:
     """Shared belief of the contending clients: who thinks it holds the blob."""
 

@@ -45,7 +45,7 @@ CONTAINER = "bench"
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str  # cycle | contention | hostile | stuck | flood | doors
+    kind: str  # cycle | holders | contention | hostile | stuck | flood | doors
     clients: int
     burners: int = 0  # CPU-burning processes running through each measured run
 
@@ -67,6 +67,9 @@ class Scenario:
         if self.burners:
             return (f"{self.name}: {self.clients} client(s) cycling acquire -> renew -> release, "
                     f"with {self.burners} CPU-burning processes running")
+        if self.kind == "holders":
+            return (f"{self.name}: {self.clients} holders, each renewing its 60-s lease on its own blob back "
+                    f"to back (acquired once, before the window)")
         if self.kind == "cycle":
             return (f"{self.name}: {self.clients} client(s), each cycling acquire -> renew -> release "
                     f"on its own blob")
@@ -77,6 +80,7 @@ SCENARIOS = {s.name: s for s in (
     Scenario("cycle-1", "cycle", 1),
     Scenario("cycle-16", "cycle", 16),
     Scenario("cycle-64", "cycle", 64),
+    Scenario("holders-16", "holders", 16),
     Scenario("contention-16", "contention", 16),
     Scenario("busy-cycle-16", "cycle", 16, burners=2),
     Scenario("hostile", "hostile", 16),
@@ -188,6 +192,9 @@ def run_one(server: servers.Server, sc: Scenario, warmup: float, duration: float
         if sc.kind in ("cycle", "doors"):
             reqs = [lease_requests(server, door, cycle_blob(i), client=i)]
             target, args = loadgen.cycle_worker, ("127.0.0.1", server.port, reqs, stop_at, recs[i])
+        elif sc.kind == "holders":
+            reqs = [lease_requests(server, door, cycle_blob(i), client=i)]
+            target, args = loadgen.holder_worker, ("127.0.0.1", server.port, reqs, stop_at, recs[i])
         else:
             req = loadgen.LeaseRequests(signer, server.host, f"/{ACCOUNT}/{CONTAINER}/hot")
             target, args = loadgen.contention_worker, (i, "127.0.0.1", server.port, req, arena, stop_at,
@@ -443,7 +450,7 @@ def main() -> int:
         return soak(args, all_servers, deadline)
 
     scenarios = [SCENARIOS[n.strip()] for n in args.scenarios.split(",") if n.strip()]
-    max_clients = max((s.clients for s in scenarios if s.kind in ("cycle", "doors")), default=1)
+    max_clients = max((s.clients for s in scenarios if s.kind in ("cycle", "holders", "doors")), default=1)
     if any(sc.kind == "doors" for sc in scenarios):
         for s in all_servers:
             if isinstance(s, servers.Leasehold):

@@ -176,14 +176,20 @@ def test_tenures_are_read_only_and_attempts_are_recorded(api, tenures):
     assert Tenure.objects.count() == 4
 
 
-def test_holder_after_pruning_the_renewals(api, accounts, clock):
-    """Issue 49, as an auditor tried it: 15-s lease, renewed every 5 s for 20 s, renewals pruned."""
+def renewed(api, clock, *, every: int, times: int):
+    """A 15-s lease on box from now (returned), renewed ``times`` every ``every`` seconds."""
     t0 = clock.freeze()
     make_container("box")
     lease(api, "acquire", BOX, {"duration": 15, "proposed_lease_id": ID1})
-    for _ in range(4):
-        clock.advance(5)
+    for _ in range(times):
+        clock.advance(every)
         lease(api, "renew", BOX, {"lease_id": ID1})
+    return t0
+
+
+def test_holder_after_pruning_the_renewals(api, accounts, clock):
+    """Issue 49, as an auditor tried it: 15-s lease, renewed every 5 s for 20 s, renewals pruned."""
+    t0 = renewed(api, clock, every=5, times=4)
     clock.advance(10)
     call_command("leasehold_prune", "--renewals", "2s", "--no-pause", stdout=io.StringIO())
     assert not LeaseEvent.objects.filter(action="renew").exists()
@@ -195,18 +201,13 @@ def test_holder_after_pruning_the_renewals(api, accounts, clock):
 def test_a_renewed_tenure_shows_its_latest_deadline(api, accounts, clock):
     """Renewals write no tenure (decision 0052): the list, its filters and the export read the
     deadline from the lease row."""
-    t0 = clock.freeze()
-    make_container("box")
-    lease(api, "acquire", BOX, {"duration": 15, "proposed_lease_id": ID1})
-    for _ in range(3):
-        clock.advance(10)
-        lease(api, "renew", BOX, {"lease_id": ID1})
+    t0 = renewed(api, clock, every=10, times=3)
     clock.advance(5)
-    renewed = (t0 + timedelta(seconds=45)).isoformat().replace("+00:00", "Z")
+    deadline = (t0 + timedelta(seconds=45)).isoformat().replace("+00:00", "Z")
     at = (t0 + timedelta(seconds=40)).isoformat()
     for query in ({}, {"end": "held"}, {"held_at": at}):
         [row] = api.get(f"{API}/tenures/", query).json()["results"]
-        assert (row["deadline"], row["end"]) == (renewed, "held"), query
+        assert (row["deadline"], row["end"]) == (deadline, "held"), query
     assert api.get(f"{API}/tenures/", {"end": "expired"}).json()["results"] == []
     [row] = csv.DictReader(io.StringIO(export(api, format="csv")[1]))
-    assert row["deadline"] == renewed
+    assert row["deadline"] == deadline

@@ -256,7 +256,9 @@ class LeaseEvent(models.Model):
             # (bench/event_cost.py; bench/README.md). The outcome column keeps counts index-only.
             models.Index(fields=["outcome", "occurred_at"], condition=Q(outcome="refused"),
                          name="event_refused_idx"),
-            models.Index(fields=["actor", "occurred_at"], name="event_actor_idx"),
+            # The action last: an actor's events stay in time order, and the admin's pair of filters
+            # (an actor and an action) is answered from the index without reading a row (0040, 11-30).
+            models.Index(fields=["actor", "occurred_at", "action"], name="event_actor_idx"),
         ]
 
     def __str__(self) -> str:

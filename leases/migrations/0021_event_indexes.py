@@ -1,0 +1,19 @@
+"""The history's indexes for the auditors' reads at 10,000,000 events (decision 0040, 2026-11-30):
+``event_actor_idx`` gains the action after the time, so the admin's pair of sidebar filters (an actor
+and an action) is answered from the index alone, and an actor's events stay in time order for every
+read that used it before. The number of indexes is unchanged."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+
+    dependencies = [
+        ("leases", "0020_tenure_length_class"),
+    ]
+
+    operations = [
+        migrations.RemoveIndex(model_name="leaseevent", name="event_actor_idx"),
+        migrations.AddIndex(model_name="leaseevent",
+                            index=models.Index(fields=["actor", "occurred_at", "action"], name="event_actor_idx")),
+    ]

@@ -1,7 +1,7 @@
 """The history's indexes for the auditors' reads at 10,000,000 events (decision 0040, 2026-11-30):
-``event_actor_idx`` gains the action after the time, so the admin's pair of sidebar filters (an actor
-and an action) is answered from the index alone, and an actor's events stay in time order for every
-read that used it before; and ``event_via_idx``, the events of every door but the Azure door's (the
+``event_actor_idx`` gains the id and the action after the time, so the admin's pair of sidebar filters
+(an actor and an action) is answered from the index alone, and an actor's events stay in the list's
+order (time, then id) for every read that used it before; and ``event_via_idx``, the events of every door but the Azure door's (the
 JSON API's, the admin's, the CLI's), so that a filter on one of those doors finds its events by index
 while the Azure door's lease writes write no entry in it."""
 
@@ -17,7 +17,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.RemoveIndex(model_name="leaseevent", name="event_actor_idx"),
         migrations.AddIndex(model_name="leaseevent",
-                            index=models.Index(fields=["actor", "occurred_at", "action"], name="event_actor_idx")),
+                            index=models.Index(fields=["actor", "occurred_at", "id", "action"], name="event_actor_idx")),
         migrations.AddIndex(model_name="leaseevent",
                             index=models.Index(fields=["via", "id"], condition=~models.Q(via="azure"),
                                                name="event_via_idx")),

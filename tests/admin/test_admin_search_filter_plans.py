@@ -3,10 +3,10 @@ rare (breaks) and an actor common, as a real one's are. An actor and an action t
 1,800 of 10,000,000 events in bench/event_reads.py's history, and the list's capped count read every
 one of the actor's 270,000 events to find them (each row looked up for its action): a 503 at the
 read bound. ``event_actor_idx`` (actor, occurred_at, action) answers the pair's count from the index
-alone and keeps an actor's events in time order for the list (migration 0021). Both engines: no
-statement reads the table whole and the list shows what the filters match, newest first; SQLite's
-plans (its planner has no per-value statistics): the pair's count is index-only, an actor's list
-sorts no more than the events of one instant."""
+alone and keeps an actor's events in the list's order, time then id (migration 0021). Both engines:
+no statement reads the table whole and the list shows what the filters match, newest first; SQLite's
+plans (its planner has no per-value statistics): the pair's count is index-only, and the pair's list
+(with no LIMIT when it fits a page) and an actor's are read in the actor index's order, unsorted."""
 
 from __future__ import annotations
 
@@ -56,8 +56,7 @@ def _list(client, query: dict):
 QUERIES = {
     "action and actor": ({"action": "break", "actor": "account:app4"},
                          lambda i: _action(i) == "break" and i % ACTORS == 4),
-    "action and actor, none": ({"action": "break", "actor": "account:app5"},
-                               lambda i: _action(i) == "break" and i % ACTORS == 5),
+    "action and actor, none": ({"action": "break", "actor": "user:alice"}, lambda i: False),
     "actor": ({"actor": "account:app4"}, lambda i: i % ACTORS == 4),
     "actor and account": ({"actor": "account:app4", "account": "acct"}, lambda i: i % ACTORS == 4),
     "action": ({"action": "break"}, lambda i: _action(i) == "break"),
@@ -94,12 +93,16 @@ def test_sqlite_counts_a_pair_from_the_actor_index_alone(superuser_client, histo
     assert "COVERING INDEX event_actor_idx" in plan, plan
 
 
-def test_sqlite_lists_an_actor_in_its_index_order(superuser_client, history):
-    """An actor's list is read in the actor index's time order: at most the events of one instant are
-    sorted (by id), never all of the actor's (an index with the action before the time would)."""
+@pytest.mark.parametrize("query", [{"actor": "account:app4"}, {"action": "break", "actor": "user:alice"}],
+                         ids=["actor", "pair-none"])
+def test_sqlite_lists_an_actor_in_its_index_order(superuser_client, history, query):
+    """An actor's list, and a pair's, is read in the actor index's order (time, then id), nothing
+    sorted: with the id after the action, the id's part of the order was sorted and a pair that fits
+    a page (read without a LIMIT) was planned on the action's index, every break looked up (263 ms at
+    10,000,000 events); with the action before the time, an actor's list sorted all of its events."""
     if connection.vendor != "sqlite":
         pytest.skip("a choice of SQLite's planner")
-    statements, _ = _list(superuser_client, {"actor": "account:app4"})
+    statements, _ = _list(superuser_client, query)
     _, page = _counted_and_listed(statements)
     plan = query_plans.plan(*page)
-    assert "USING INDEX event_actor_idx" in plan and "USE TEMP B-TREE FOR ORDER BY" not in plan, plan
+    assert "USING INDEX event_actor_idx" in plan and "TEMP B-TREE" not in plan, plan

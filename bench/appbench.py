@@ -9,7 +9,9 @@ is the tool for judging hot-path changes; --profile shows where time goes.
 
 ``--door api``: the same lease cycle through the JSON API (POST
 /api/v1/leases/..., a bearer token of a user with model permissions), as
-bench/run.py's api-vs-azure scenario drives it.
+bench/run.py's api-vs-azure scenario drives it. ``--batch 1 --pair-sql 'CREATE INDEX ...'
+--pair-undo 'DROP INDEX ...'``: what a schema change costs a lease request, rounds of each schema
+alternating in one process and one database.
 """
 
 from __future__ import annotations
@@ -70,6 +72,14 @@ def main() -> int:
                     help="the Azure door (SharedKey) or the JSON API (a bearer token)")
     ap.add_argument("--batch", type=int, default=0,
                     help="answer N lease requests at a time as a worker's lease batch does (either door's lean path)")
+    ap.add_argument("--pair-sql", action="append", default=[],
+                    help="with --batch: rounds alternate between the base schema (as migrated, then --sql) and "
+                         "this SQL's (e.g. CREATE INDEX ...), undone by --pair-undo; repeatable")
+    ap.add_argument("--pair-undo", action="append", default=[], help="SQL that undoes --pair-sql (DROP INDEX ...)")
+    ap.add_argument("--rounds", type=int, default=10, help="with --pair-sql: rounds of each schema")
+    ap.add_argument("--frames", action="store_true",
+                    help="with --pair-sql: also the WAL frames (pages) a request writes, the WAL started over "
+                         "each round (checkpoint thread and autocheckpoints off)")
     args = ap.parse_args()
     if args.switch:
         sys.setswitchinterval(args.switch)
@@ -87,6 +97,8 @@ def run(args, tmp: Path) -> int:
     os.environ.update({"DJANGO_SETTINGS_MODULE": "config.settings", "LEASEHOLD_VAR_DIR": str(tmp),
                        "LEASEHOLD_DATABASE": str(tmp / "db.sqlite3"), "LEASEHOLD_DEBUG": "0",
                        "LEASEHOLD_SQLITE_SYNCHRONOUS": args.synchronous})
+    if args.frames:
+        os.environ["LEASEHOLD_SQLITE_CHECKPOINT_INTERVAL"] = "0"
     import django
     django.setup()
     from django.core.management import call_command
@@ -298,6 +310,8 @@ def run_batches(args, call, signer, host) -> int:
 
     for _ in range(20):
         cycle()
+    if args.pair_sql:
+        return paired_rounds(args, cycle)
     prof = None
     if args.profile:
         import cProfile
@@ -321,6 +335,50 @@ def run_batches(args, call, signer, host) -> int:
             pstats.Stats(prof).print_callees(args.callees)
         table: dict[tuple[str, int, str], tuple[Any, ...]] = pstats.Stats(prof).stats  # type: ignore[attr-defined]
         print(f"python calls per request: {sum(v[1] for v in table.values()) / (rounds * 3 * args.batch):.0f}")
+    return 0
+
+
+def paired_rounds(args, cycle) -> int:
+    """--pair-sql: ``args.rounds`` rounds of each schema in one process and one database, alternating
+    (ABBA: each pair starts with the other schema than the one before), each round ``--cycles``
+    lease requests; CPU a request, median of each round's cycles, and the median of the pairs' ratios."""
+    from django.db import connection
+
+    def schema(statements) -> None:
+        with connection.cursor() as cursor:
+            for statement in statements:
+                cursor.execute(statement)
+
+    per_round = max(1, args.cycles // args.batch)
+    figures: dict[str, list[float]] = {"base": [], "paired": []}
+    frames: dict[str, list[float]] = {"base": [], "paired": []}
+    wal = Path(f"{connection.settings_dict['NAME']}-wal")
+    if args.frames:
+        schema(["PRAGMA wal_autocheckpoint = 0"])
+    for r in range(args.rounds):
+        for name in (("base", "paired") if r % 2 == 0 else ("paired", "base")):
+            schema(args.pair_sql if name == "paired" else args.pair_undo)
+            if args.frames:
+                schema(["PRAGMA wal_checkpoint(TRUNCATE)"])
+            cpu = []
+            for _ in range(per_round):
+                c0 = time.process_time()
+                cycle()
+                cpu.append((time.process_time() - c0) / (3 * args.batch))
+            figures[name].append(sorted(cpu)[len(cpu) // 2])
+            if args.frames:  # a frame is a page and its 24-byte header
+                page = connection.cursor().execute("PRAGMA page_size").fetchone()[0]
+                frames[name].append(wal.stat().st_size / (page + 24) / (3 * per_round * args.batch))
+        schema(args.pair_undo)
+        print(f"round {r + 1}: base {1e6 * figures['base'][-1]:.0f} us, paired "
+              f"{1e6 * figures['paired'][-1]:.0f} us a request (load {os.getloadavg()[0]:.1f})" + (
+                  f"; WAL frames a request: base {frames['base'][-1]:.2f}, paired {frames['paired'][-1]:.2f}"
+                  if args.frames else ""), flush=True)
+    ratios = sorted(p / b for p, b in zip(figures["paired"], figures["base"]))
+    medians = {name: sorted(values)[len(values) // 2] for name, values in figures.items()}
+    print(f"CPU a request, median of {args.rounds} rounds: base {1e6 * medians['base']:.0f} us, "
+          f"paired {1e6 * medians['paired']:.0f} us; paired / base, median of the rounds' ratios "
+          f"{ratios[len(ratios) // 2]:.3f} (from {ratios[0]:.3f} to {ratios[-1]:.3f})")
     return 0
 
 

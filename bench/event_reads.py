@@ -60,6 +60,8 @@ def api_reads(tenures: int, blobs: int) -> dict[str, dict[str, str]]:
         "actor (none)": {"actor": "user:alice"},
         "via=azure": {"via": "azure"},
         "via=admin (none)": {"via": "admin"},
+        "via=cli (none)": {"via": "cli"},
+        "actor + action=break": {"actor": "account:app07", "action": "break"},
         "error_code (none)": {"error_code": "LeaseIdMismatchWithLeaseOperation"},
         "request_id (none)": {"request_id": "0123456789abcdef0123456789abcdef"},
         "client_request_id": {"client_request_id": f"req-{middle}"},
@@ -106,6 +108,11 @@ def admin_reads(tenures: int, blobs: int) -> dict[str, dict[str, str]]:
         "day + action=break": {"occurred_at__year": str(START.year), "occurred_at__month": str(START.month),
                                "occurred_at__day": "10", "action": "break"},
         "action=break + actor": {"action": "break", "actor": "account:app07"},
+        "action=change + actor": {"action": "change", "actor": "account:app07"},
+        "action=break + actor (none)": {"action": "break", "actor": "user:alice"},
+        "actor + account (none)": {"actor": "account:app07", "account": "otheraccount"},
+        "action=break + account (none)": {"action": "break", "account": "otheraccount"},
+        "actor + page 2": {"actor": "account:app07", "p": "2"},
         "page 2": {"p": "2"},
     }
     return reads

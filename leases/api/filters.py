@@ -126,11 +126,6 @@ class ByResourceAndLease(django_filters.FilterSet):
     def filter_lease_id(self, queryset, name, value):
         return self.filter_lease_fingerprint(queryset, name, fingerprints.of(value))
 
-    def filter_via(self, queryset, name, value):
-        # event_via_idx holds the events of every door but the Azure door's: its condition said beside
-        # the value, as SQLite uses a partial index only for a query that says its condition.
-        return queryset.filter(via=value) if value == "azure" else queryset.filter(~Q(via="azure"), via=value)
-
     def filter_lease_fingerprint(self, queryset, name, value):
         raise NotImplementedError
 

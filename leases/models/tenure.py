@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.apps import apps
 from django.db import models
 from django.db.models import Case, DateTimeField, F, OuterRef, Q, Subquery, When
 from django.db.models.functions import Coalesce
@@ -20,8 +21,8 @@ def latest_deadline_sql() -> Case:
     the tenure's generation (a renewal only moves it later); otherwise, and once ended, the stored
     ``deadline`` (written by every other write that moves it, and by the write that ends it)."""
     from leases.domain import machine
-    from leases.models import Blob, Container
 
+    Blob, Container = apps.get_model("leases", "Blob"), apps.get_model("leases", "Container")  # no import circle
     def live(rows):
         return Coalesce(Subquery(rows.filter(lease_state=machine.LEASED, lease_generation=OuterRef("generation"))
                                  .values("lease_expires_at")[:1]), F("deadline"))

@@ -29,12 +29,12 @@ INSERT = ("INSERT INTO leases_leaseevent (occurred_at, action, outcome, resource
           "FROM generate_series(1, %s) AS g")
 
 
-def _migrate(env: dict, target: str) -> subprocess.CompletedProcess:
+def migrate_to(env: dict, target: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "manage.py", "migrate", "leases", target, "--noinput"], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=300)
 
 
-def _indexes(conn) -> dict[str, tuple[bool, str]]:
+def indexes_of(conn) -> dict[str, tuple[bool, str]]:
     """The history's and the resources' indexes: name -> (valid, definition)."""
     rows = conn.execute(
         "SELECT c.relname, i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
@@ -43,24 +43,16 @@ def _indexes(conn) -> dict[str, tuple[bool, str]]:
     return {name: (valid, definition) for name, valid, definition in rows}
 
 
-def test_migration_0014_holds_up_no_history_insert_and_runs_again_from_the_top(postgres, tmp_path):
-    database = postgres()
-    env = {**os.environ, "LEASEHOLD_DATABASE": database, "LEASEHOLD_VAR_DIR": str(tmp_path),
-           "DJANGO_SETTINGS_MODULE": "config.settings"}
-    done = _migrate(env, "0013")
-    assert done.returncode == 0, done.stdout + done.stderr
-    with psycopg.connect(database, autocommit=True) as conn:
-        conn.execute(INSERT, [EVENTS])
-        conn.execute("ANALYZE leases_leaseevent")
-
+def migrate_beside_inserts(database: str, env: dict, target: str) -> None:
+    """Migrate to ``target`` while, every few ms, a watcher looks for any lock on the tables held by
+    another session that would hold up an insert, and a history insert that may wait 0.2 s at most
+    is made: none may be seen, and each insert must be made."""
     seen: list[tuple] = []
     inserts: list[float] = []
     failed: list[BaseException] = []
     stop = threading.Event()
 
     def watch() -> None:
-        """Every few ms: any blocking lock on the tables held by another
-        session, and one history insert that may wait 0.2 s at most."""
         try:
             with psycopg.connect(database, autocommit=True) as watcher, \
                     psycopg.connect(database, autocommit=True) as writer:
@@ -82,7 +74,7 @@ def test_migration_0014_holds_up_no_history_insert_and_runs_again_from_the_top(p
     watcher = threading.Thread(target=watch)
     watcher.start()
     try:
-        done = _migrate(env, "0014")
+        done = migrate_to(env, target)
     finally:
         stop.set()
         watcher.join(30)
@@ -90,8 +82,30 @@ def test_migration_0014_holds_up_no_history_insert_and_runs_again_from_the_top(p
     assert failed == [], failed  # every insert made within 0.2 s
     assert seen == [], seen  # no lock that holds up an insert, not even for a moment
     assert len(inserts) > 20, inserts  # the watch ran through the migration
+
+
+def history_at(database: str, tmp_path, target: str, *, other_doors: int = 0) -> dict:
+    """A database migrated to ``target`` with EVENTS events of the Azure door and ``other_doors`` of
+    the JSON API's, analysed; the environment to migrate it further."""
+    env = {**os.environ, "LEASEHOLD_DATABASE": database, "LEASEHOLD_VAR_DIR": str(tmp_path),
+           "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = migrate_to(env, target)
+    assert done.returncode == 0, done.stdout + done.stderr
     with psycopg.connect(database, autocommit=True) as conn:
-        after = _indexes(conn)
+        conn.execute(INSERT, [EVENTS])
+        if other_doors:
+            conn.execute(INSERT.replace("'azure'", "'api'"), [other_doors])
+        conn.execute("ANALYZE leases_leaseevent")
+    return env
+
+
+def test_migration_0014_holds_up_no_history_insert_and_runs_again_from_the_top(postgres, tmp_path):
+    database = postgres()
+    env = history_at(database, tmp_path, "0013")
+
+    migrate_beside_inserts(database, env, "0014")
+    with psycopg.connect(database, autocommit=True) as conn:
+        after = indexes_of(conn)
         assert not {"blob_expiry_idx", "container_expiry_idx", "event_blob_idx"} & set(after), sorted(after)
         valid, definition = after["event_resource_idx"]
         assert valid and "(blob, container, account, occurred_at)" in definition, definition
@@ -99,15 +113,15 @@ def test_migration_0014_holds_up_no_history_insert_and_runs_again_from_the_top(p
         # Run again from the top, as after giving way halfway: the new index
         # dropped and built again, the old ones still gone, nothing refused.
         conn.execute("DELETE FROM django_migrations WHERE app = 'leases' AND name = '0014_fewer_index_writes'")
-    again = _migrate(env, "0014")
+    again = migrate_to(env, "0014")
     assert again.returncode == 0, again.stdout + again.stderr
     with psycopg.connect(database, autocommit=True) as conn:
-        assert _indexes(conn) == after
+        assert indexes_of(conn) == after
 
-    back = _migrate(env, "0013")  # and backwards, the indexes as they were
+    back = migrate_to(env, "0013")  # and backwards, the indexes as they were
     assert back.returncode == 0, back.stdout + back.stderr
     with psycopg.connect(database, autocommit=True) as conn:
-        before = _indexes(conn)
+        before = indexes_of(conn)
     assert {"blob_expiry_idx", "container_expiry_idx", "event_blob_idx"} <= set(before), sorted(before)
     assert all(valid for valid, _ in before.values()), before
     assert "(account, container, blob, occurred_at)" in before["event_resource_idx"][1], before["event_resource_idx"]

@@ -60,20 +60,14 @@ class EventQueryMixin(RefusesHistoryChanges):
         return events_for(self.request.user)
 
 
-FEW = 5_000  # a filter matching at most this many events is paged by their ids (by_ids_if_few)
-
-
 def by_ids_if_few(queryset, *, bound: bool = True):
-    """A filtered list that matches at most ``FEW`` events, narrowed to their ids, read first with
-    no order (by the filter's own index: a seek when it matches nothing): its pages are then read by
-    primary key. Without the ids, SQLite walks the primary key newest first for a filter on a column
-    of few values (an action, an actor, an account) and reads the whole history to find that few
-    or none match (bench/README.md, the 10,000,000-event history). A filter matching more is read
-    by a walk of the primary key: it finds a page among the newest events."""
+    """A filtered list that matches at most ``selectors.FEW`` events, narrowed to their ids
+    (``selectors.ids_if_few``): its pages are then read by primary key. A filter matching more is
+    read by a walk of the primary key: it finds a page among the newest events."""
     if not queryset.query.where:
         return queryset
-    ids = list(queryset.order_by().values_list("pk", flat=True)[:FEW + 1])
-    if len(ids) <= FEW:
+    ids = selectors.ids_if_few(queryset)
+    if ids is not None:
         return queryset.filter(pk__in=ids)
     if not bound:
         return queryset

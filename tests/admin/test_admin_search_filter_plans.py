@@ -16,6 +16,7 @@ import pytest
 from django.db import connection
 
 from leases.models import LeaseEvent
+from leases.services import selectors
 from tests import query_plans
 
 pytestmark = pytest.mark.also_postgres
@@ -39,8 +40,17 @@ def _event(i: int) -> LeaseEvent:
                       request_id=f"rq{i:08d}", client_request_id=f"req-{i}")
 
 
+def with_columns(event: LeaseEvent, **columns) -> LeaseEvent:
+    for name, value in columns.items():
+        setattr(event, name, value)
+    return event
+
+
 @pytest.fixture
-def history(db):
+def history(db, monkeypatch):
+    # Fewer than a break's 12 events are few here, as fewer than a break's 66,000 are at 10,000,000:
+    # a pair of an action and an actor is read by the actor's index (selectors.ids_if_few).
+    monkeypatch.setattr(selectors, "FEW", 5)
     LeaseEvent.objects.bulk_create([_event(i) for i in range(EVENTS)], batch_size=500)
     query_plans.analyze("leases_leaseevent")
 
@@ -95,14 +105,38 @@ def test_sqlite_counts_a_pair_from_the_actor_index_alone(superuser_client, histo
 
 @pytest.mark.parametrize("query", [{"actor": "account:app4"}, {"action": "break", "actor": "user:alice"}],
                          ids=["actor", "pair-none"])
-def test_sqlite_lists_an_actor_in_its_index_order(superuser_client, history, query):
+def test_sqlite_lists_an_actor_in_its_index_order(superuser_client, history, monkeypatch, query):
     """An actor's list, and a pair's, is read in the actor index's order (time, then id), nothing
     sorted: with the id after the action, the id's part of the order was sorted and a pair that fits
     a page (read without a LIMIT) was planned on the action's index, every break looked up (263 ms at
     10,000,000 events); with the action before the time, an actor's list sorted all of its events."""
     if connection.vendor != "sqlite":
         pytest.skip("a choice of SQLite's planner")
+    monkeypatch.setattr(selectors, "FEW", -1)  # none few: a pair with none in common, as at 10,000,000
     statements, _ = _list(superuser_client, query)
     _, page = _counted_and_listed(statements)
     plan = query_plans.plan(*page)
     assert "USING INDEX event_actor_idx" in plan and "TEMP B-TREE" not in plan, plan
+
+
+def test_a_filter_matching_no_event_answers_a_pair_by_itself(superuser_client, history):
+    """An actor with 430 events beside an account with none (at 10,000,000 events: 270,000, a 503 at
+    the read bound, the count reading the actor's index and every event for its account): the
+    account's own index finds no event, and no count or page statement runs."""
+    statements, listed = _list(superuser_client, {"actor": "account:app4", "account": "other"})
+    assert listed == []
+    assert not [sql for sql, _ in statements
+                if sql.startswith(("SELECT COUNT(*)", 'SELECT "leases_leaseevent"."id", '))], statements
+    # nor does the sidebar list the account's containers from the history (a walk of the containers'
+    # index looking for the account's events: 6 s for an account with none at 10,000,000)
+    assert not [sql for sql, _ in statements if "MIN(" in sql and '"account" = ' in sql], statements
+
+
+def test_a_pair_with_a_filter_matching_few_lists_them_by_their_ids(superuser_client, history):
+    """A new actor's four events beside an action matching many: listed by their ids (no scan)."""
+    LeaseEvent.objects.bulk_create([with_columns(_event(EVENTS + n), actor="account:rare", action=action)
+                                    for n, action in enumerate(("acquire", "renew", "acquire", "acquire"))])
+    statements, listed = _list(superuser_client, {"actor": "account:rare", "action": "acquire"})
+    assert [e.client_request_id for e in listed] == [f"req-{EVENTS + n}" for n in (3, 2, 0)]
+    for sql, params in statements:
+        assert not query_plans.scans(query_plans.plan(sql, params), "leases_leaseevent"), sql

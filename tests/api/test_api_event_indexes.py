@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from leases.api import events
+from leases.services import selectors
 from leases.models import LeaseEvent
 from tests import query_plans
 
@@ -89,7 +89,7 @@ def test_a_filter_matching_many_is_read_by_a_walk_of_the_primary_key(api, histor
     choice; PostgreSQL's planner weighs the two itself)."""
     if connection.vendor != "sqlite":
         pytest.skip("a choice of SQLite's planner")
-    monkeypatch.setattr(events, "FEW", 50)
+    monkeypatch.setattr(selectors, "FEW", 50)
     statements, page = _page(api, {"actor": "account:app3", "ordering": ordering})
     assert len(page["results"]) == 75
     listed = [s for s in statements if '"leases_leaseevent"."actor"' in s[0] and "LIMIT 101" in s[0]]
@@ -102,7 +102,7 @@ def test_a_next_page_is_bounded_by_its_cursor_alone(api, history, monkeypatch):
     """Beside the cursor's bound, another on the same side of the id would let SQLite start its walk at
     the history's end (a next page of 12.7 s at 10,000,000 events): the next page's statement bounds
     the id by the cursor only."""
-    monkeypatch.setattr(events, "FEW", 50)
+    monkeypatch.setattr(selectors, "FEW", 50)
     first = _page(api, {"actor": "account:app3", "page_size": "10"})[1]
     seen: list[str] = []
 
@@ -129,7 +129,7 @@ def _walk(api, query: dict) -> list[str]:
         page = response.json()
 
 
-@pytest.mark.parametrize("few", [2, events.FEW], ids=["more-than-few", "few"])
+@pytest.mark.parametrize("few", [2, selectors.FEW], ids=["more-than-few", "few"])
 @pytest.mark.parametrize("query, matches", [
     ({"action": "break"}, lambda i: i in RARE),
     ({"actor": "account:app3"}, lambda i: i % 40 == 3 and i not in RARE),
@@ -140,6 +140,6 @@ def _walk(api, query: dict) -> list[str]:
 @pytest.mark.parametrize("ordering", ["-id", "id"])
 def test_pages_list_what_the_filter_matches(api, history, monkeypatch, few, query, matches, ordering):
     """Whether the filter's ids are read first (few) or not (more than FEW), the same events."""
-    monkeypatch.setattr(events, "FEW", few)
+    monkeypatch.setattr(selectors, "FEW", few)
     wanted = [f"req-{i}" for i in range(EVENTS) if matches(i)]
     assert _walk(api, {**query, "ordering": ordering}) == (wanted[::-1] if ordering == "-id" else wanted)

@@ -23,6 +23,7 @@ def latest_deadline_sql() -> Case:
     from leases.domain import machine
 
     Blob, Container = apps.get_model("leases", "Blob"), apps.get_model("leases", "Container")  # no import circle
+
     def live(rows):
         return Coalesce(Subquery(rows.filter(lease_state=machine.LEASED, lease_generation=OuterRef("generation"))
                                  .values("lease_expires_at")[:1]), F("deadline"))
@@ -118,8 +119,9 @@ def fingerprint_q(value: str) -> Q:
 
 class Tenure(models.Model):
     """One lease lifetime. ``latest_deadline``: the latest deadline its lease had (expiry while
-    leased, the break's moment while breaking; None: infinite); ``deadline``, what is stored of it. ``fingerprints``: the lease id
-    fingerprints it had, in order: the first, then each a change gave it as ``fp@time``.
+    leased, the break's moment while breaking; None: infinite); ``deadline``: what is stored of it.
+    ``fingerprints``: the lease id fingerprints it had, in order: the first, then each a change gave
+    it as ``fp@time``.
     A lease renewed after it expired resumes (same generation) as a new tenure, begun by that
     renew: between the two, nobody held the resource."""
 

@@ -142,12 +142,18 @@ class ManualClock(SystemClock):
             self._participants.add(thread)
         return thread
 
+    def _begin_wait(self, me, timeout: float) -> float:
+        """Enlist ``me`` (a thread or a task) as waiting ``timeout`` on this clock, the lock held;
+        returns when its wait ends, in this clock's time."""
+        until = self._now + max(0.0, timeout)
+        self._waiting[me] = (object(), until)
+        self._participants.add(me)
+        return until
+
     def wait(self, event: threading.Event, timeout: float) -> bool:
-        me, token = threading.current_thread(), object()
+        me = threading.current_thread()
         with self._cond:
-            until = self._now + max(0.0, timeout)
-            self._waiting[me] = (token, until)
-            self._participants.add(me)
+            until = self._begin_wait(me, timeout)
             try:
                 while not event.is_set() and self._now < until:
                     self._cond.wait(self.POLL)
@@ -159,11 +165,9 @@ class ManualClock(SystemClock):
         self.wait(threading.Event(), seconds)
 
     async def wait_async(self, event: asyncio.Event, timeout: float) -> bool:
-        me, token = asyncio.current_task(), object()
+        me = asyncio.current_task()
         with self._cond:
-            until = self._now + max(0.0, timeout)
-            self._waiting[me] = (token, until)
-            self._participants.add(me)
+            until = self._begin_wait(me, timeout)
         try:
             while not event.is_set() and self._now < until:
                 await asyncio.sleep(self.POLL)

@@ -69,6 +69,14 @@ def api_reads(tenures: int, blobs: int) -> dict[str, dict[str, str]]:
         "occurred_at_before (half)": {"occurred_at_before": at},
         "occurred_at (an hour)": {"occurred_at_after": at, "occurred_at_before": hour},
         "occurred_at_before (first hour)": {"occurred_at_before": old},
+        "occurred_at_before (half), by time": {"occurred_at_before": at, "ordering": "-occurred_at"},
+        "occurred_at (an hour), by time": {"occurred_at_after": at, "occurred_at_before": hour,
+                                           "ordering": "-occurred_at"},
+        "occurred_at (an hour), by time, oldest first": {"occurred_at_after": at, "occurred_at_before": hour,
+                                                         "ordering": "occurred_at"},
+        "occurred_at_before (first hour), by time": {"occurred_at_before": old, "ordering": "-occurred_at"},
+        "action=break (an hour), by time": {"action": "break", "occurred_at_after": at, "occurred_at_before": hour,
+                                            "ordering": "-occurred_at"},
     }
 
 

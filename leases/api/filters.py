@@ -189,7 +189,12 @@ class StrictOrderingFilter(OrderingFilter):
                 raise LeaseholdError("InvalidQueryParameterValue", field=self.ordering_param, value=raw[:100],
                                      message="ordering must be one of: " + ", ".join(
                                          sorted(f"{sign}{name}" for name in allowed for sign in ("", "-"))) + ".")
-        return super().get_ordering(request, queryset, view)
+        ordering = super().get_ordering(request, queryset, view)
+        # A field that repeats (a time) is ordered by the id after it, in its direction: pages then
+        # split ties the same way every time (the cursor counts its place among them).
+        if ordering and ordering[-1].lstrip("-") not in ("id", "pk"):
+            ordering = (*ordering, "-id" if ordering[-1].startswith("-") else "id")
+        return ordering
 
     def get_schema_operation_parameters(self, view):
         parameters = super().get_schema_operation_parameters(view)

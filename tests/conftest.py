@@ -552,3 +552,23 @@ def postgres():
 
     with pg_cluster.server(os.environ.get(RUN_DIR)) as new_database:
         yield new_database
+
+
+@pytest.fixture
+def requests_in_test_transaction():
+    """Requests served in this process run inside the test's transaction, as Django's test client's
+    do: close_old_connections, which would end it, is unhooked from the request signals; the lease
+    clock is frozen. Both undone after."""
+    from django.core import signals
+    from django.db import close_old_connections
+
+    from leases.domain import clock as lease_clock
+
+    signals.request_started.disconnect(close_old_connections)
+    signals.request_finished.disconnect(close_old_connections)
+    lease_clock.freeze()
+    yield
+    lease_clock.reset()
+    signals.request_started.connect(close_old_connections)
+    signals.request_finished.connect(close_old_connections)
+

@@ -10,13 +10,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from django.core import signals
-from django.db import close_old_connections
 from rest_framework.test import APIClient
 
 from leases.auth import bearer
 from leases.conf.oidc import Oidc, rules
-from leases.domain import clock as lease_clock
 from leases.operations import metrics
 from tests.api.test_api_lean import both_ways, environ
 from tests.oidc_provider import OidcProvider
@@ -55,15 +52,8 @@ def client(token: str) -> APIClient:
 
 
 @pytest.fixture
-def lean(tokens):
-    # As Django's test client does: the requests run inside the test's transaction.
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    lease_clock.freeze()
-    yield tokens
-    lease_clock.reset()
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
+def lean(tokens, requests_in_test_transaction):
+    return tokens
 
 
 def test_the_lean_path_takes_a_contributor_s_token_and_answers_as_the_view(lean, monkeypatch, provider):

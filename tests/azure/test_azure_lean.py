@@ -28,8 +28,7 @@ from email.utils import formatdate
 from urllib.parse import quote
 
 import pytest
-from django.core import signals
-from django.db import close_old_connections, transaction
+from django.db import transaction
 
 from leases.domain import clock as lease_clock, guids
 from leases import services
@@ -271,12 +270,7 @@ def sas_steps():
 
 
 @pytest.fixture
-def fast_state(db):
-    # As Django's test client does: the requests run inside the test's
-    # transaction, which close_old_connections would end.
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    lease_clock.freeze()
+def fast_state(db, requests_in_test_transaction):
     services.account_ensure(name=DEV_ACCOUNT, key1=DEV_KEY)
     services.account_ensure(name=OTHER_ACCOUNT, key1=OTHER_KEY)
     actor = Actor(name="test", via="cli")
@@ -288,10 +282,6 @@ def fast_state(db):
         services.blob_put(ref=ResourceRef(DEV_ACCOUNT, "fast", name), actor=actor, content=b"x")
     services.container_set_acl(ref=ResourceRef(DEV_ACCOUNT, "fast"), actor=actor, identifiers=[
         services.SignedIdentifier("fast-policy", None, lease_clock.now() + timedelta(hours=1), "rw")])
-    yield
-    lease_clock.reset()
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
 
 
 def test_lean_path_answers_and_records_as_the_general_path(fast_state, monkeypatch):
